@@ -1,0 +1,110 @@
+# ngx_http_session_module: build, local stack, tests, benchmarks.
+#
+#   make            build/ngx_http_session_module.so and build/sessionctl
+#   make run        local PostgreSQL + nginx on 127.0.0.1:8080, demo key
+#   make stop       stop them
+#   make test       deps, build, Check unit tests, Test::Nginx suite
+#   make bench      wrk benchmarks on loopback (bounded)
+#   make lint       80 columns, no tabs, cppcheck
+#
+# NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
+
+# Recipes use bash: Debian's conf_flags is a bash array, which dash (the
+# default /bin/sh) cannot source.
+SHELL       := /bin/bash
+
+NGINX_SRC   ?= /usr/share/nginx/src
+BUILD       := build
+NGX_BUILD   := $(BUILD)/nginx
+CC          ?= cc
+
+WARN        := -Wall -Wextra -Werror -Wno-unused-parameter
+PQ_INC      := $(shell pg_config --includedir 2>/dev/null || \
+                       echo /usr/include/postgresql)
+CORE_SRCS   := $(wildcard src/core/*.c)
+CORE_HDRS   := $(wildcard src/core/*.h)
+CLI_SRCS    := $(wildcard src/cli/*.c)
+CLI_HDRS    := $(wildcard src/cli/*.h)
+SQL_FILES   := $(sort $(wildcard src/sql/*.sql))
+MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
+MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
+UNIT_SRCS   := $(wildcard t/unit/*.c)
+
+.PHONY: all build deps run stop test unit integration bench lint clean \
+        distclean
+
+all: build
+
+build: $(BUILD)/ngx_http_session_module.so $(BUILD)/sessionctl
+
+deps:
+	@bash util/install-deps.sh
+
+# Configure a private copy of the nginx tree once, with the flags of the
+# nginx binary the module will load into (Debian's conf_flags).
+$(NGX_BUILD)/objs/Makefile: config
+	@rm -rf $(NGX_BUILD) && mkdir -p $(BUILD)
+	cp -r $(NGINX_SRC) $(NGX_BUILD)
+	cd $(NGX_BUILD) && \
+	    flags=""; \
+	    if [ -f conf_flags ]; then \
+	        . ./conf_flags; flags="$${NGX_CONF_FLAGS[*]}"; \
+	    elif [ -x /usr/sbin/nginx ] && [ "$(NGINX_SRC)" = /usr/share/nginx/src ]; then \
+	        flags="--with-compat"; \
+	    else \
+	        flags="--with-compat --with-http_ssl_module"; \
+	    fi; \
+	    eval ./configure $$flags \
+	        --with-cc-opt="'-g -O2 -fPIC $(WARN)'" \
+	        --with-ld-opt="'-fPIC'" \
+	        --add-dynamic-module=$(CURDIR) >$(CURDIR)/$(BUILD)/configure.log 2>&1 \
+	    || { tail -30 $(BUILD)/configure.log; exit 1; }
+
+$(BUILD)/ngx_http_session_module.so: $(NGX_BUILD)/objs/Makefile $(MOD_SRCS) \
+                                     $(MOD_HDRS)
+	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
+	cp $(NGX_BUILD)/objs/ngx_http_session_module.so $@
+
+$(BUILD)/ngx_http_session_migrations.h: $(SQL_FILES) util/embed-sql.sh
+	@mkdir -p $(BUILD)
+	bash util/embed-sql.sh $(SQL_FILES) > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/sessionctl: $(CLI_SRCS) $(CLI_HDRS) $(CORE_SRCS) $(CORE_HDRS) \
+                     $(BUILD)/ngx_http_session_migrations.h
+	$(CC) -g -O2 $(WARN) -Isrc/core -Isrc/cli -I$(BUILD) -I$(PQ_INC) \
+	    -o $@ $(CLI_SRCS) $(CORE_SRCS) -lpq -ljansson -lcrypto
+
+$(BUILD)/unit_tests: $(UNIT_SRCS) $(wildcard t/unit/*.h) $(CORE_SRCS) \
+                      $(CORE_HDRS)
+	@mkdir -p $(BUILD)
+	$(CC) -g -O0 $(WARN) -Isrc/core -It/unit -o $@ $(UNIT_SRCS) \
+	    $(CORE_SRCS) $$(pkg-config --cflags --libs check) -lcrypto
+
+run: deps build
+	@bash util/run.sh start
+
+stop:
+	@bash util/run.sh stop
+
+unit: $(BUILD)/unit_tests
+	$(BUILD)/unit_tests
+
+integration: build
+	@bash util/test.sh
+
+test: deps
+	@$(MAKE) --no-print-directory build $(BUILD)/unit_tests
+	@$(MAKE) --no-print-directory unit
+	@bash util/test.sh
+
+bench: deps build
+	@bash util/bench.sh
+
+lint:
+	@bash util/lint.sh
+
+clean:
+	rm -rf $(BUILD)
+
+distclean: stop clean
+	rm -rf .run

@@ -1,0 +1,470 @@
+/*
+ * ngx_http_session_module: the Session Service API inside nginx.
+ *
+ * Directives, configuration, and the process hooks that open the
+ * per-worker PostgreSQL connections.
+ */
+
+#include <libpq-fe.h>
+
+#include "ngx_http_session_common.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_error.h"
+#include "ngx_http_session_handler.h"
+#include "ngx_http_session_listen.h"
+#include "ngx_http_session_shm.h"
+
+
+#define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
+#define NGX_HTTP_SESSION_DEFAULT_ZONE_SIZE  (10 * 1024 * 1024)
+#define NGX_HTTP_SESSION_DEFAULT_PREFIX     "sess"
+
+
+static ngx_int_t ngx_http_session_postconfiguration(ngx_conf_t *cf);
+static void *ngx_http_session_create_main_conf(ngx_conf_t *cf);
+static char *ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf);
+static void *ngx_http_session_create_srv_conf(ngx_conf_t *cf);
+static char *ngx_http_session_merge_srv_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static void *ngx_http_session_create_loc_conf(ngx_conf_t *cf);
+static char *ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent,
+    void *child);
+static char *ngx_http_session_api(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_session_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_session_key_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+static char *ngx_http_session_positive_msec(ngx_conf_t *cf, void *post,
+    void *data);
+static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
+static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
+
+
+static ngx_conf_num_bounds_t  ngx_http_session_db_connections_bounds = {
+    ngx_conf_check_num_bounds, 1, 1024
+};
+
+static ngx_conf_post_t  ngx_http_session_positive_msec_post = {
+    ngx_http_session_positive_msec
+};
+
+
+static ngx_command_t  ngx_http_session_commands[] = {
+
+    { ngx_string("session_api"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_session_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_db"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_db,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_db_connections"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, db_connections),
+      &ngx_http_session_db_connections_bounds },
+
+    { ngx_string("session_db_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, db_timeout),
+      &ngx_http_session_positive_msec_post },
+
+    { ngx_string("session_limit_zone"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_limit_zone,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_key_prefix"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_key_prefix,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_auth_cache_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, auth_cache_ttl),
+      NULL },
+
+      ngx_null_command
+};
+
+
+static ngx_http_module_t  ngx_http_session_module_ctx = {
+    NULL,                                  /* preconfiguration */
+    ngx_http_session_postconfiguration,    /* postconfiguration */
+
+    ngx_http_session_create_main_conf,     /* create main configuration */
+    ngx_http_session_init_main_conf,       /* init main configuration */
+
+    ngx_http_session_create_srv_conf,      /* create server configuration */
+    ngx_http_session_merge_srv_conf,       /* merge server configuration */
+
+    ngx_http_session_create_loc_conf,      /* create location configuration */
+    ngx_http_session_merge_loc_conf        /* merge location configuration */
+};
+
+
+ngx_module_t  ngx_http_session_module = {
+    NGX_MODULE_V1,
+    &ngx_http_session_module_ctx,          /* module context */
+    ngx_http_session_commands,             /* module directives */
+    NGX_HTTP_MODULE,                       /* module type */
+    NULL,                                  /* init master */
+    NULL,                                  /* init module */
+    ngx_http_session_init_process,         /* init process */
+    NULL,                                  /* init thread */
+    NULL,                                  /* exit thread */
+    ngx_http_session_exit_process,         /* exit process */
+    NULL,                                  /* exit master */
+    NGX_MODULE_V1_PADDING
+};
+
+
+static ngx_int_t
+ngx_http_session_postconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_session_error_filter_init(cf);
+}
+
+
+static void *
+ngx_http_session_create_main_conf(ngx_conf_t *cf)
+{
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_session_main_conf_t));
+    if (smcf == NULL) {
+        return NULL;
+    }
+
+    /*
+     * set by ngx_pcalloc():
+     *
+     *     smcf->db_conninfo = { 0, NULL };
+     *     smcf->shm_zone = NULL;
+     *     smcf->key_prefix = { 0, NULL };
+     *     smcf->api_file = { 0, NULL };
+     *     smcf->enabled = 0;
+     */
+
+    smcf->db_connections = NGX_CONF_UNSET_UINT;
+    smcf->db_timeout = NGX_CONF_UNSET_MSEC;
+    smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
+
+    return smcf;
+}
+
+
+static char *
+ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    ngx_http_session_main_conf_t  *smcf = conf;
+
+    ngx_str_t  name;
+
+    ngx_conf_init_uint_value(smcf->db_connections, 4);
+    ngx_conf_init_msec_value(smcf->db_timeout, 5000);
+    ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
+
+    if (smcf->key_prefix.data == NULL) {
+        ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);
+    }
+
+    if (!smcf->enabled) {
+        return NGX_CONF_OK;
+    }
+
+    if (smcf->db_conninfo.data == NULL) {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"session_db\" is required where \"session_api\" "
+                      "is used in %V:%ui", &smcf->api_file, smcf->api_line);
+        return NGX_CONF_ERROR;
+    }
+
+    if (smcf->shm_zone == NULL) {
+        ngx_str_set(&name, NGX_HTTP_SESSION_DEFAULT_ZONE);
+
+        smcf->shm_zone = ngx_http_session_shm_add(cf, &name,
+                                           NGX_HTTP_SESSION_DEFAULT_ZONE_SIZE);
+        if (smcf->shm_zone == NULL) {
+            return NGX_CONF_ERROR;
+        }
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_session_create_srv_conf(ngx_conf_t *cf)
+{
+    ngx_http_session_srv_conf_t  *sscf;
+
+    sscf = ngx_pcalloc(cf->pool, sizeof(ngx_http_session_srv_conf_t));
+    if (sscf == NULL) {
+        return NULL;
+    }
+
+    sscf->api = NGX_CONF_UNSET;
+
+    return sscf;
+}
+
+
+static char *
+ngx_http_session_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_session_srv_conf_t  *prev = parent;
+    ngx_http_session_srv_conf_t  *conf = child;
+
+    /* a server is an API server only through its own locations */
+    (void) prev;
+    ngx_conf_init_value(conf->api, 0);
+
+    return NGX_CONF_OK;
+}
+
+
+static void *
+ngx_http_session_create_loc_conf(ngx_conf_t *cf)
+{
+    ngx_http_session_loc_conf_t  *slcf;
+
+    slcf = ngx_pcalloc(cf->pool, sizeof(ngx_http_session_loc_conf_t));
+    if (slcf == NULL) {
+        return NULL;
+    }
+
+    slcf->api = NGX_CONF_UNSET;
+
+    return slcf;
+}
+
+
+static char *
+ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
+{
+    ngx_http_session_loc_conf_t  *prev = parent;
+    ngx_http_session_loc_conf_t  *conf = child;
+
+    ngx_conf_merge_value(conf->api, prev->api, 0);
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_session_loc_conf_t  *slcf = conf;
+
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_session_srv_conf_t   *sscf;
+    ngx_http_session_main_conf_t  *smcf;
+
+    if (slcf->api != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    slcf->api = 1;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    clcf->handler = ngx_http_session_handler;
+
+    sscf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_session_module);
+    sscf->api = 1;
+
+    smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_session_module);
+
+    if (!smcf->enabled) {
+        smcf->enabled = 1;
+        smcf->api_file = cf->conf_file->file.name;
+        smcf->api_line = cf->conf_file->line;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_session_main_conf_t  *smcf = conf;
+
+    char              *err;
+    ngx_str_t         *value;
+    PQconninfoOption  *opts;
+
+    if (smcf->db_conninfo.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    /* parsed only: "nginx -t" never connects to the database */
+
+    err = NULL;
+    opts = PQconninfoParse((const char *) value[1].data, &err);
+
+    if (opts == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid connection string in \"%V\": %s",
+                           &cmd->name, err ? err : "out of memory");
+        if (err) {
+            PQfreemem(err);
+        }
+
+        return NGX_CONF_ERROR;
+    }
+
+    PQconninfoFree(opts);
+
+    smcf->db_conninfo.len = value[1].len;
+    smcf->db_conninfo.data = ngx_pnalloc(cf->pool, value[1].len + 1);
+    if (smcf->db_conninfo.data == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    (void) ngx_cpystrn(smcf->db_conninfo.data, value[1].data,
+                       value[1].len + 1);
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_session_main_conf_t  *smcf = conf;
+
+    u_char     *p;
+    ssize_t     size;
+    ngx_str_t  *value, name, s;
+
+    if (smcf->shm_zone) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    p = (u_char *) ngx_strchr(value[1].data, ':');
+
+    if (p == NULL || p == value[1].data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone \"%V\" in \"%V\", "
+                           "expected \"name:size\"", &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    name.data = value[1].data;
+    name.len = p - value[1].data;
+
+    s.data = p + 1;
+    s.len = value[1].data + value[1].len - s.data;
+
+    size = ngx_parse_size(&s);
+
+    if (size == NGX_ERROR) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid zone size \"%V\" in \"%V\"",
+                           &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (size < (ssize_t) NGX_HTTP_SESSION_ZONE_MIN_SIZE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "zone \"%V\" is too small in \"%V\", "
+                           "the minimum is %uzk", &value[1], &cmd->name,
+                           (size_t) NGX_HTTP_SESSION_ZONE_MIN_SIZE / 1024);
+        return NGX_CONF_ERROR;
+    }
+
+    smcf->shm_zone = ngx_http_session_shm_add(cf, &name, size);
+    if (smcf->shm_zone == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_key_prefix(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_session_main_conf_t  *smcf = conf;
+
+    ngx_str_t  *value;
+
+    if (smcf->key_prefix.data) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (!ngx_http_session_prefix_valid(value[1].data, value[1].len)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid key prefix \"%V\" in \"%V\", "
+                           "expected four letters", &value[1], &cmd->name);
+        return NGX_CONF_ERROR;
+    }
+
+    smcf->key_prefix = value[1];
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_positive_msec(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_msec_t  *ms = data;
+
+    if (*ms == 0) {
+        return "must be greater than zero";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_session_init_process(ngx_cycle_t *cycle)
+{
+    if (ngx_process != NGX_PROCESS_WORKER
+        && ngx_process != NGX_PROCESS_SINGLE)
+    {
+        return NGX_OK;
+    }
+
+    if (ngx_http_session_db_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_session_listen_init_process(cycle);
+}
+
+
+static void
+ngx_http_session_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_session_listen_exit_process(cycle);
+    ngx_http_session_db_exit_process(cycle);
+}

@@ -1,0 +1,172 @@
+/*
+ * JSON string escaping and reason phrases.
+ */
+
+#include <string.h>
+
+#include "ngx_http_session_json.h"
+
+
+typedef struct {
+    unsigned     status;
+    const char  *phrase;
+} ngx_http_session_reason_t;
+
+
+static const ngx_http_session_reason_t  ngx_http_session_reasons[] = {
+    { 200, "OK" },
+    { 201, "Created" },
+    { 304, "Not Modified" },
+    { 400, "Bad Request" },
+    { 401, "Unauthorized" },
+    { 403, "Forbidden" },
+    { 404, "Not Found" },
+    { 405, "Method Not Allowed" },
+    { 406, "Not Acceptable" },
+    { 408, "Request Timeout" },
+    { 409, "Conflict" },
+    { 410, "Gone" },
+    { 411, "Length Required" },
+    { 412, "Precondition Failed" },
+    { 413, "Payload Too Large" },
+    { 414, "URI Too Long" },
+    { 415, "Unsupported Media Type" },
+    { 416, "Range Not Satisfiable" },
+    { 422, "Unprocessable Entity" },
+    { 429, "Too Many Requests" },
+    { 500, "Internal Server Error" },
+    { 501, "Not Implemented" },
+    { 502, "Bad Gateway" },
+    { 503, "Service Unavailable" },
+    { 504, "Gateway Timeout" },
+    { 0, NULL }
+};
+
+
+static size_t ngx_http_session_utf8_len(const unsigned char *p,
+    const unsigned char *end);
+
+
+size_t
+ngx_http_session_json_escape(unsigned char *dst, const unsigned char *src,
+    size_t len)
+{
+    size_t                n, size;
+    unsigned char         c;
+    const unsigned char  *end;
+    static const char     hex[] = "0123456789abcdef";
+
+    size = 0;
+    end = src + len;
+
+    while (src < end) {
+        c = *src;
+
+        if (c >= 0x80) {
+            n = ngx_http_session_utf8_len(src, end);
+
+            if (n == 0) {
+                if (dst) {
+                    memcpy(dst + size, "\\ufffd", 6);
+                }
+
+                size += 6;
+                src++;
+                continue;
+            }
+
+            if (dst) {
+                memcpy(dst + size, src, n);
+            }
+
+            size += n;
+            src += n;
+            continue;
+        }
+
+        if (c == '"' || c == '\\') {
+            if (dst) {
+                dst[size] = '\\';
+                dst[size + 1] = c;
+            }
+
+            size += 2;
+
+        } else if (c < 0x20 || c == 0x7f) {
+            if (dst) {
+                memcpy(dst + size, "\\u00", 4);
+                dst[size + 4] = (unsigned char) hex[c >> 4];
+                dst[size + 5] = (unsigned char) hex[c & 0xf];
+            }
+
+            size += 6;
+
+        } else {
+            if (dst) {
+                dst[size] = c;
+            }
+
+            size++;
+        }
+
+        src++;
+    }
+
+    return size;
+}
+
+
+const char *
+ngx_http_session_reason(unsigned status)
+{
+    const ngx_http_session_reason_t  *r;
+
+    for (r = ngx_http_session_reasons; r->status; r++) {
+        if (r->status == status) {
+            return r->phrase;
+        }
+    }
+
+    return "Unknown";
+}
+
+
+/* the length of the well-formed UTF-8 sequence at p, or 0 */
+
+static size_t
+ngx_http_session_utf8_len(const unsigned char *p, const unsigned char *end)
+{
+    size_t         n, i;
+    unsigned int   cp, min;
+
+    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
+        n = 2; cp = p[0] & 0x1f; min = 0x80;
+
+    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3; cp = p[0] & 0x0f; min = 0x800;
+
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4; cp = p[0] & 0x07; min = 0x10000;
+
+    } else {
+        return 0;
+    }
+
+    if ((size_t) (end - p) < n) {
+        return 0;
+    }
+
+    for (i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) {
+            return 0;
+        }
+
+        cp = (cp << 6) | (p[i] & 0x3f);
+    }
+
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+        return 0;
+    }
+
+    return n;
+}

@@ -1,0 +1,34 @@
+/*
+ * The small pieces of JSON the hot paths write by hand: string escaping
+ * and the standard reason phrases that error bodies carry.
+ *
+ * Pure C with no nginx types; unit-tested with Check.
+ */
+
+#ifndef _NGX_HTTP_SESSION_JSON_H_INCLUDED_
+#define _NGX_HTTP_SESSION_JSON_H_INCLUDED_
+
+
+#include <stddef.h>
+
+
+/*
+ * The most bytes escaping len input bytes can produce: a control byte
+ * becomes "\u00XX" and a byte of invalid UTF-8 becomes "\ufffd".
+ */
+#define NGX_HTTP_SESSION_JSON_ESCAPED_MAX(len)  ((len) * 6)
+
+
+/*
+ * Writes src as the inside of a JSON string (no quotes) to dst, which must
+ * hold NGX_HTTP_SESSION_JSON_ESCAPED_MAX(len) bytes, or, when dst is NULL,
+ * only counts.  Invalid UTF-8 is replaced with U+FFFD.  Returns the length.
+ */
+size_t ngx_http_session_json_escape(unsigned char *dst,
+    const unsigned char *src, size_t len);
+
+/* the standard reason phrase of an HTTP status, "Unknown" if none */
+const char *ngx_http_session_reason(unsigned status);
+
+
+#endif /* _NGX_HTTP_SESSION_JSON_H_INCLUDED_ */

@@ -1,0 +1,153 @@
+/*
+ * API key syntax, normalisation and hashing.
+ */
+
+#include <string.h>
+#include <openssl/evp.h>
+#include <openssl/crypto.h>
+
+#include "ngx_http_session_key.h"
+
+
+static int ngx_http_session_is_hex(unsigned char c);
+
+
+int
+ngx_http_session_prefix_valid(const unsigned char *prefix, size_t len)
+{
+    size_t  i;
+
+    if (len != NGX_HTTP_SESSION_KEY_PREFIX_LEN) {
+        return 0;
+    }
+
+    for (i = 0; i < len; i++) {
+        if (!((prefix[i] >= 'a' && prefix[i] <= 'z')
+              || (prefix[i] >= 'A' && prefix[i] <= 'Z')))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+
+int
+ngx_http_session_key_parse_header(const unsigned char *value, size_t len,
+    const unsigned char *prefix, const unsigned char **token)
+{
+    size_t                i;
+    static const char     scheme[] = "bearer";
+
+    if (len < sizeof(scheme)) {
+        return NGX_HTTP_SESSION_KEY_MALFORMED;
+    }
+
+    for (i = 0; i < sizeof(scheme) - 1; i++) {
+        if ((value[i] | 0x20) != (unsigned char) scheme[i]) {
+            return NGX_HTTP_SESSION_KEY_MALFORMED;
+        }
+    }
+
+    if (value[i] != ' ') {
+        return NGX_HTTP_SESSION_KEY_MALFORMED;
+    }
+
+    while (i < len && value[i] == ' ') {
+        i++;
+    }
+
+    if (ngx_http_session_key_check(value + i, len - i, prefix)
+        != NGX_HTTP_SESSION_KEY_OK)
+    {
+        return NGX_HTTP_SESSION_KEY_MALFORMED;
+    }
+
+    *token = value + i;
+
+    return NGX_HTTP_SESSION_KEY_OK;
+}
+
+
+int
+ngx_http_session_key_check(const unsigned char *token, size_t len,
+    const unsigned char *prefix)
+{
+    size_t  i;
+
+    if (len != NGX_HTTP_SESSION_KEY_LEN) {
+        return NGX_HTTP_SESSION_KEY_MALFORMED;
+    }
+
+    if (memcmp(token, prefix, NGX_HTTP_SESSION_KEY_PREFIX_LEN) != 0
+        || token[NGX_HTTP_SESSION_KEY_PREFIX_LEN] != '_')
+    {
+        return NGX_HTTP_SESSION_KEY_MALFORMED;
+    }
+
+    for (i = NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1; i < len; i++) {
+        if (!ngx_http_session_is_hex(token[i])) {
+            return NGX_HTTP_SESSION_KEY_MALFORMED;
+        }
+    }
+
+    return NGX_HTTP_SESSION_KEY_OK;
+}
+
+
+int
+ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
+{
+    size_t         i;
+    unsigned int   n;
+    unsigned char  c, lower[NGX_HTTP_SESSION_KEY_LEN];
+
+    for (i = 0; i < NGX_HTTP_SESSION_KEY_LEN; i++) {
+        c = token[i];
+        lower[i] = (c >= 'A' && c <= 'Z') ? (unsigned char) (c | 0x20) : c;
+    }
+
+    n = 0;
+
+    if (EVP_Digest(lower, NGX_HTTP_SESSION_KEY_LEN, hash, &n, EVP_sha256(),
+                   NULL)
+        != 1 || n != NGX_HTTP_SESSION_KEY_HASH_LEN)
+    {
+        OPENSSL_cleanse(lower, sizeof(lower));
+        return -1;
+    }
+
+    OPENSSL_cleanse(lower, sizeof(lower));
+
+    return 0;
+}
+
+
+void
+ngx_http_session_hex(const unsigned char *src, size_t len, unsigned char *dst)
+{
+    size_t               i;
+    static const char    digits[] = "0123456789abcdef";
+
+    for (i = 0; i < len; i++) {
+        *dst++ = (unsigned char) digits[src[i] >> 4];
+        *dst++ = (unsigned char) digits[src[i] & 0xf];
+    }
+}
+
+
+int
+ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
+    size_t len)
+{
+    return CRYPTO_memcmp(a, b, len) == 0;
+}
+
+
+static int
+ngx_http_session_is_hex(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')
+           || (c >= 'A' && c <= 'F');
+}

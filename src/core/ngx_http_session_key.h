@@ -1,0 +1,59 @@
+/*
+ * API key syntax, normalisation and hashing.
+ *
+ * Pure C with no nginx types, shared by the module and sessionctl, and
+ * unit-tested with Check.
+ */
+
+#ifndef _NGX_HTTP_SESSION_KEY_H_INCLUDED_
+#define _NGX_HTTP_SESSION_KEY_H_INCLUDED_
+
+
+#include <stddef.h>
+
+
+#define NGX_HTTP_SESSION_KEY_PREFIX_LEN  4
+#define NGX_HTTP_SESSION_KEY_HEX_LEN     32
+/* "<prefix>_<32 hex>" */
+#define NGX_HTTP_SESSION_KEY_LEN                                              \
+    (NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1 + NGX_HTTP_SESSION_KEY_HEX_LEN)
+#define NGX_HTTP_SESSION_KEY_HASH_LEN    32
+#define NGX_HTTP_SESSION_KEY_HINT_LEN    4
+
+
+/* the result of checking an Authorization header value */
+#define NGX_HTTP_SESSION_KEY_OK          0
+#define NGX_HTTP_SESSION_KEY_MALFORMED   1
+
+
+int ngx_http_session_prefix_valid(const unsigned char *prefix, size_t len);
+
+/*
+ * Checks "Bearer <token>" (scheme case-insensitive, one or more spaces)
+ * and that the token is "<prefix>_<32 hex>" with the prefix compared
+ * case-sensitively.  On success *token points into value.
+ */
+int ngx_http_session_key_parse_header(const unsigned char *value, size_t len,
+    const unsigned char *prefix, const unsigned char **token);
+
+int ngx_http_session_key_check(const unsigned char *token, size_t len,
+    const unsigned char *prefix);
+
+/*
+ * SHA-256 of the lower-case form of a well-formed key of
+ * NGX_HTTP_SESSION_KEY_LEN bytes; the key's hex digits may be in either
+ * case and hash the same.
+ */
+int ngx_http_session_key_hash(const unsigned char *token,
+    unsigned char *hash);
+
+/* lower-case hex of len bytes into dst (2 * len bytes, no terminator) */
+void ngx_http_session_hex(const unsigned char *src, size_t len,
+    unsigned char *dst);
+
+/* 1 when the two buffers are equal; time depends on len only */
+int ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
+    size_t len);
+
+
+#endif /* _NGX_HTTP_SESSION_KEY_H_INCLUDED_ */

@@ -1,0 +1,82 @@
+/*
+ * ngx_http_session_module: configuration and request context shared by
+ * every file of the module.
+ */
+
+#ifndef _NGX_HTTP_SESSION_COMMON_H_INCLUDED_
+#define _NGX_HTTP_SESSION_COMMON_H_INCLUDED_
+
+
+#include <ngx_config.h>
+#include <ngx_core.h>
+#include <ngx_http.h>
+
+#include "ngx_http_session_key.h"
+#include "ngx_http_session_route.h"
+
+
+#define NGX_HTTP_SESSION_UUID_LEN  36
+
+
+typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
+
+
+typedef struct {
+    ngx_str_t                   db_conninfo;
+    ngx_uint_t                  db_connections;
+    ngx_msec_t                  db_timeout;
+
+    ngx_shm_zone_t             *shm_zone;
+
+    ngx_str_t                   key_prefix;
+    ngx_msec_t                  auth_cache_ttl;
+
+    /* where the first "session_api" stands, for configuration errors */
+    ngx_str_t                   api_file;
+    ngx_uint_t                  api_line;
+
+    unsigned                    enabled:1;
+} ngx_http_session_main_conf_t;
+
+
+typedef struct {
+    /* a location of this server serves the API: nginx's errors are JSON */
+    ngx_flag_t                  api;
+} ngx_http_session_srv_conf_t;
+
+
+typedef struct {
+    ngx_flag_t                  api;
+} ngx_http_session_loc_conf_t;
+
+
+/* what stage 1 learnt about the caller */
+typedef struct {
+    u_char                      hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+    u_char                      project_id[NGX_HTTP_SESSION_UUID_LEN];
+    u_char                      account_id[NGX_HTTP_SESSION_UUID_LEN];
+} ngx_http_session_principal_t;
+
+
+typedef struct {
+    ngx_http_session_principal_t  principal;
+    ngx_http_session_route_t      route;
+
+    ngx_uint_t                    cache_generation;
+    /* ngx_http_session_err_e of the answer when a stage refuses */
+    ngx_uint_t                    err;
+    ngx_uint_t                    method;
+    ngx_http_session_db_query_t  *query;
+
+    /* the body of an error that nginx raised, rendered as JSON */
+    ngx_buf_t                    *json_error;
+
+    unsigned                      own_response:1;
+    unsigned                      json_error_sent:1;
+} ngx_http_session_ctx_t;
+
+
+extern ngx_module_t  ngx_http_session_module;
+
+
+#endif /* _NGX_HTTP_SESSION_COMMON_H_INCLUDED_ */

@@ -1,0 +1,934 @@
+/*
+ * Nonblocking libpq inside nginx's event loop.
+ *
+ * Each worker owns session_db_connections connections.  libpq owns every
+ * socket: the module wraps it in an nginx connection only to get events,
+ * and tears it down with PQfinish() followed by ngx_free_connection(),
+ * never ngx_close_connection().  Read interest is level-triggered, so
+ * input that libpq leaves in the kernel buffer is never lost to an edge;
+ * write interest is added only while libpq has unsent output.
+ */
+
+#include "ngx_http_session_db.h"
+
+
+#define NGX_HTTP_SESSION_DB_CLOSED       0
+#define NGX_HTTP_SESSION_DB_CONNECTING   1
+#define NGX_HTTP_SESSION_DB_IDLE         2
+#define NGX_HTTP_SESSION_DB_BUSY         3
+
+#define NGX_HTTP_SESSION_DB_BACKOFF_MIN  100
+#define NGX_HTTP_SESSION_DB_BACKOFF_MAX  2000
+
+/* waiting queries per connection before new ones are refused with 503 */
+#define NGX_HTTP_SESSION_DB_QUEUE_PER_CONN  256
+
+
+typedef struct {
+    ngx_http_session_db_conn_t  *conns;
+    ngx_uint_t                   nconns;
+    ngx_queue_t                  waiting;
+    ngx_uint_t                   nwaiting;
+    ngx_uint_t                   max_waiting;
+    ngx_msec_t                   timeout;
+} ngx_http_session_db_pool_t;
+
+
+static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
+static ngx_uint_t ngx_http_session_db_failure_level(
+    ngx_http_session_db_conn_t *dc);
+static ngx_int_t ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_detach(ngx_http_session_db_conn_t *dc);
+static ngx_int_t ngx_http_session_db_want_write(
+    ngx_http_session_db_conn_t *dc, ngx_uint_t on);
+static void ngx_http_session_db_event_handler(ngx_event_t *ev);
+static void ngx_http_session_db_timer_handler(ngx_event_t *ev);
+static ngx_int_t ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
+static ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
+static ngx_int_t ngx_http_session_db_send_query(
+    ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t *q);
+static void ngx_http_session_db_dispatch(void);
+static void ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_query_timeout(ngx_event_t *ev);
+static void ngx_http_session_db_query_cleanup(void *data);
+static void ngx_http_session_db_complete(ngx_http_session_db_query_t *q,
+    PGresult *res);
+
+
+static ngx_http_session_db_pool_t  *ngx_http_session_db_pool;
+
+
+ngx_int_t
+ngx_http_session_db_init_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                     i;
+    ngx_http_session_db_pool_t    *pool;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+    if (smcf == NULL || !smcf->enabled) {
+        return NGX_OK;
+    }
+
+    pool = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_pool_t));
+    if (pool == NULL) {
+        return NGX_ERROR;
+    }
+
+    pool->nconns = smcf->db_connections;
+    pool->conns = ngx_pcalloc(cycle->pool,
+                              pool->nconns
+                              * sizeof(ngx_http_session_db_conn_t));
+    if (pool->conns == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_queue_init(&pool->waiting);
+    pool->max_waiting = pool->nconns * NGX_HTTP_SESSION_DB_QUEUE_PER_CONN;
+    pool->timeout = smcf->db_timeout;
+
+    ngx_http_session_db_pool = pool;
+
+    for (i = 0; i < pool->nconns; i++) {
+        dc = &pool->conns[i];
+
+        dc->log = cycle->log;
+        dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->timeout = smcf->db_timeout;
+        dc->ready = ngx_http_session_db_pool_ready;
+
+        ngx_http_session_db_conn_open(dc);
+    }
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                   i;
+    ngx_http_session_db_pool_t  *pool;
+
+    pool = ngx_http_session_db_pool;
+    if (pool == NULL) {
+        return;
+    }
+
+    for (i = 0; i < pool->nconns; i++) {
+        ngx_http_session_db_conn_close(&pool->conns[i]);
+    }
+
+    ngx_http_session_db_pool = NULL;
+}
+
+
+/* connections */
+
+void
+ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
+{
+    dc->timer.handler = ngx_http_session_db_timer_handler;
+    dc->timer.data = dc;
+    dc->timer.log = dc->log;
+    /* a worker that is shutting down must not wait for these */
+    dc->timer.cancelable = 1;
+
+    dc->pg = PQconnectStart(dc->conninfo);
+
+    if (dc->pg == NULL) {
+        ngx_log_error(NGX_LOG_ALERT, dc->log, 0,
+                      "session db: PQconnectStart() failed");
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_log_error(ngx_http_session_db_failure_level(dc),
+                      dc->log, 0, "session db: cannot connect: %s",
+                      PQerrorMessage(dc->pg));
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    if (PQsetnonblocking(dc->pg, 1) != 0) {
+        ngx_log_error(NGX_LOG_ALERT, dc->log, 0,
+                      "session db: PQsetnonblocking() failed");
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
+
+    ngx_add_timer(&dc->timer, dc->timeout);
+
+    ngx_http_session_db_connect_poll(dc);
+}
+
+
+static void
+ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
+{
+    PostgresPollingStatusType  st;
+
+    for ( ;; ) {
+        st = PQconnectPoll(dc->pg);
+
+        /* libpq may open a new socket, e.g. for the next host */
+
+        if (dc->connection && dc->connection->fd != PQsocket(dc->pg)) {
+            ngx_http_session_db_detach(dc);
+        }
+
+        if (st == PGRES_POLLING_FAILED) {
+            ngx_log_error(ngx_http_session_db_failure_level(dc),
+                          dc->log, 0, "session db: cannot connect: %s",
+                          PQerrorMessage(dc->pg));
+            ngx_http_session_db_conn_fail(dc);
+            return;
+        }
+
+        if (dc->connection == NULL && ngx_http_session_db_attach(dc) != NGX_OK)
+        {
+            ngx_http_session_db_conn_fail(dc);
+            return;
+        }
+
+        switch (st) {
+
+        case PGRES_POLLING_READING:
+            if (ngx_http_session_db_want_write(dc, 0) != NGX_OK) {
+                ngx_http_session_db_conn_fail(dc);
+            }
+
+            return;
+
+        case PGRES_POLLING_WRITING:
+            if (ngx_http_session_db_want_write(dc, 1) != NGX_OK) {
+                ngx_http_session_db_conn_fail(dc);
+            }
+
+            return;
+
+        case PGRES_POLLING_OK:
+            if (ngx_http_session_db_want_write(dc, 0) != NGX_OK) {
+                ngx_http_session_db_conn_fail(dc);
+                return;
+            }
+
+            if (dc->timer.timer_set) {
+                ngx_del_timer(&dc->timer);
+            }
+
+            if (dc->failed_before) {
+                ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
+                              "session db: connected again");
+            }
+
+            dc->failed_before = 0;
+            dc->backoff = 0;
+            dc->state = NGX_HTTP_SESSION_DB_IDLE;
+
+            if (dc->ready) {
+                dc->ready(dc);
+            }
+
+            return;
+
+        default:
+            /* PGRES_POLLING_ACTIVE is obsolete: poll again */
+            break;
+        }
+    }
+}
+
+
+/* an outage is logged once as an error, the retries that follow as info */
+
+static ngx_uint_t
+ngx_http_session_db_failure_level(ngx_http_session_db_conn_t *dc)
+{
+    return dc->failed_before ? NGX_LOG_INFO : NGX_LOG_ERR;
+}
+
+
+static ngx_int_t
+ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc)
+{
+    int                fd;
+    ngx_connection_t  *c;
+
+    fd = PQsocket(dc->pg);
+    if (fd == -1) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: no socket: %s", PQerrorMessage(dc->pg));
+        return NGX_ERROR;
+    }
+
+    c = ngx_get_connection(fd, dc->log);
+    if (c == NULL) {
+        return NGX_ERROR;
+    }
+
+    c->data = dc;
+    c->read->handler = ngx_http_session_db_event_handler;
+    c->write->handler = ngx_http_session_db_event_handler;
+    c->read->log = dc->log;
+    c->write->log = dc->log;
+    c->log = dc->log;
+
+    dc->connection = c;
+
+    /* level-triggered: see the comment at the top of this file */
+
+    if (ngx_add_event(c->read, NGX_READ_EVENT, NGX_LEVEL_EVENT) != NGX_OK) {
+        ngx_http_session_db_detach(dc);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_session_db_detach(ngx_http_session_db_conn_t *dc)
+{
+    ngx_connection_t  *c;
+
+    c = dc->connection;
+    if (c == NULL) {
+        return;
+    }
+
+    dc->connection = NULL;
+
+    if (c->read->timer_set) {
+        ngx_del_timer(c->read);
+    }
+
+    if (c->write->timer_set) {
+        ngx_del_timer(c->write);
+    }
+
+    if (c->read->posted) {
+        ngx_delete_posted_event(c->read);
+    }
+
+    if (c->write->posted) {
+        ngx_delete_posted_event(c->write);
+    }
+
+    /* libpq closes (or has closed) the socket itself */
+
+    if (ngx_del_conn) {
+        ngx_del_conn(c, NGX_CLOSE_EVENT);
+
+    } else {
+        if (c->read->active) {
+            ngx_del_event(c->read, NGX_READ_EVENT, NGX_CLOSE_EVENT);
+        }
+
+        if (c->write->active) {
+            ngx_del_event(c->write, NGX_WRITE_EVENT, NGX_CLOSE_EVENT);
+        }
+    }
+
+    ngx_free_connection(c);
+    c->fd = (ngx_socket_t) -1;
+}
+
+
+static ngx_int_t
+ngx_http_session_db_want_write(ngx_http_session_db_conn_t *dc, ngx_uint_t on)
+{
+    ngx_event_t  *wev;
+
+    wev = dc->connection->write;
+
+    if (on && !wev->active) {
+        return ngx_add_event(wev, NGX_WRITE_EVENT, NGX_LEVEL_EVENT);
+    }
+
+    if (!on && wev->active) {
+        return ngx_del_event(wev, NGX_WRITE_EVENT, 0);
+    }
+
+    return NGX_OK;
+}
+
+
+/* closes the connection and schedules a reconnect with backoff */
+
+void
+ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_query_t  *q;
+
+    q = dc->query;
+    dc->query = NULL;
+
+    ngx_http_session_db_conn_close(dc);
+
+    dc->failed_before = 1;
+
+    dc->backoff = dc->backoff ? ngx_min(dc->backoff * 2,
+                                        NGX_HTTP_SESSION_DB_BACKOFF_MAX)
+                              : NGX_HTTP_SESSION_DB_BACKOFF_MIN;
+
+    if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
+        ngx_add_timer(&dc->timer, dc->backoff);
+    }
+
+    if (q) {
+        ngx_http_session_db_complete(q, NULL);
+    }
+
+    if (dc->ready == ngx_http_session_db_pool_ready) {
+        /* waiting queries may have no connection left to wait for */
+        ngx_http_session_db_dispatch();
+    }
+}
+
+
+void
+ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
+{
+    if (dc->timer.timer_set) {
+        ngx_del_timer(&dc->timer);
+    }
+
+    ngx_http_session_db_detach(dc);
+
+    if (dc->result) {
+        PQclear(dc->result);
+        dc->result = NULL;
+    }
+
+    if (dc->pg) {
+        /* in nonblocking mode PQfinish() does not wait for the server */
+        PQfinish(dc->pg);
+        dc->pg = NULL;
+    }
+
+    dc->state = NGX_HTTP_SESSION_DB_CLOSED;
+}
+
+
+static void
+ngx_http_session_db_timer_handler(ngx_event_t *ev)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = ev->data;
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CONNECTING) {
+        ngx_log_error(ngx_http_session_db_failure_level(dc),
+                      dc->log, 0, "session db: connect timed out");
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CLOSED) {
+        ngx_http_session_db_conn_open(dc);
+    }
+}
+
+
+static void
+ngx_http_session_db_event_handler(ngx_event_t *ev)
+{
+    ngx_connection_t            *c;
+    ngx_http_session_db_conn_t  *dc;
+
+    c = ev->data;
+    dc = c->data;
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CONNECTING) {
+        ngx_http_session_db_connect_poll(dc);
+        return;
+    }
+
+    if (ev->write) {
+        if (ngx_http_session_db_flush(dc) != NGX_OK) {
+            ngx_http_session_db_conn_fail(dc);
+        }
+
+        return;
+    }
+
+    ngx_http_session_db_read(dc);
+}
+
+
+static ngx_int_t
+ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc)
+{
+    int  rc;
+
+    rc = PQflush(dc->pg);
+
+    if (rc == -1) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: send failed: %s", PQerrorMessage(dc->pg));
+        return NGX_ERROR;
+    }
+
+    return ngx_http_session_db_want_write(dc, rc == 1);
+}
+
+
+static void
+ngx_http_session_db_read(ngx_http_session_db_conn_t *dc)
+{
+    PGresult  *res;
+    PGnotify  *n;
+
+    if (!PQconsumeInput(dc->pg)) {
+        if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
+            ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                          "session db: connection lost: %s",
+                          PQerrorMessage(dc->pg));
+        }
+
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    /* libpq may still hold output it could not send before */
+
+    if (dc->state == NGX_HTTP_SESSION_DB_BUSY
+        && ngx_http_session_db_flush(dc) != NGX_OK)
+    {
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    while ((n = PQnotifies(dc->pg)) != NULL) {
+        if (dc->notify) {
+            dc->notify(dc, n);
+        }
+
+        PQfreemem(n);
+    }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_BUSY) {
+
+        while (!PQisBusy(dc->pg)) {
+            res = PQgetResult(dc->pg);
+
+            if (res == NULL) {
+                res = dc->result;
+                dc->result = NULL;
+
+                ngx_http_session_db_finish_query(dc, res);
+                return;
+            }
+
+            /* a query gives one result; keep the first, or the error */
+
+            if (dc->result == NULL) {
+                dc->result = res;
+
+            } else if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
+                PQclear(dc->result);
+                dc->result = res;
+
+            } else {
+                PQclear(res);
+            }
+        }
+    }
+
+    if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+static void
+ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
+    PGresult *res)
+{
+    ngx_http_session_db_query_t  *q;
+
+    q = dc->query;
+    dc->query = NULL;
+    dc->state = NGX_HTTP_SESSION_DB_IDLE;
+
+    if (q == NULL) {
+        if (res) {
+            if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
+                ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                              "session db: %s", PQresultErrorMessage(res));
+            }
+
+            PQclear(res);
+        }
+
+        if (dc->drained) {
+            dc->drained(dc);
+        }
+
+        if (dc->ready == ngx_http_session_db_pool_ready) {
+            ngx_http_session_db_dispatch();
+        }
+
+        return;
+    }
+
+    if (res == NULL || ngx_http_session_db_unavailable(res)) {
+        if (res) {
+            ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                          "session db: %s", PQresultErrorMessage(res));
+            PQclear(res);
+        }
+
+        if (PQstatus(dc->pg) == CONNECTION_BAD) {
+            ngx_http_session_db_conn_fail(dc);
+            ngx_http_session_db_complete(q, NULL);
+            return;
+        }
+
+        ngx_http_session_db_complete(q, NULL);
+
+    } else {
+        ngx_http_session_db_complete(q, res);
+        PQclear(res);
+    }
+
+    ngx_http_session_db_dispatch();
+}
+
+
+/* errors that mean "the database is not there", not "the query is wrong" */
+
+static ngx_int_t
+ngx_http_session_db_unavailable(PGresult *res)
+{
+    char  *state;
+
+    if (PQresultStatus(res) != PGRES_FATAL_ERROR) {
+        return 0;
+    }
+
+    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (state == NULL) {
+        return 1;
+    }
+
+    /* 08 connection, 53 resources, 57 operator intervention, 3D000 no db */
+
+    return ngx_strncmp(state, "08", 2) == 0
+           || ngx_strncmp(state, "53", 2) == 0
+           || ngx_strncmp(state, "57", 2) == 0
+           || ngx_strncmp(state, "3D000", 5) == 0;
+}
+
+
+ngx_int_t
+ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
+{
+    if (!PQsendQuery(dc->pg, sql)) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: send failed: %s", PQerrorMessage(dc->pg));
+        return NGX_ERROR;
+    }
+
+    dc->state = NGX_HTTP_SESSION_DB_BUSY;
+
+    return ngx_http_session_db_flush(dc);
+}
+
+
+/* queries */
+
+ngx_http_session_db_query_t *
+ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
+    ngx_http_session_db_handler_pt handler)
+{
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_session_db_query_t  *q;
+
+    q = ngx_pcalloc(r->pool, sizeof(ngx_http_session_db_query_t));
+    if (q == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_session_db_query_cleanup;
+    cln->data = q;
+
+    q->request = r;
+    q->sql = sql;
+    q->handler = handler;
+    q->result_format = 0;
+
+    q->timeout.handler = ngx_http_session_db_query_timeout;
+    q->timeout.data = q;
+    q->timeout.log = r->connection->log;
+
+    return q;
+}
+
+
+void
+ngx_http_session_db_param(ngx_http_session_db_query_t *q, const void *value,
+    size_t len, int binary)
+{
+    if (q->nparams == NGX_HTTP_SESSION_DB_MAX_PARAMS) {
+        return;
+    }
+
+    q->values[q->nparams] = value;
+    q->lengths[q->nparams] = (int) len;
+    q->formats[q->nparams] = binary;
+    q->nparams++;
+}
+
+
+ngx_int_t
+ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
+{
+    ngx_uint_t                   i, alive;
+    ngx_http_session_db_conn_t  *dc;
+    ngx_http_session_db_pool_t  *pool;
+
+    pool = ngx_http_session_db_pool;
+    if (pool == NULL) {
+        return NGX_DECLINED;
+    }
+
+    alive = 0;
+
+    for (i = 0; i < pool->nconns; i++) {
+        dc = &pool->conns[i];
+
+        if (dc->state == NGX_HTTP_SESSION_DB_IDLE) {
+            ngx_add_timer(&q->timeout, pool->timeout);
+
+            if (ngx_http_session_db_send_query(dc, q) == NGX_OK) {
+                return NGX_OK;
+            }
+
+            ngx_del_timer(&q->timeout);
+            continue;
+        }
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    /* no connection that could answer soon: do not make the client wait */
+
+    if (alive == 0 || pool->nwaiting >= pool->max_waiting) {
+        return NGX_DECLINED;
+    }
+
+    ngx_queue_insert_tail(&pool->waiting, &q->queue);
+    pool->nwaiting++;
+    q->queued = 1;
+
+    ngx_add_timer(&q->timeout, pool->timeout);
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    if (!PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                           q->lengths, q->formats, q->result_format))
+    {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: send failed: %s", PQerrorMessage(dc->pg));
+        ngx_http_session_db_conn_fail(dc);
+        return NGX_ERROR;
+    }
+
+    dc->state = NGX_HTTP_SESSION_DB_BUSY;
+    dc->query = q;
+    q->conn = dc;
+
+    if (ngx_http_session_db_flush(dc) != NGX_OK) {
+        dc->query = NULL;
+        q->conn = NULL;
+        ngx_http_session_db_conn_fail(dc);
+        return NGX_ERROR;
+    }
+
+    return NGX_OK;
+}
+
+
+static void
+ngx_http_session_db_dispatch(void)
+{
+    ngx_uint_t                    i, alive;
+    ngx_queue_t                  *head;
+    ngx_http_session_db_conn_t   *dc;
+    ngx_http_session_db_pool_t   *pool;
+    ngx_http_session_db_query_t  *q;
+
+    pool = ngx_http_session_db_pool;
+    if (pool == NULL) {
+        return;
+    }
+
+    alive = 0;
+
+    for (i = 0; i < pool->nconns && !ngx_queue_empty(&pool->waiting); i++) {
+        dc = &pool->conns[i];
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+
+        if (dc->state != NGX_HTTP_SESSION_DB_IDLE) {
+            continue;
+        }
+
+        head = ngx_queue_head(&pool->waiting);
+        q = ngx_queue_data(head, ngx_http_session_db_query_t, queue);
+
+        ngx_queue_remove(head);
+        pool->nwaiting--;
+        q->queued = 0;
+
+        if (ngx_http_session_db_send_query(dc, q) != NGX_OK) {
+            ngx_http_session_db_complete(q, NULL);
+        }
+    }
+
+    if (alive || ngx_queue_empty(&pool->waiting)) {
+        return;
+    }
+
+    /* every connection is down: fail the waiting queries now */
+
+    while (!ngx_queue_empty(&pool->waiting)) {
+        head = ngx_queue_head(&pool->waiting);
+        q = ngx_queue_data(head, ngx_http_session_db_query_t, queue);
+
+        ngx_queue_remove(head);
+        pool->nwaiting--;
+        q->queued = 0;
+
+        ngx_http_session_db_complete(q, NULL);
+    }
+}
+
+
+static void
+ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_dispatch();
+}
+
+
+static void
+ngx_http_session_db_query_timeout(ngx_event_t *ev)
+{
+    ngx_http_session_db_conn_t   *dc;
+    ngx_http_session_db_query_t  *q;
+
+    q = ev->data;
+
+    ngx_log_error(NGX_LOG_ERR, ev->log, 0, "session db: query timed out");
+
+    if (q->queued) {
+        ngx_queue_remove(&q->queue);
+        ngx_http_session_db_pool->nwaiting--;
+        q->queued = 0;
+    }
+
+    dc = q->conn;
+
+    if (dc) {
+        /* the connection is stuck in this query: drop it and start over */
+        dc->query = NULL;
+        q->conn = NULL;
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
+    }
+
+    ngx_http_session_db_complete(q, NULL);
+}
+
+
+static void
+ngx_http_session_db_query_cleanup(void *data)
+{
+    ngx_http_session_db_query_t  *q = data;
+
+    if (q->timeout.timer_set) {
+        ngx_del_timer(&q->timeout);
+    }
+
+    if (q->queued) {
+        ngx_queue_remove(&q->queue);
+        ngx_http_session_db_pool->nwaiting--;
+        q->queued = 0;
+    }
+
+    /* a running query finishes on its own; its result is dropped */
+
+    if (q->conn) {
+        q->conn->query = NULL;
+        q->conn = NULL;
+    }
+
+    q->done = 1;
+}
+
+
+static void
+ngx_http_session_db_complete(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_connection_t  *c;
+
+    if (q->done) {
+        return;
+    }
+
+    q->done = 1;
+    q->conn = NULL;
+
+    if (q->timeout.timer_set) {
+        ngx_del_timer(&q->timeout);
+    }
+
+    c = q->request->connection;
+
+    q->handler(q, res);
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+ngx_int_t
+ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ExecStatusType  st;
+
+    st = PQresultStatus(res);
+
+    if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK) {
+        return NGX_OK;
+    }
+
+    ngx_log_error(NGX_LOG_ERR, q->request->connection->log, 0,
+                  "session db: query failed: %s", PQresultErrorMessage(res));
+
+    return NGX_ERROR;
+}

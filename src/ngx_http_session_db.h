@@ -1,0 +1,110 @@
+/*
+ * PostgreSQL from inside the event loop: a per-worker pool of nonblocking
+ * libpq connections whose sockets are nginx connections, a bounded queue
+ * of waiting queries, timeouts, and reconnection with backoff.
+ */
+
+#ifndef _NGX_HTTP_SESSION_DB_H_INCLUDED_
+#define _NGX_HTTP_SESSION_DB_H_INCLUDED_
+
+
+#include <libpq-fe.h>
+
+#include "ngx_http_session_common.h"
+
+
+#define NGX_HTTP_SESSION_DB_MAX_PARAMS  16
+
+
+typedef struct ngx_http_session_db_conn_s  ngx_http_session_db_conn_t;
+
+typedef void (*ngx_http_session_db_conn_pt)(ngx_http_session_db_conn_t *dc);
+typedef void (*ngx_http_session_db_notify_pt)(ngx_http_session_db_conn_t *dc,
+    PGnotify *n);
+
+/*
+ * Called once per query: res is the query's result (the caller reads it,
+ * the pool frees it afterwards), or NULL when the database is unavailable:
+ * no connection, lost connection, or past session_db_timeout.
+ */
+typedef void (*ngx_http_session_db_handler_pt)(
+    ngx_http_session_db_query_t *q, PGresult *res);
+
+
+struct ngx_http_session_db_conn_s {
+    PGconn                          *pg;
+    ngx_connection_t                *connection;
+    ngx_log_t                       *log;
+    const char                      *conninfo;
+    ngx_msec_t                       timeout;
+
+    /* connect timeout while connecting, backoff while closed */
+    ngx_event_t                      timer;
+    ngx_msec_t                       backoff;
+
+    ngx_uint_t                       state;
+    ngx_http_session_db_query_t     *query;
+    PGresult                        *result;
+
+    /* connected and idle for the first time since (re)connecting */
+    ngx_http_session_db_conn_pt      ready;
+    /* results of a query sent without a query object were read */
+    ngx_http_session_db_conn_pt      drained;
+    ngx_http_session_db_notify_pt    notify;
+    void                            *data;
+
+    unsigned                         failed_before:1;
+};
+
+
+struct ngx_http_session_db_query_s {
+    ngx_queue_t                      queue;
+    ngx_event_t                      timeout;
+    ngx_http_request_t              *request;
+    ngx_http_session_db_conn_t      *conn;
+
+    const char                      *sql;
+    int                              nparams;
+    const char                      *values[NGX_HTTP_SESSION_DB_MAX_PARAMS];
+    int                              lengths[NGX_HTTP_SESSION_DB_MAX_PARAMS];
+    int                              formats[NGX_HTTP_SESSION_DB_MAX_PARAMS];
+    int                              result_format;
+
+    ngx_http_session_db_handler_pt   handler;
+    void                            *data;
+
+    unsigned                         queued:1;
+    unsigned                         done:1;
+};
+
+
+ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
+void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
+
+/* a query owned by r: freed with it, detached if r goes away first */
+ngx_http_session_db_query_t *ngx_http_session_db_query_create(
+    ngx_http_request_t *r, const char *sql,
+    ngx_http_session_db_handler_pt handler);
+
+void ngx_http_session_db_param(ngx_http_session_db_query_t *q,
+    const void *value, size_t len, int binary);
+
+/*
+ * NGX_OK: the handler will be called from the event loop;
+ * NGX_DECLINED: the database is unavailable now (answer 503).
+ */
+ngx_int_t ngx_http_session_db_query_run(ngx_http_session_db_query_t *q);
+
+/* is res a successful result? logs the error when not */
+ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,
+    PGresult *res);
+
+/* the building blocks, also used by the LISTEN connection */
+void ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc);
+ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
+    const char *sql);
+void ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc);
+void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
+
+
+#endif /* _NGX_HTTP_SESSION_DB_H_INCLUDED_ */

@@ -1,0 +1,50 @@
+/*
+ * Every error the API answers: the one renderer of API.md section 2, the
+ * table of fixed messages, and the filter that turns nginx's own error
+ * pages into the same JSON.
+ */
+
+#ifndef _NGX_HTTP_SESSION_ERROR_H_INCLUDED_
+#define _NGX_HTTP_SESSION_ERROR_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+
+
+typedef enum {
+    NGX_HTTP_SESSION_ERR_KEY_REQUIRED = 0,
+    NGX_HTTP_SESSION_ERR_KEY_MALFORMED,
+    NGX_HTTP_SESSION_ERR_KEY_INVALID,
+    NGX_HTTP_SESSION_ERR_SUSPENDED,
+    NGX_HTTP_SESSION_ERR_BAD_REQUEST,
+    NGX_HTTP_SESSION_ERR_HEADER_TOO_LARGE,
+    NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE,
+    NGX_HTTP_SESSION_ERR_URI_TOO_LONG,
+    NGX_HTTP_SESSION_ERR_ROUTE_NOT_FOUND,
+    NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED,
+    NGX_HTTP_SESSION_ERR_RATE_LIMITED,
+    NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED,
+    NGX_HTTP_SESSION_ERR_INTERNAL,
+    NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE,
+    NGX_HTTP_SESSION_ERR_LAST
+} ngx_http_session_err_e;
+
+
+/* sends one of the fixed errors; returns what the handler should return */
+ngx_int_t ngx_http_session_error(ngx_http_request_t *r,
+    ngx_http_session_err_e err);
+
+/* sends an error with a message built by the caller */
+ngx_int_t ngx_http_session_error_message(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *message);
+
+/* the JSON body of an error, allocated from r->pool */
+ngx_buf_t *ngx_http_session_error_body(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *message);
+
+ngx_int_t ngx_http_session_error_filter_init(ngx_conf_t *cf);
+
+ngx_http_session_ctx_t *ngx_http_session_get_ctx(ngx_http_request_t *r);
+
+
+#endif /* _NGX_HTTP_SESSION_ERROR_H_INCLUDED_ */

@@ -1,0 +1,103 @@
+/*
+ * The content handler of session_api locations.
+ */
+
+#include "ngx_http_session_handler.h"
+#include "ngx_http_session_auth.h"
+#include "ngx_http_session_error.h"
+
+
+static ngx_int_t ngx_http_session_pipeline(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_int_t rc);
+static ngx_int_t ngx_http_session_method_not_allowed(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+
+
+ngx_int_t
+ngx_http_session_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                rc;
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_session_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD)) {
+        ctx->method = NGX_HTTP_SESSION_METHOD_GET;
+
+    } else if (r->method == NGX_HTTP_POST) {
+        ctx->method = NGX_HTTP_SESSION_METHOD_POST;
+
+    } else {
+        ctx->method = NGX_HTTP_SESSION_METHOD_OTHER;
+    }
+
+    (void) ngx_http_session_route_match(r->uri.data, r->uri.len, &ctx->route);
+
+    rc = ngx_http_session_auth(r, ctx);
+
+    if (rc == NGX_AGAIN) {
+        r->main->count++;
+        return NGX_DONE;
+    }
+
+    return ngx_http_session_pipeline(r, ctx, rc);
+}
+
+
+void
+ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    ngx_http_finalize_request(r, ngx_http_session_pipeline(r, ctx, rc));
+}
+
+
+static ngx_int_t
+ngx_http_session_pipeline(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
+    ngx_int_t rc)
+{
+    /* stage 1: authentication */
+
+    if (rc != NGX_OK) {
+        return ngx_http_session_error(r, ctx->err);
+    }
+
+    /* stage 3: route */
+
+    if (ctx->route.id == NGX_HTTP_SESSION_ROUTE_NONE) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_ROUTE_NOT_FOUND);
+    }
+
+    if (!(ctx->route.methods & ctx->method)) {
+        return ngx_http_session_method_not_allowed(r, ctx);
+    }
+
+    return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED);
+}
+
+
+static ngx_int_t
+ngx_http_session_method_not_allowed(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "Allow");
+    h->value.data = (u_char *) ngx_http_session_route_allow(
+                                                        ctx->route.methods);
+    h->value.len = ngx_strlen(h->value.data);
+
+    return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED);
+}

@@ -1,0 +1,149 @@
+/*
+ * The LISTEN connection.  Payloads on session_auth:
+ *   "key:<64 hex of the key's SHA-256>"  a key was deleted
+ *   "account:<uuid>"                     an account was suspended/activated
+ * While the connection is down notifications are lost, so every
+ * (re)connection empties the auth cache once LISTEN is in effect.
+ */
+
+#include "ngx_http_session_listen.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_shm.h"
+#include "ngx_http_session_sql.h"
+
+
+static void ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc,
+    PGnotify *n);
+static ngx_int_t ngx_http_session_unhex(u_char *dst, const char *src,
+    size_t len);
+
+
+static ngx_http_session_db_conn_t  *ngx_http_session_listener;
+
+
+ngx_int_t
+ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+    if (smcf == NULL || !smcf->enabled) {
+        return NGX_OK;
+    }
+
+    dc = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_conn_t));
+    if (dc == NULL) {
+        return NGX_ERROR;
+    }
+
+    dc->log = cycle->log;
+    dc->conninfo = (const char *) smcf->db_conninfo.data;
+    dc->timeout = smcf->db_timeout;
+    dc->ready = ngx_http_session_listen_ready;
+    dc->drained = ngx_http_session_listen_drained;
+    dc->notify = ngx_http_session_listen_notify;
+    dc->data = smcf;
+
+    ngx_http_session_listener = dc;
+
+    ngx_http_session_db_conn_open(dc);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_session_listen_exit_process(ngx_cycle_t *cycle)
+{
+    if (ngx_http_session_listener) {
+        ngx_http_session_db_conn_close(ngx_http_session_listener);
+        ngx_http_session_listener = NULL;
+    }
+}
+
+
+static void
+ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc)
+{
+    if (ngx_http_session_db_conn_send(dc, NGX_HTTP_SESSION_SQL_LISTEN)
+        != NGX_OK)
+    {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+static void
+ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_main_conf_t  *smcf = dc->data;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session listen: listening, auth cache emptied");
+
+    ngx_http_session_auth_cache_flush(smcf->shm_zone);
+}
+
+
+static void
+ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
+{
+    size_t                         len;
+    u_char                         hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+    ngx_http_session_main_conf_t  *smcf = dc->data;
+
+    if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_AUTH) != 0) {
+        return;
+    }
+
+    len = ngx_strlen(n->extra);
+
+    if (len == sizeof("key:") - 1 + 2 * NGX_HTTP_SESSION_KEY_HASH_LEN
+        && ngx_strncmp(n->extra, "key:", sizeof("key:") - 1) == 0
+        && ngx_http_session_unhex(hash, n->extra + sizeof("key:") - 1,
+                                  NGX_HTTP_SESSION_KEY_HASH_LEN)
+           == NGX_OK)
+    {
+        ngx_http_session_auth_cache_drop_key(smcf->shm_zone, hash);
+        return;
+    }
+
+    if (len == sizeof("account:") - 1 + NGX_HTTP_SESSION_UUID_LEN
+        && ngx_strncmp(n->extra, "account:", sizeof("account:") - 1) == 0)
+    {
+        ngx_http_session_auth_cache_drop_account(smcf->shm_zone,
+                                  (u_char *) n->extra + sizeof("account:") - 1);
+        return;
+    }
+
+    /* unknown payload: when in doubt, forget everything */
+
+    ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                  "session listen: unexpected notification \"%s\"", n->extra);
+
+    ngx_http_session_auth_cache_flush(smcf->shm_zone);
+}
+
+
+static ngx_int_t
+ngx_http_session_unhex(u_char *dst, const char *src, size_t len)
+{
+    ngx_int_t  hi, lo;
+
+    while (len--) {
+        hi = ngx_hextoi((u_char *) src, 1);
+        lo = ngx_hextoi((u_char *) src + 1, 1);
+
+        if (hi == NGX_ERROR || lo == NGX_ERROR) {
+            return NGX_ERROR;
+        }
+
+        *dst++ = (u_char) (hi * 16 + lo);
+        src += 2;
+    }
+
+    return NGX_OK;
+}

@@ -1,0 +1,46 @@
+/*
+ * The session_limit_zone shared memory: the auth cache (and the rate
+ * counters), visible to every worker of the node.
+ */
+
+#ifndef _NGX_HTTP_SESSION_SHM_H_INCLUDED_
+#define _NGX_HTTP_SESSION_SHM_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+
+
+#define NGX_HTTP_SESSION_ZONE_MIN_SIZE  (8 * ngx_pagesize)
+
+/* the cached outcome of a key lookup */
+#define NGX_HTTP_SESSION_AUTH_VALID      0
+#define NGX_HTTP_SESSION_AUTH_INVALID    1
+#define NGX_HTTP_SESSION_AUTH_SUSPENDED  2
+
+
+ngx_shm_zone_t *ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name,
+    size_t size);
+
+/*
+ * NGX_HTTP_SESSION_AUTH_* on a fresh hit, NGX_DECLINED on a miss; in both
+ * cases *generation is what ngx_http_session_auth_cache_put() needs.
+ */
+ngx_int_t ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
+    ngx_http_session_principal_t *p, ngx_uint_t *generation);
+
+/*
+ * Stores an outcome unless an invalidation arrived since generation was
+ * read: the answer from the database may already be stale then.
+ */
+void ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
+    ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
+    ngx_uint_t generation);
+
+void ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone,
+    u_char *hash);
+void ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
+    u_char *account_id);
+void ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone);
+
+
+#endif /* _NGX_HTTP_SESSION_SHM_H_INCLUDED_ */

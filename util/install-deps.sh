@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Installs every package the build, the local stack and the tests need.
+# Non-interactive; a no-op when everything is present.
+set -euo pipefail
+
+PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
+      postgresql postgresql-contrib postgresql-common check pkg-config wrk
+      curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
+      libipc-run-perl libhttp-parser-perl libtime-hires-perl"
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    SUDO="sudo"
+fi
+
+missing=""
+for p in $PKGS; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
+         | grep -q "install ok installed"; then
+        # virtual packages (e.g. libtime-hires-perl is in perl core)
+        if apt-cache show "$p" >/dev/null 2>&1 || [ -z "$missing" ]; then
+            missing="$missing $p"
+        fi
+    fi
+done
+
+export DEBIAN_FRONTEND=noninteractive
+
+if [ -n "$missing" ]; then
+    echo "install-deps: installing:$missing"
+    $SUDO apt-get update -qq
+    avail=""
+    for p in $missing; do
+        if apt-cache show "$p" >/dev/null 2>&1 \
+           && [ -n "$(apt-cache show "$p" 2>/dev/null | head -1)" ]; then
+            avail="$avail $p"
+        fi
+    done
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $avail
+fi
+
+# Test::Nginx is not in bookworm; Debian unstable ships it as an arch-all
+# package whose dependencies are in bookworm.  Fetch it from the mirror the
+# machine already uses, through a private apt configuration.
+if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
+     | grep -q "install ok installed"; then
+    uri=""
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [ -f "$f" ] || continue
+        u=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' "$f" \
+            | grep -v security | head -1 || true)
+        if [ -n "$u" ]; then uri="$u"; break; fi
+    done
+    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
+        uri=$(awk '$1 == "deb" && $0 !~ /security/ {
+                   for (i = 2; i <= NF; i++)
+                       if ($i ~ /^(https?|file):/) { print $i; exit } }' \
+              /etc/apt/sources.list)
+    fi
+    if [ -z "$uri" ]; then
+        echo "install-deps: cannot find the Debian mirror in apt sources" >&2
+        exit 1
+    fi
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    mkdir -p "$tmp/lists/partial" "$tmp/archives/partial" "$tmp/etc"
+    printf 'Types: deb\nURIs: %s\nSuites: unstable\nComponents: main\n' \
+        "$uri" > "$tmp/etc/unstable.sources"
+    printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        >> "$tmp/etc/unstable.sources"
+    aptopts=(-o "Dir::Etc::sourcelist=-"
+             -o "Dir::Etc::sourceparts=$tmp/etc"
+             -o "Dir::State::Lists=$tmp/lists"
+             -o "Dir::Cache::archives=$tmp/archives"
+             -o "Dir::Cache::pkgcache=$tmp/pkgcache.bin"
+             -o "Dir::Cache::srcpkgcache=$tmp/srcpkgcache.bin"
+             -o "APT::Get::List-Cleanup=0")
+    if ! $SUDO apt-get "${aptopts[@]}" update -qq; then
+        echo "install-deps: signed update failed; retrying unverified" >&2
+        printf 'Types: deb\nURIs: %s\nSuites: unstable\nComponents: main\nTrusted: yes\n' \
+            "$uri" > "$tmp/etc/unstable.sources"
+        $SUDO apt-get "${aptopts[@]}" -o Acquire::AllowInsecureRepositories=1 \
+            update -qq
+    fi
+    (cd "$tmp" && $SUDO apt-get "${aptopts[@]}" \
+        -o APT::Sandbox::User=root download libtest-nginx-perl)
+    $SUDO apt-get install -y -qq --no-install-recommends \
+        "$tmp"/libtest-nginx-perl_*.deb
+fi
+
+echo "install-deps: all dependencies present"
