@@ -12,6 +12,7 @@
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_listen.h"
+#include "ngx_http_session_log.h"
 #include "ngx_http_session_shm.h"
 
 
@@ -39,6 +40,7 @@ static char *ngx_http_session_key_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_session_positive_msec(ngx_conf_t *cf, void *post,
     void *data);
+static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
 
@@ -128,7 +130,7 @@ ngx_module_t  ngx_http_session_module = {
     ngx_http_session_commands,             /* module directives */
     NGX_HTTP_MODULE,                       /* module type */
     NULL,                                  /* init master */
-    NULL,                                  /* init module */
+    ngx_http_session_init_module,          /* init module */
     ngx_http_session_init_process,         /* init process */
     NULL,                                  /* init thread */
     NULL,                                  /* exit thread */
@@ -442,6 +444,13 @@ ngx_http_session_positive_msec(ngx_conf_t *cf, void *post, void *data)
     }
 
     return NGX_CONF_OK;
+}
+
+
+static ngx_int_t
+ngx_http_session_init_module(ngx_cycle_t *cycle)
+{
+    return ngx_http_session_log_init_module(cycle);
 }
 
 

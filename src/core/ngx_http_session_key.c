@@ -137,6 +137,50 @@ ngx_http_session_hex(const unsigned char *src, size_t len, unsigned char *dst)
 }
 
 
+size_t
+ngx_http_session_key_redact(unsigned char *buf, size_t len,
+    const unsigned char *prefix)
+{
+    size_t  i, j, n, found;
+
+    found = 0;
+
+    if (len <= NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1) {
+        return 0;
+    }
+
+    for (i = 0; i + NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1 < len; i++) {
+
+        for (n = 0; n < NGX_HTTP_SESSION_KEY_PREFIX_LEN; n++) {
+            if ((buf[i + n] | 0x20) != (prefix[n] | 0x20)) {
+                break;
+            }
+        }
+
+        if (n != NGX_HTTP_SESSION_KEY_PREFIX_LEN
+            || buf[i + NGX_HTTP_SESSION_KEY_PREFIX_LEN] != '_')
+        {
+            continue;
+        }
+
+        j = i + NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1;
+
+        if (!ngx_http_session_is_hex(buf[j])) {
+            continue;
+        }
+
+        while (j < len && ngx_http_session_is_hex(buf[j])) {
+            buf[j++] = '*';
+        }
+
+        found++;
+        i = j - 1;
+    }
+
+    return found;
+}
+
+
 int
 ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
     size_t len)

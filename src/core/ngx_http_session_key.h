@@ -51,6 +51,14 @@ int ngx_http_session_key_hash(const unsigned char *token,
 void ngx_http_session_hex(const unsigned char *src, size_t len,
     unsigned char *dst);
 
+/*
+ * Overwrites with '*' the hex digits after every "<prefix>_" (prefix
+ * compared case-insensitively) in buf, so that no key, whole or mistyped,
+ * survives in a log line.  Returns how many keys were hidden.
+ */
+size_t ngx_http_session_key_redact(unsigned char *buf, size_t len,
+    const unsigned char *prefix);
+
 /* 1 when the two buffers are equal; time depends on len only */
 int ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
     size_t len);

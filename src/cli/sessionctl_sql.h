@@ -1,0 +1,131 @@
+/*
+ * Every SQL statement sessionctl sends, in one place.
+ *
+ * Values always travel as $n parameters; the only SQL not listed here is
+ * the text of the embedded migrations (build/ngx_http_session_migrations.h).
+ */
+
+#ifndef _NGX_HTTP_SESSION_CTL_SQL_H_INCLUDED_
+#define _NGX_HTTP_SESSION_CTL_SQL_H_INCLUDED_
+
+
+/* RFC 3339 UTC with seconds, e.g. 2026-11-21T10:00:00Z */
+#define SESSIONCTL_SQL_TIME(col)                                              \
+    "to_char(" col " AT TIME ZONE 'UTC', "                                    \
+    "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+
+
+#define SESSIONCTL_SQL_BEGIN      "BEGIN"
+#define SESSIONCTL_SQL_COMMIT     "COMMIT"
+
+
+/* migrate: $1 is SESSIONCTL_MIGRATE_LOCK, a bigint constant */
+
+#define SESSIONCTL_SQL_LOCK                                                   \
+    "SELECT pg_advisory_lock($1::bigint)"
+
+#define SESSIONCTL_SQL_UNLOCK                                                 \
+    "SELECT pg_advisory_unlock($1::bigint)"
+
+#define SESSIONCTL_SQL_MIGRATIONS_TABLE                                       \
+    "CREATE TABLE IF NOT EXISTS session_schema_migrations ("                  \
+    " version     integer PRIMARY KEY,"                                       \
+    " name        text,"                                                      \
+    " applied_at  timestamptz DEFAULT now())"
+
+#define SESSIONCTL_SQL_SCHEMA_VERSION                                         \
+    "SELECT coalesce(max(version), 0) FROM session_schema_migrations"
+
+#define SESSIONCTL_SQL_MIGRATION_DONE                                         \
+    "INSERT INTO session_schema_migrations (version, name)"                   \
+    " VALUES ($1::integer, $2::text)"
+
+
+/*
+ * plan set: $1 name, $2 whether --quota was given, $3 the quota (NULL for
+ * unlimited), $4 whether --features was given, $5 the features joined
+ * with commas ("" for none).  A new plan defaults to no limit and no
+ * features; an existing plan keeps what was not given.
+ */
+
+#define SESSIONCTL_SQL_PLAN_SET                                               \
+    "INSERT INTO plans AS p (name, monthly_quota, features)"                  \
+    " VALUES ($1::text,"                                                      \
+    "         CASE WHEN $2::boolean THEN $3::integer END,"                    \
+    "         CASE WHEN $4::boolean"                                          \
+    "              THEN string_to_array($5::text, ',')"                       \
+    "              ELSE '{}'::text[] END)"                                    \
+    " ON CONFLICT (name) DO UPDATE SET"                                       \
+    "  monthly_quota = CASE WHEN $2::boolean"                                 \
+    "                       THEN excluded.monthly_quota"                      \
+    "                       ELSE p.monthly_quota END,"                        \
+    "  features = CASE WHEN $4::boolean"                                      \
+    "                  THEN excluded.features"                                \
+    "                  ELSE p.features END,"                                  \
+    "  updated_at = now()"                                                    \
+    " RETURNING p.name, p.monthly_quota, array_to_string(p.features, ',')"
+
+
+/* account create: $1 name, $2 plan; no row when the plan is unknown */
+
+#define SESSIONCTL_SQL_ACCOUNT_CREATE                                         \
+    "INSERT INTO accounts (name, plan)"                                       \
+    " SELECT $1::text, name FROM plans WHERE name = $2::text"                 \
+    " RETURNING id::text"
+
+/* account suspend/activate: $1 id, $2 status */
+
+#define SESSIONCTL_SQL_ACCOUNT_STATUS                                         \
+    "UPDATE accounts SET status = $2::text WHERE id = $1::uuid"               \
+    " RETURNING id::text, status"
+
+/* every worker drops its cached auth answers for the account */
+
+#define SESSIONCTL_SQL_NOTIFY_ACCOUNT                                         \
+    "SELECT pg_notify('session_auth', 'account:' || $1::text)"
+
+
+/* project create: $1 account id, $2 name, $3 webhook secret */
+
+#define SESSIONCTL_SQL_PROJECT_CREATE                                         \
+    "INSERT INTO projects (account_id, name, webhook_secret)"                 \
+    " SELECT id, $2::text, $3::text FROM accounts WHERE id = $1::uuid"        \
+    " RETURNING id::text"
+
+
+/* key create: $1 project id, $2 SHA-256 (binary), $3 prefix, $4 hint */
+
+#define SESSIONCTL_SQL_KEY_CREATE                                             \
+    "INSERT INTO api_keys (project_id, key_hash, prefix, hint)"               \
+    " SELECT id, $2::bytea, $3::text, $4::text"                               \
+    " FROM projects WHERE id = $1::uuid"                                      \
+    " RETURNING id::text"
+
+/*
+ * key list: $1 project id; no row when the project is unknown, one row
+ * with a NULL key id when it has no keys
+ */
+
+#define SESSIONCTL_SQL_KEY_LIST                                               \
+    "SELECT k.id::text, k.hint, "                                             \
+    SESSIONCTL_SQL_TIME("k.created_at") ", "                                  \
+    SESSIONCTL_SQL_TIME("k.deleted_at")                                       \
+    " FROM projects p LEFT JOIN api_keys k ON k.project_id = p.id"            \
+    " WHERE p.id = $1::uuid"                                                  \
+    " ORDER BY k.created_at, k.id"
+
+/* key delete: $1 key id; no row when unknown or already deleted */
+
+#define SESSIONCTL_SQL_KEY_DELETE                                             \
+    "UPDATE api_keys SET deleted_at = now()"                                  \
+    " WHERE id = $1::uuid AND deleted_at IS NULL"                             \
+    " RETURNING id::text"
+
+/* every worker drops its cached auth answer for the key's hash */
+
+#define SESSIONCTL_SQL_NOTIFY_KEY                                             \
+    "SELECT pg_notify('session_auth', 'key:' || encode(key_hash, 'hex'))"     \
+    " FROM api_keys WHERE id = $1::uuid"
+
+
+#endif /* _NGX_HTTP_SESSION_CTL_SQL_H_INCLUDED_ */
