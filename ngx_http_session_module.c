@@ -11,6 +11,7 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
+#include "ngx_http_session_limit.h"
 #include "ngx_http_session_listen.h"
 #include "ngx_http_session_log.h"
 #include "ngx_http_session_shm.h"
@@ -88,6 +89,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_session_limit_zone,
       NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_limits"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_1MORE,
+      ngx_http_session_limits,
+      NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
 
@@ -256,6 +264,9 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     }
 
     slcf->api = NGX_CONF_UNSET;
+    slcf->limits[NGX_HTTP_SESSION_CLASS_CREATE] = NGX_CONF_UNSET_UINT;
+    slcf->limits[NGX_HTTP_SESSION_CLASS_LIST] = NGX_CONF_UNSET_UINT;
+    slcf->limits[NGX_HTTP_SESSION_CLASS_OTHER] = NGX_CONF_UNSET_UINT;
 
     return slcf;
 }
@@ -268,6 +279,17 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_http_session_loc_conf_t  *conf = child;
 
     ngx_conf_merge_value(conf->api, prev->api, 0);
+
+    /* each class is inherited on its own */
+    ngx_conf_merge_uint_value(conf->limits[NGX_HTTP_SESSION_CLASS_CREATE],
+                              prev->limits[NGX_HTTP_SESSION_CLASS_CREATE],
+                              100);
+    ngx_conf_merge_uint_value(conf->limits[NGX_HTTP_SESSION_CLASS_LIST],
+                              prev->limits[NGX_HTTP_SESSION_CLASS_LIST],
+                              300);
+    ngx_conf_merge_uint_value(conf->limits[NGX_HTTP_SESSION_CLASS_OTHER],
+                              prev->limits[NGX_HTTP_SESSION_CLASS_OTHER],
+                              200);
 
     return NGX_CONF_OK;
 }

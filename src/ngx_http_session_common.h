@@ -47,6 +47,8 @@ typedef struct {
 
 typedef struct {
     ngx_flag_t                  api;
+    /* requests per key per minute, by NGX_HTTP_SESSION_CLASS_* */
+    ngx_uint_t                  limits[NGX_HTTP_SESSION_NCLASSES];
 } ngx_http_session_loc_conf_t;
 
 

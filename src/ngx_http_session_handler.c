@@ -5,6 +5,7 @@
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_limit.h"
 
 
 static ngx_int_t ngx_http_session_pipeline(ngx_http_request_t *r,
@@ -65,6 +66,12 @@ ngx_http_session_pipeline(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     /* stage 1: authentication */
 
     if (rc != NGX_OK) {
+        return ngx_http_session_error(r, ctx->err);
+    }
+
+    /* stage 2: rate limit; from here on every answer has the headers */
+
+    if (ngx_http_session_limit(r, ctx) != NGX_OK) {
         return ngx_http_session_error(r, ctx->err);
     }
 

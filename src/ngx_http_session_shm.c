@@ -1,17 +1,60 @@
 /*
- * Shared memory: an rbtree keyed by the key hash plus an LRU queue, in
- * the slab pool of session_limit_zone, every access under the pool mutex.
+ * Shared memory: two rbtrees keyed by the key hash, each with its LRU
+ * queue, in the slab pool of session_limit_zone, every access under the
+ * pool mutex.  Rate counters come first: when the slab is full the auth
+ * cache gives way before any counter is evicted.
  */
 
 #include "ngx_http_session_shm.h"
+#include "ngx_http_session_window.h"
+
+
+/* what both trees store first */
+typedef struct {
+    ngx_rbtree_node_t             node;
+    ngx_queue_t                   queue;
+    u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+} ngx_http_session_shm_node_t;
 
 
 typedef struct {
-    ngx_rbtree_t                  auth_rbtree;
-    ngx_rbtree_node_t             auth_sentinel;
-    ngx_queue_t                   auth_lru;
-    /* bumped by every invalidation */
+    ngx_http_session_shm_node_t   sn;
+    ngx_msec_t                    expires;
+    ngx_uint_t                    status;
+    u_char                        project_id[NGX_HTTP_SESSION_UUID_LEN];
+    u_char                        account_id[NGX_HTTP_SESSION_UUID_LEN];
+} ngx_http_session_auth_node_t;
+
+
+typedef struct {
+    /* epoch minute of the window the count belongs to */
+    uint32_t                      minute;
+    uint32_t                      count;
+} ngx_http_session_counter_t;
+
+
+/* 112 bytes: a 128-byte slab chunk per key, all classes together */
+typedef struct {
+    ngx_http_session_shm_node_t   sn;
+    ngx_http_session_counter_t    counters[NGX_HTTP_SESSION_NCLASSES];
+} ngx_http_session_rate_node_t;
+
+
+typedef struct {
+    ngx_rbtree_t                  rbtree;
+    ngx_rbtree_node_t             sentinel;
+    ngx_queue_t                   lru;
+    ngx_uint_t                    n;
+} ngx_http_session_shm_tree_t;
+
+
+typedef struct {
+    ngx_http_session_shm_tree_t   auth;
+    ngx_http_session_shm_tree_t   rate;
+    /* bumped by every auth cache invalidation */
     ngx_uint_t                    auth_generation;
+    ngx_uint_t                    evictions;
+    time_t                        last_full_alert;
 } ngx_http_session_shm_t;
 
 
@@ -22,32 +65,66 @@ typedef struct {
 } ngx_http_session_zone_ctx_t;
 
 
-typedef struct {
-    ngx_rbtree_node_t             node;
-    ngx_queue_t                   queue;
-    ngx_msec_t                    expires;
-    ngx_uint_t                    status;
-    ngx_http_session_principal_t  principal;
-} ngx_http_session_auth_node_t;
-
-
 static ngx_int_t ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
-static void ngx_http_session_auth_insert_value(ngx_rbtree_node_t *temp,
+static void ngx_http_session_shm_tree_init(ngx_http_session_shm_tree_t *t);
+static void ngx_http_session_shm_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
-static ngx_http_session_auth_node_t *ngx_http_session_auth_lookup(
-    ngx_http_session_shm_t *sh, u_char *hash);
-static void ngx_http_session_auth_delete(ngx_http_session_zone_ctx_t *ctx,
-    ngx_http_session_auth_node_t *an);
-static ngx_uint_t ngx_http_session_auth_expire(
-    ngx_http_session_zone_ctx_t *ctx, ngx_uint_t n);
+static ngx_http_session_shm_node_t *ngx_http_session_shm_lookup(
+    ngx_http_session_shm_tree_t *t, u_char *hash);
+static void ngx_http_session_shm_insert(ngx_http_session_shm_tree_t *t,
+    ngx_http_session_shm_node_t *sn, u_char *hash);
+static void ngx_http_session_shm_delete(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_shm_tree_t *t, ngx_http_session_shm_node_t *sn);
+static ngx_uint_t ngx_http_session_shm_evict(
+    ngx_http_session_zone_ctx_t *ctx, ngx_http_session_shm_tree_t *t,
+    ngx_uint_t n);
+static void ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute);
 
 
 ngx_shm_zone_t *
 ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
 {
-    ngx_shm_zone_t               *shm_zone;
+    ngx_uint_t                    i;
+    ngx_shm_zone_t               *shm_zone, *oshm_zone;
+    ngx_list_part_t              *part;
     ngx_http_session_zone_ctx_t  *ctx;
+
+    /*
+     * nginx would silently give a resized zone fresh memory on reload and
+     * every counter would restart at zero: refuse the reload instead.
+     */
+
+    part = &cf->cycle->old_cycle->shared_memory.part;
+    oshm_zone = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            oshm_zone = part->elts;
+            i = 0;
+        }
+
+        if (oshm_zone[i].tag == &ngx_http_session_module
+            && oshm_zone[i].shm.name.len == name->len
+            && ngx_strncmp(oshm_zone[i].shm.name.data, name->data, name->len)
+               == 0
+            && oshm_zone[i].shm.size != size)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "session_limit_zone \"%V\" cannot change "
+                               "size from %uz to %uz on reload, restart "
+                               "nginx to resize it",
+                               name, oshm_zone[i].shm.size, size);
+            return NULL;
+        }
+    }
 
     ctx = ngx_pcalloc(cf->pool, sizeof(ngx_http_session_zone_ctx_t));
     if (ctx == NULL) {
@@ -100,17 +177,15 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
         return NGX_OK;
     }
 
-    ctx->sh = ngx_slab_alloc(ctx->shpool, sizeof(ngx_http_session_shm_t));
+    ctx->sh = ngx_slab_calloc(ctx->shpool, sizeof(ngx_http_session_shm_t));
     if (ctx->sh == NULL) {
         return NGX_ERROR;
     }
 
     ctx->shpool->data = ctx->sh;
 
-    ngx_rbtree_init(&ctx->sh->auth_rbtree, &ctx->sh->auth_sentinel,
-                    ngx_http_session_auth_insert_value);
-    ngx_queue_init(&ctx->sh->auth_lru);
-    ctx->sh->auth_generation = 0;
+    ngx_http_session_shm_tree_init(&ctx->sh->auth);
+    ngx_http_session_shm_tree_init(&ctx->sh->rate);
 
     len = sizeof(" in session_limit_zone \"\"") + shm_zone->shm.name.len;
 
@@ -122,43 +197,57 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_sprintf(ctx->shpool->log_ctx, " in session_limit_zone \"%V\"%Z",
                 &shm_zone->shm.name);
 
+    /* a full zone is expected and handled: no "ngx_slab_alloc() failed" */
     ctx->shpool->log_nomem = 0;
 
     return NGX_OK;
 }
 
 
+static void
+ngx_http_session_shm_tree_init(ngx_http_session_shm_tree_t *t)
+{
+    ngx_rbtree_init(&t->rbtree, &t->sentinel,
+                    ngx_http_session_shm_insert_value);
+    ngx_queue_init(&t->lru);
+    t->n = 0;
+}
+
+
+/* the auth cache */
+
 ngx_int_t
 ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t *generation)
 {
     ngx_int_t                      rc;
+    ngx_http_session_shm_t        *sh;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
     ctx = zone->data;
+    sh = ctx->sh;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
-    *generation = ctx->sh->auth_generation;
+    *generation = sh->auth_generation;
 
-    an = ngx_http_session_auth_lookup(ctx->sh, p->hash);
+    an = (ngx_http_session_auth_node_t *)
+             ngx_http_session_shm_lookup(&sh->auth, p->hash);
 
     if (an == NULL) {
         rc = NGX_DECLINED;
 
     } else if ((ngx_msec_int_t) (an->expires - ngx_current_msec) <= 0) {
-        ngx_http_session_auth_delete(ctx, an);
+        ngx_http_session_shm_delete(ctx, &sh->auth, &an->sn);
         rc = NGX_DECLINED;
 
     } else {
-        ngx_queue_remove(&an->queue);
-        ngx_queue_insert_head(&ctx->sh->auth_lru, &an->queue);
+        ngx_queue_remove(&an->sn.queue);
+        ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
 
-        ngx_memcpy(p->project_id, an->principal.project_id,
-                   NGX_HTTP_SESSION_UUID_LEN);
-        ngx_memcpy(p->account_id, an->principal.account_id,
-                   NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->project_id, an->project_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->account_id, an->account_id, NGX_HTTP_SESSION_UUID_LEN);
         rc = an->status;
     }
 
@@ -173,6 +262,7 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
     ngx_uint_t generation)
 {
+    ngx_http_session_shm_t        *sh;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
@@ -181,20 +271,26 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     }
 
     ctx = zone->data;
+    sh = ctx->sh;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
-    if (ctx->sh->auth_generation != generation) {
+    if (sh->auth_generation != generation) {
         goto done;
     }
 
-    an = ngx_http_session_auth_lookup(ctx->sh, p->hash);
+    an = (ngx_http_session_auth_node_t *)
+             ngx_http_session_shm_lookup(&sh->auth, p->hash);
 
     if (an == NULL) {
         an = ngx_slab_alloc_locked(ctx->shpool,
                                    sizeof(ngx_http_session_auth_node_t));
 
-        if (an == NULL && ngx_http_session_auth_expire(ctx, 16)) {
+        /* only older cache entries make room, never rate counters */
+
+        if (an == NULL
+            && ngx_http_session_shm_evict(ctx, &sh->auth, 16) != 0)
+        {
             an = ngx_slab_alloc_locked(ctx->shpool,
                                        sizeof(ngx_http_session_auth_node_t));
         }
@@ -204,27 +300,17 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
             goto done;
         }
 
-        ngx_memcpy(an->principal.hash, p->hash,
-                   NGX_HTTP_SESSION_KEY_HASH_LEN);
-        an->node.key = ((ngx_rbtree_key_t) p->hash[0] << 24)
-                       | ((ngx_rbtree_key_t) p->hash[1] << 16)
-                       | ((ngx_rbtree_key_t) p->hash[2] << 8)
-                       | (ngx_rbtree_key_t) p->hash[3];
-
-        ngx_rbtree_insert(&ctx->sh->auth_rbtree, &an->node);
+        ngx_http_session_shm_insert(&sh->auth, &an->sn, p->hash);
 
     } else {
-        ngx_queue_remove(&an->queue);
+        ngx_queue_remove(&an->sn.queue);
+        ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
     }
-
-    ngx_queue_insert_head(&ctx->sh->auth_lru, &an->queue);
 
     an->status = status;
     an->expires = ngx_current_msec + ttl;
-    ngx_memcpy(an->principal.project_id, p->project_id,
-               NGX_HTTP_SESSION_UUID_LEN);
-    ngx_memcpy(an->principal.account_id, p->account_id,
-               NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(an->project_id, p->project_id, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(an->account_id, p->account_id, NGX_HTTP_SESSION_UUID_LEN);
 
 done:
 
@@ -235,18 +321,20 @@ done:
 void
 ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
 {
-    ngx_http_session_zone_ctx_t   *ctx;
-    ngx_http_session_auth_node_t  *an;
+    ngx_http_session_shm_t       *sh;
+    ngx_http_session_shm_node_t  *sn;
+    ngx_http_session_zone_ctx_t  *ctx;
 
     ctx = zone->data;
+    sh = ctx->sh;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
-    ctx->sh->auth_generation++;
+    sh->auth_generation++;
 
-    an = ngx_http_session_auth_lookup(ctx->sh, hash);
-    if (an) {
-        ngx_http_session_auth_delete(ctx, an);
+    sn = ngx_http_session_shm_lookup(&sh->auth, hash);
+    if (sn) {
+        ngx_http_session_shm_delete(ctx, &sh->auth, sn);
     }
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
@@ -258,27 +346,28 @@ ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
     u_char *account_id)
 {
     ngx_queue_t                   *q, *next;
+    ngx_http_session_shm_t        *sh;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
     ctx = zone->data;
+    sh = ctx->sh;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
-    ctx->sh->auth_generation++;
+    sh->auth_generation++;
 
-    for (q = ngx_queue_head(&ctx->sh->auth_lru);
-         q != ngx_queue_sentinel(&ctx->sh->auth_lru);
+    for (q = ngx_queue_head(&sh->auth.lru);
+         q != ngx_queue_sentinel(&sh->auth.lru);
          q = next)
     {
         next = ngx_queue_next(q);
-        an = ngx_queue_data(q, ngx_http_session_auth_node_t, queue);
+        an = ngx_queue_data(q, ngx_http_session_auth_node_t, sn.queue);
 
-        if (ngx_memcmp(an->principal.account_id, account_id,
-                       NGX_HTTP_SESSION_UUID_LEN)
+        if (ngx_memcmp(an->account_id, account_id, NGX_HTTP_SESSION_UUID_LEN)
             == 0)
         {
-            ngx_http_session_auth_delete(ctx, an);
+            ngx_http_session_shm_delete(ctx, &sh->auth, &an->sn);
         }
     }
 
@@ -297,26 +386,185 @@ ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone)
 
     ctx->sh->auth_generation++;
 
-    (void) ngx_http_session_auth_expire(ctx, (ngx_uint_t) -1);
+    (void) ngx_http_session_shm_evict(ctx, &ctx->sh->auth, (ngx_uint_t) -1);
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
 }
 
 
-static ngx_http_session_auth_node_t *
-ngx_http_session_auth_lookup(ngx_http_session_shm_t *sh, u_char *hash)
+/* rate counters */
+
+ngx_int_t
+ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
+    ngx_uint_t cls, ngx_uint_t limit, time_t now, ngx_uint_t *remaining)
 {
-    ngx_rbtree_key_t               key;
-    ngx_rbtree_node_t             *node, *sentinel;
-    ngx_http_session_auth_node_t  *an;
+    uint32_t                       minute;
+    ngx_int_t                      rc;
+    ngx_uint_t                     evicted;
+    ngx_http_session_shm_t        *sh;
+    ngx_http_session_counter_t    *c;
+    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_rate_node_t  *rn;
 
-    key = ((ngx_rbtree_key_t) hash[0] << 24)
-          | ((ngx_rbtree_key_t) hash[1] << 16)
-          | ((ngx_rbtree_key_t) hash[2] << 8)
-          | (ngx_rbtree_key_t) hash[3];
+    ctx = zone->data;
+    sh = ctx->sh;
+    minute = (uint32_t) (ngx_http_session_window_start(now)
+                         / NGX_HTTP_SESSION_WINDOW_SECONDS);
+    evicted = 0;
 
-    node = sh->auth_rbtree.root;
-    sentinel = sh->auth_rbtree.sentinel;
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    ngx_http_session_rate_expire(ctx, minute);
+
+    rn = (ngx_http_session_rate_node_t *)
+             ngx_http_session_shm_lookup(&sh->rate, hash);
+
+    if (rn == NULL) {
+        rn = ngx_slab_alloc_locked(ctx->shpool,
+                                   sizeof(ngx_http_session_rate_node_t));
+
+        /* room is taken from the auth cache first, then from old keys */
+
+        while (rn == NULL) {
+            if (ngx_http_session_shm_evict(ctx, &sh->auth, 16) == 0) {
+                if (ngx_http_session_shm_evict(ctx, &sh->rate, 1) == 0) {
+                    break;
+                }
+
+                evicted++;
+            }
+
+            rn = ngx_slab_alloc_locked(ctx->shpool,
+                                       sizeof(ngx_http_session_rate_node_t));
+        }
+
+        if (rn == NULL) {
+            ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                          "session_limit_zone \"%V\" is too small to hold "
+                          "one rate counter", &zone->shm.name);
+
+            /* never let a key through unlimited */
+            return NGX_ERROR;
+        }
+
+        ngx_memzero(rn->counters, sizeof(rn->counters));
+        ngx_http_session_shm_insert(&sh->rate, &rn->sn, hash);
+
+    } else {
+        ngx_queue_remove(&rn->sn.queue);
+        ngx_queue_insert_head(&sh->rate.lru, &rn->sn.queue);
+    }
+
+    c = &rn->counters[cls];
+
+    if (c->minute != minute) {
+        c->minute = minute;
+        c->count = 0;
+    }
+
+    if (c->count >= limit) {
+        /* a refused request is not counted */
+        *remaining = 0;
+        rc = NGX_BUSY;
+
+    } else {
+        c->count++;
+        *remaining = limit - c->count;
+        rc = NGX_OK;
+    }
+
+    if (evicted) {
+        sh->evictions += evicted;
+
+        if (sh->last_full_alert == now) {
+            evicted = 0;
+
+        } else {
+            sh->last_full_alert = now;
+        }
+    }
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    if (evicted) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: evicted the "
+                      "counters of %ui least recently used keys, make the "
+                      "zone larger", &zone->shm.name, evicted);
+    }
+
+    return rc;
+}
+
+
+/* drops counters whose windows are all over, a few at a time */
+
+static void
+ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute)
+{
+    ngx_uint_t                     n, i, live;
+    ngx_queue_t                   *q;
+    ngx_http_session_rate_node_t  *rn;
+
+    for (n = 0; n < 2; n++) {
+
+        if (ngx_queue_empty(&ctx->sh->rate.lru)) {
+            return;
+        }
+
+        q = ngx_queue_last(&ctx->sh->rate.lru);
+        rn = ngx_queue_data(q, ngx_http_session_rate_node_t, sn.queue);
+
+        live = 0;
+
+        for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
+            if (rn->counters[i].minute == minute) {
+                live = 1;
+            }
+        }
+
+        if (live) {
+            return;
+        }
+
+        ngx_http_session_shm_delete(ctx, &ctx->sh->rate, &rn->sn);
+    }
+}
+
+
+ngx_uint_t
+ngx_http_session_rate_keys(ngx_shm_zone_t *zone)
+{
+    ngx_uint_t                    n;
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+    n = ctx->sh->rate.n;
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    return n;
+}
+
+
+/* the trees */
+
+static ngx_http_session_shm_node_t *
+ngx_http_session_shm_lookup(ngx_http_session_shm_tree_t *t, u_char *hash)
+{
+    ngx_int_t                     rc;
+    ngx_rbtree_key_t              key;
+    ngx_rbtree_node_t            *node, *sentinel;
+    ngx_http_session_shm_node_t  *sn;
+
+    key = ngx_http_session_key_tree_key(hash);
+
+    node = t->rbtree.root;
+    sentinel = t->rbtree.sentinel;
 
     while (node != sentinel) {
 
@@ -330,17 +578,15 @@ ngx_http_session_auth_lookup(ngx_http_session_shm_t *sh, u_char *hash)
             continue;
         }
 
-        an = (ngx_http_session_auth_node_t *) node;
+        sn = (ngx_http_session_shm_node_t *) node;
 
-        if (ngx_http_session_equal(hash, an->principal.hash,
-                                   NGX_HTTP_SESSION_KEY_HASH_LEN))
-        {
-            return an;
+        rc = ngx_memcmp(hash, sn->hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+
+        if (rc == 0) {
+            return sn;
         }
 
-        node = (ngx_memcmp(hash, an->principal.hash,
-                           NGX_HTTP_SESSION_KEY_HASH_LEN) < 0)
-               ? node->left : node->right;
+        node = (rc < 0) ? node->left : node->right;
     }
 
     return NULL;
@@ -348,11 +594,24 @@ ngx_http_session_auth_lookup(ngx_http_session_shm_t *sh, u_char *hash)
 
 
 static void
-ngx_http_session_auth_insert_value(ngx_rbtree_node_t *temp,
+ngx_http_session_shm_insert(ngx_http_session_shm_tree_t *t,
+    ngx_http_session_shm_node_t *sn, u_char *hash)
+{
+    ngx_memcpy(sn->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+    sn->node.key = ngx_http_session_key_tree_key(hash);
+
+    ngx_rbtree_insert(&t->rbtree, &sn->node);
+    ngx_queue_insert_head(&t->lru, &sn->queue);
+    t->n++;
+}
+
+
+static void
+ngx_http_session_shm_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
 {
     ngx_rbtree_node_t            **p;
-    ngx_http_session_auth_node_t  *an, *ant;
+    ngx_http_session_shm_node_t   *sn, *snt;
 
     for ( ;; ) {
 
@@ -363,10 +622,10 @@ ngx_http_session_auth_insert_value(ngx_rbtree_node_t *temp,
             p = &temp->right;
 
         } else {
-            an = (ngx_http_session_auth_node_t *) node;
-            ant = (ngx_http_session_auth_node_t *) temp;
+            sn = (ngx_http_session_shm_node_t *) node;
+            snt = (ngx_http_session_shm_node_t *) temp;
 
-            p = (ngx_memcmp(an->principal.hash, ant->principal.hash,
+            p = (ngx_memcmp(sn->hash, snt->hash,
                             NGX_HTTP_SESSION_KEY_HASH_LEN) < 0)
                 ? &temp->left : &temp->right;
         }
@@ -387,31 +646,33 @@ ngx_http_session_auth_insert_value(ngx_rbtree_node_t *temp,
 
 
 static void
-ngx_http_session_auth_delete(ngx_http_session_zone_ctx_t *ctx,
-    ngx_http_session_auth_node_t *an)
+ngx_http_session_shm_delete(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_shm_tree_t *t, ngx_http_session_shm_node_t *sn)
 {
-    ngx_queue_remove(&an->queue);
-    ngx_rbtree_delete(&ctx->sh->auth_rbtree, &an->node);
-    ngx_slab_free_locked(ctx->shpool, an);
+    ngx_queue_remove(&sn->queue);
+    ngx_rbtree_delete(&t->rbtree, &sn->node);
+    ngx_slab_free_locked(ctx->shpool, sn);
+    t->n--;
 }
 
 
-/* frees up to n entries from the cold end; returns how many */
+/* frees up to n entries from the cold end of a tree; returns how many */
 
 static ngx_uint_t
-ngx_http_session_auth_expire(ngx_http_session_zone_ctx_t *ctx, ngx_uint_t n)
+ngx_http_session_shm_evict(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_shm_tree_t *t, ngx_uint_t n)
 {
-    ngx_uint_t                     freed;
-    ngx_queue_t                   *q;
-    ngx_http_session_auth_node_t  *an;
+    ngx_uint_t                    freed;
+    ngx_queue_t                  *q;
+    ngx_http_session_shm_node_t  *sn;
 
     freed = 0;
 
-    while (freed < n && !ngx_queue_empty(&ctx->sh->auth_lru)) {
-        q = ngx_queue_last(&ctx->sh->auth_lru);
-        an = ngx_queue_data(q, ngx_http_session_auth_node_t, queue);
+    while (freed < n && !ngx_queue_empty(&t->lru)) {
+        q = ngx_queue_last(&t->lru);
+        sn = ngx_queue_data(q, ngx_http_session_shm_node_t, queue);
 
-        ngx_http_session_auth_delete(ctx, an);
+        ngx_http_session_shm_delete(ctx, t, sn);
         freed++;
     }
 

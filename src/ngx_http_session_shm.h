@@ -42,5 +42,17 @@ void ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
     u_char *account_id);
 void ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone);
 
+/*
+ * Counts one request of class cls against limit in the current window,
+ * checking and incrementing in one locked step.  NGX_OK: admitted;
+ * NGX_BUSY: over the limit, not counted; NGX_ERROR: no room even after
+ * eviction.  *remaining is what is left after this request.
+ */
+ngx_int_t ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
+    ngx_uint_t cls, ngx_uint_t limit, time_t now, ngx_uint_t *remaining);
+
+/* how many keys have counters now */
+ngx_uint_t ngx_http_session_rate_keys(ngx_shm_zone_t *zone);
+
 
 #endif /* _NGX_HTTP_SESSION_SHM_H_INCLUDED_ */

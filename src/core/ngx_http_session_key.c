@@ -181,6 +181,14 @@ ngx_http_session_key_redact(unsigned char *buf, size_t len,
 }
 
 
+uint32_t
+ngx_http_session_key_tree_key(const unsigned char *hash)
+{
+    return ((uint32_t) hash[0] << 24) | ((uint32_t) hash[1] << 16)
+           | ((uint32_t) hash[2] << 8) | (uint32_t) hash[3];
+}
+
+
 int
 ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
     size_t len)

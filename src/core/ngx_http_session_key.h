@@ -10,6 +10,7 @@
 
 
 #include <stddef.h>
+#include <stdint.h>
 
 
 #define NGX_HTTP_SESSION_KEY_PREFIX_LEN  4
@@ -58,6 +59,9 @@ void ngx_http_session_hex(const unsigned char *src, size_t len,
  */
 size_t ngx_http_session_key_redact(unsigned char *buf, size_t len,
     const unsigned char *prefix);
+
+/* the 32-bit tree key of a key hash: its first four bytes */
+uint32_t ngx_http_session_key_tree_key(const unsigned char *hash);
 
 /* 1 when the two buffers are equal; time depends on len only */
 int ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
