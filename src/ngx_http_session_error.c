@@ -66,9 +66,11 @@ ngx_http_session_get_ctx(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
 {
-    return ngx_http_session_error_message(r,
-                                          ngx_http_session_errors[err].status,
-                                          &ngx_http_session_errors[err].message);
+    ngx_http_session_err_t  *e;
+
+    e = &ngx_http_session_errors[err];
+
+    return ngx_http_session_error_message(r, e->status, &e->message);
 }
 
 

@@ -6,7 +6,7 @@ set -euo pipefail
 PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
       postgresql postgresql-contrib postgresql-common check pkg-config wrk
       curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
-      libipc-run-perl libhttp-parser-perl libtime-hires-perl"
+      libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd"
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -17,10 +17,7 @@ missing=""
 for p in $PKGS; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
          | grep -q "install ok installed"; then
-        # virtual packages (e.g. libtime-hires-perl is in perl core)
-        if apt-cache show "$p" >/dev/null 2>&1 || [ -z "$missing" ]; then
-            missing="$missing $p"
-        fi
+        missing="$missing $p"
     fi
 done
 
@@ -29,15 +26,8 @@ export DEBIAN_FRONTEND=noninteractive
 if [ -n "$missing" ]; then
     echo "install-deps: installing:$missing"
     $SUDO apt-get update -qq
-    avail=""
-    for p in $missing; do
-        if apt-cache show "$p" >/dev/null 2>&1 \
-           && [ -n "$(apt-cache show "$p" 2>/dev/null | head -1)" ]; then
-            avail="$avail $p"
-        fi
-    done
     # shellcheck disable=SC2086
-    $SUDO apt-get install -y -qq --no-install-recommends $avail
+    $SUDO apt-get install -y -qq --no-install-recommends $missing
 fi
 
 # Test::Nginx is not in bookworm; Debian unstable ships it as an arch-all
