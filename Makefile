@@ -57,7 +57,7 @@ $(NGX_BUILD)/objs/Makefile: config
 	    eval ./configure $$flags \
 	        --with-cc-opt="'-g -O2 -fPIC $(WARN)'" \
 	        --with-ld-opt="'-fPIC'" \
-	        --add-dynamic-module=$(CURDIR) >$(CURDIR)/$(BUILD)/configure.log 2>&1 \
+	        --add-dynamic-module=$(CURDIR) >$(abspath $(BUILD))/configure.log 2>&1 \
 	    || { tail -30 $(BUILD)/configure.log; exit 1; }
 
 $(BUILD)/ngx_http_session_module.so: $(NGX_BUILD)/objs/Makefile $(MOD_SRCS) \
@@ -78,7 +78,7 @@ $(BUILD)/unit_tests: $(UNIT_SRCS) $(wildcard t/unit/*.h) $(CORE_SRCS) \
                       $(CORE_HDRS)
 	@mkdir -p $(BUILD)
 	$(CC) -g -O0 $(WARN) -Isrc/core -It/unit -o $@ $(UNIT_SRCS) \
-	    $(CORE_SRCS) $$(pkg-config --cflags --libs check) -lcrypto
+	    $(CORE_SRCS) $$(pkg-config --cflags --libs check) -ljansson -lcrypto
 
 run: deps build
 	@bash util/run.sh start

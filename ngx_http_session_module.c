@@ -41,17 +41,25 @@ static char *ngx_http_session_key_prefix(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_session_positive_msec(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_session_positive_sec(ngx_conf_t *cf, void *post,
+    void *data);
+static char *ngx_http_session_db_connections_check(ngx_conf_t *cf,
+    void *post, void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
 
 
-static ngx_conf_num_bounds_t  ngx_http_session_db_connections_bounds = {
-    ngx_conf_check_num_bounds, 1, 1024
+static ngx_conf_post_t  ngx_http_session_db_connections_post = {
+    ngx_http_session_db_connections_check
 };
 
 static ngx_conf_post_t  ngx_http_session_positive_msec_post = {
     ngx_http_session_positive_msec
+};
+
+static ngx_conf_post_t  ngx_http_session_positive_sec_post = {
+    ngx_http_session_positive_sec
 };
 
 
@@ -76,7 +84,7 @@ static ngx_command_t  ngx_http_session_commands[] = {
       ngx_conf_set_num_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_session_main_conf_t, db_connections),
-      &ngx_http_session_db_connections_bounds },
+      &ngx_http_session_db_connections_post },
 
     { ngx_string("session_db_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -97,6 +105,27 @@ static ngx_command_t  ngx_http_session_commands[] = {
       ngx_http_session_limits,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
+      NULL },
+
+    { ngx_string("session_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, ttl),
+      &ngx_http_session_positive_sec_post },
+
+    { ngx_string("session_max_ttl"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, max_ttl),
+      &ngx_http_session_positive_sec_post },
+
+    { ngx_string("session_webhook_allow_private"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, webhook_allow_private),
       NULL },
 
     { ngx_string("session_key_prefix"),
@@ -178,6 +207,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->db_connections = NGX_CONF_UNSET_UINT;
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
+    smcf->webhook_allow_private = NGX_CONF_UNSET;
 
     return smcf;
 }
@@ -193,6 +223,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_uint_value(smcf->db_connections, 4);
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
     ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
+    ngx_conf_init_value(smcf->webhook_allow_private, 0);
 
     if (smcf->key_prefix.data == NULL) {
         ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);
@@ -267,6 +298,8 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->limits[NGX_HTTP_SESSION_CLASS_CREATE] = NGX_CONF_UNSET_UINT;
     slcf->limits[NGX_HTTP_SESSION_CLASS_LIST] = NGX_CONF_UNSET_UINT;
     slcf->limits[NGX_HTTP_SESSION_CLASS_OTHER] = NGX_CONF_UNSET_UINT;
+    slcf->ttl = NGX_CONF_UNSET;
+    slcf->max_ttl = NGX_CONF_UNSET;
 
     return slcf;
 }
@@ -290,6 +323,17 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->limits[NGX_HTTP_SESSION_CLASS_OTHER],
                               prev->limits[NGX_HTTP_SESSION_CLASS_OTHER],
                               200);
+
+    ngx_conf_merge_sec_value(conf->ttl, prev->ttl, 3600);
+    ngx_conf_merge_sec_value(conf->max_ttl, prev->max_ttl, 86400);
+
+    if (conf->ttl > conf->max_ttl) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"session_ttl\" %T must not be greater than "
+                           "\"session_max_ttl\" %T",
+                           conf->ttl, conf->max_ttl);
+        return NGX_CONF_ERROR;
+    }
 
     return NGX_CONF_OK;
 }
@@ -334,6 +378,7 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     ngx_http_session_main_conf_t  *smcf = conf;
 
     char              *err;
+    size_t             len;
     ngx_str_t         *value;
     PQconninfoOption  *opts;
 
@@ -349,12 +394,24 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     opts = PQconninfoParse((const char *) value[1].data, &err);
 
     if (opts == NULL) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid connection string in \"%V\": %s",
-                           &cmd->name, err ? err : "out of memory");
-        if (err) {
-            PQfreemem(err);
+        if (err == NULL) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "cannot parse \"%V\": out of memory",
+                               &cmd->name);
+            return NGX_CONF_ERROR;
         }
+
+        len = ngx_strlen(err);
+
+        /* libpq ends its messages with a newline */
+        while (len && (err[len - 1] == '\n' || err[len - 1] == ' ')) {
+            len--;
+        }
+
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid connection string in \"%V\": %*s",
+                           &cmd->name, len, err);
+        PQfreemem(err);
 
         return NGX_CONF_ERROR;
     }
@@ -463,6 +520,32 @@ ngx_http_session_positive_msec(ngx_conf_t *cf, void *post, void *data)
 
     if (*ms == 0) {
         return "must be greater than zero";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_db_connections_check(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_uint_t  *n = data;
+
+    if (*n < 1 || *n > 1024) {
+        return "must be between 1 and 1024";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_positive_sec(ngx_conf_t *cf, void *post, void *data)
+{
+    time_t  *sec = data;
+
+    if (*sec == 0) {
+        return "must be at least one second";
     }
 
     return NGX_CONF_OK;

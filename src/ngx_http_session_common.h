@@ -11,11 +11,9 @@
 #include <ngx_core.h>
 #include <ngx_http.h>
 
+#include "ngx_http_session_cursor.h"
 #include "ngx_http_session_key.h"
 #include "ngx_http_session_route.h"
-
-
-#define NGX_HTTP_SESSION_UUID_LEN  36
 
 
 typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
@@ -30,6 +28,8 @@ typedef struct {
 
     ngx_str_t                   key_prefix;
     ngx_msec_t                  auth_cache_ttl;
+
+    ngx_flag_t                  webhook_allow_private;
 
     /* where the first "session_api" stands, for configuration errors */
     ngx_str_t                   api_file;
@@ -49,6 +49,9 @@ typedef struct {
     ngx_flag_t                  api;
     /* requests per key per minute, by NGX_HTTP_SESSION_CLASS_* */
     ngx_uint_t                  limits[NGX_HTTP_SESSION_NCLASSES];
+    /* session lifetime, seconds */
+    time_t                      ttl;
+    time_t                      max_ttl;
 } ngx_http_session_loc_conf_t;
 
 
@@ -68,6 +71,9 @@ typedef struct {
     /* ngx_http_session_err_e of the answer when a stage refuses */
     ngx_uint_t                    err;
     ngx_uint_t                    method;
+    ngx_uint_t                    delivery_mode;
+    /* the project id, NUL-terminated, for query parameters */
+    u_char                       *project;
     ngx_http_session_db_query_t  *query;
 
     /* the body of an error that nginx raised, rendered as JSON */

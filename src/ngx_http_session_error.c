@@ -27,7 +27,18 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
     { 429, ngx_string("rate limit exceeded") },
     { 501, ngx_string("not implemented") },
     { 500, ngx_string("internal server error") },
-    { 503, ngx_string("database unavailable") }
+    { 503, ngx_string("database unavailable") },
+    { 404, ngx_string("session not found") },
+    { 403, ngx_string("session belongs to another project") },
+    { 410, ngx_string("session has expired") },
+    { 403, ngx_string("plan does not allow webhook") },
+    { 403, ngx_string("plan does not allow long_poll") },
+    { 429, ngx_string("monthly session quota exceeded") },
+    { 415, ngx_string("Content-Type must be application/json") },
+    { 413, ngx_string("request body exceeds 65536 bytes") },
+    { 400, ngx_string("limit must be an integer between 1 and 100") },
+    { 400, ngx_string("status must be one of: open, completed, expired") },
+    { 400, ngx_string("cursor is invalid") }
 };
 
 
@@ -78,24 +89,8 @@ ngx_int_t
 ngx_http_session_error_message(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *message)
 {
-    ngx_int_t                rc;
-    ngx_buf_t               *b;
-    ngx_chain_t              out;
-    ngx_table_elt_t         *h;
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_session_get_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    ctx->own_response = 1;
-
-    if (r->request_body == NULL
-        && ngx_http_discard_request_body(r) != NGX_OK)
-    {
-        r->keepalive = 0;
-    }
+    ngx_buf_t        *b;
+    ngx_table_elt_t  *h;
 
     b = ngx_http_session_error_body(r, status, message);
     if (b == NULL) {
@@ -113,6 +108,31 @@ ngx_http_session_error_message(ngx_http_request_t *r, ngx_uint_t status,
         ngx_str_set(&h->value, "1");
     }
 
+    return ngx_http_session_send_json(r, status, b);
+}
+
+
+ngx_int_t
+ngx_http_session_send_json(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b)
+{
+    ngx_int_t                rc;
+    ngx_chain_t              out;
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_session_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ctx->own_response = 1;
+
+    if (r->request_body == NULL
+        && ngx_http_discard_request_body(r) != NGX_OK)
+    {
+        r->keepalive = 0;
+    }
+
     r->headers_out.status = status;
 
     if (ngx_http_session_error_set_json(r, b->last - b->pos) != NGX_OK) {
@@ -124,6 +144,9 @@ ngx_http_session_error_message(ngx_http_request_t *r, ngx_uint_t status,
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
         return rc;
     }
+
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
 
     out.buf = b;
     out.next = NULL;

@@ -26,6 +26,17 @@ typedef enum {
     NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED,
     NGX_HTTP_SESSION_ERR_INTERNAL,
     NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE,
+    NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND,
+    NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN,
+    NGX_HTTP_SESSION_ERR_SESSION_EXPIRED,
+    NGX_HTTP_SESSION_ERR_PLAN_WEBHOOK,
+    NGX_HTTP_SESSION_ERR_PLAN_LONG_POLL,
+    NGX_HTTP_SESSION_ERR_QUOTA,
+    NGX_HTTP_SESSION_ERR_JSON_TYPE,
+    NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE,
+    NGX_HTTP_SESSION_ERR_LIMIT,
+    NGX_HTTP_SESSION_ERR_STATUS,
+    NGX_HTTP_SESSION_ERR_CURSOR,
     NGX_HTTP_SESSION_ERR_LAST
 } ngx_http_session_err_e;
 
@@ -37,6 +48,10 @@ ngx_int_t ngx_http_session_error(ngx_http_request_t *r,
 /* sends an error with a message built by the caller */
 ngx_int_t ngx_http_session_error_message(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *message);
+
+/* sends a JSON document with status */
+ngx_int_t ngx_http_session_send_json(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_buf_t *b);
 
 /* the JSON body of an error, allocated from r->pool */
 ngx_buf_t *ngx_http_session_error_body(ngx_http_request_t *r,

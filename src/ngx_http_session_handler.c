@@ -6,6 +6,7 @@
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_limit.h"
+#include "ngx_http_session_sessions.h"
 
 
 static ngx_int_t ngx_http_session_pipeline(ngx_http_request_t *r,
@@ -40,6 +41,7 @@ ngx_http_session_handler(ngx_http_request_t *r)
     rc = ngx_http_session_auth(r, ctx);
 
     if (rc == NGX_AGAIN) {
+        /* the lookup's completion finalizes the request */
         r->main->count++;
         return NGX_DONE;
     }
@@ -85,7 +87,25 @@ ngx_http_session_pipeline(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
         return ngx_http_session_method_not_allowed(r, ctx);
     }
 
-    return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED);
+    /* stages 4 to 6: the endpoint; NGX_DONE when it answers later */
+
+    switch (ctx->route.id) {
+
+    case NGX_HTTP_SESSION_ROUTE_SESSIONS:
+        return (ctx->method == NGX_HTTP_SESSION_METHOD_POST)
+               ? ngx_http_session_create(r, ctx)
+               : ngx_http_session_list(r, ctx);
+
+    case NGX_HTTP_SESSION_ROUTE_SESSION:
+        return ngx_http_session_get(r, ctx);
+
+    case NGX_HTTP_SESSION_ROUTE_COMPLETE:
+        return ngx_http_session_complete(r, ctx);
+
+    default:
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED);
+    }
 }
 
 

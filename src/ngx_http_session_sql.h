@@ -16,6 +16,23 @@
     " WHERE k.key_hash = $1 AND k.deleted_at IS NULL"
 
 
+/* $1 project, $2 delivery mode, $3 webhook url or NULL, $4 ttl seconds */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE                                   \
+    "SELECT outcome, body, id::text FROM session_create($1, $2, $3, $4)"
+
+/* $1 project, $2 session id */
+#define NGX_HTTP_SESSION_SQL_SESSION_GET                                      \
+    "SELECT outcome, body FROM session_get($1, $2)"
+
+#define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE                                 \
+    "SELECT outcome, body FROM session_complete($1, $2)"
+
+/* $1 project, $2 status or NULL, $3 $4 cursor or NULLs, $5 rows */
+#define NGX_HTTP_SESSION_SQL_SESSION_LIST                                     \
+    "SELECT body, created_us, id::text"                                       \
+    " FROM session_list($1, $2, $3, $4, $5)"
+
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"

@@ -141,7 +141,9 @@ size_t
 ngx_http_session_key_redact(unsigned char *buf, size_t len,
     const unsigned char *prefix)
 {
-    size_t  i, j, n, found;
+    size_t         i, j, n, run, found;
+    int            ours;
+    unsigned char  c;
 
     found = 0;
 
@@ -151,9 +153,19 @@ ngx_http_session_key_redact(unsigned char *buf, size_t len,
 
     for (i = 0; i + NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1 < len; i++) {
 
+        /* any four letters and "_": keys of another prefix are keys too */
+
+        ours = 1;
+
         for (n = 0; n < NGX_HTTP_SESSION_KEY_PREFIX_LEN; n++) {
-            if ((buf[i + n] | 0x20) != (prefix[n] | 0x20)) {
+            c = (unsigned char) (buf[i + n] | 0x20);
+
+            if (c < 'a' || c > 'z') {
                 break;
+            }
+
+            if (c != (unsigned char) (prefix[n] | 0x20)) {
+                ours = 0;
             }
         }
 
@@ -165,16 +177,25 @@ ngx_http_session_key_redact(unsigned char *buf, size_t len,
 
         j = i + NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1;
 
-        if (!ngx_http_session_is_hex(buf[j])) {
+        for (run = 0; j + run < len && ngx_http_session_is_hex(buf[j + run]);
+             run++)
+        {
+            /* void */
+        }
+
+        /*
+         * After the configured prefix any hex is hidden; after another
+         * prefix only a run long enough to be (most of) a key.
+         */
+
+        if (run == 0 || (!ours && run < NGX_HTTP_SESSION_KEY_HEX_LEN / 2)) {
             continue;
         }
 
-        while (j < len && ngx_http_session_is_hex(buf[j])) {
-            buf[j++] = '*';
-        }
+        memset(buf + j, '*', run);
 
         found++;
-        i = j - 1;
+        i = j + run - 1;
     }
 
     return found;

@@ -54,8 +54,10 @@ void ngx_http_session_hex(const unsigned char *src, size_t len,
 
 /*
  * Overwrites with '*' the hex digits after every "<prefix>_" (prefix
- * compared case-insensitively) in buf, so that no key, whole or mistyped,
- * survives in a log line.  Returns how many keys were hidden.
+ * compared case-insensitively), and runs of 16 or more hex digits after
+ * any other four letters and "_", so that no key, whole or mistyped, of
+ * this or another prefix survives in a log line.  Returns how many keys
+ * were hidden.
  */
 size_t ngx_http_session_key_redact(unsigned char *buf, size_t len,
     const unsigned char *prefix);

@@ -15,6 +15,13 @@ typedef Suite *(*ngx_http_session_suite_pt)(void);
 
 static const ngx_http_session_suite_pt  ngx_http_session_suites[] = {
     make_key_suite,
+    make_redact_suite,
+    make_window_suite,
+    make_route_suite,
+    make_json_suite,
+    make_url_suite,
+    make_body_suite,
+    make_cursor_suite,
     NULL
 };
 

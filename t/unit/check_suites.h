@@ -12,6 +12,13 @@
 
 
 Suite *make_key_suite(void);
+Suite *make_redact_suite(void);
+Suite *make_window_suite(void);
+Suite *make_route_suite(void);
+Suite *make_json_suite(void);
+Suite *make_url_suite(void);
+Suite *make_body_suite(void);
+Suite *make_cursor_suite(void);
 
 
 #endif /* _NGX_HTTP_SESSION_CHECK_SUITES_H_INCLUDED_ */

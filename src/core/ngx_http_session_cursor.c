@@ -1,0 +1,410 @@
+/*
+ * List cursors and UUID text.
+ *
+ * A cursor is URL-safe base64 without padding of
+ *
+ *     version (1 byte, 1) | kind (1 byte, 'S' or 'I') |
+ *     position (8 bytes, big-endian two's complement) |
+ *     [session id (16 bytes), sessions only] |
+ *     CRC-32 of everything before it (4 bytes, big-endian)
+ *
+ * The CRC is tamper detection, not security: it holds no key, so cursors
+ * survive restarts and work on every node, and it catches every change of
+ * one character (a burst of at most 6 bits; CRC-32 catches all bursts up
+ * to 32).  A client that forges a cursor only moves within its own list,
+ * as every list query is bound to the key's project anyway.  The decoder
+ * takes only what the encoder writes: the exact length, the URL-safe
+ * alphabet, zero padding bits, the version and the kind.
+ */
+
+#include <stdint.h>
+#include <string.h>
+
+#include "ngx_http_session_cursor.h"
+
+
+#define NGX_HTTP_SESSION_CURSOR_VERSION       1
+#define NGX_HTTP_SESSION_CURSOR_KIND_SESSION  'S'
+#define NGX_HTTP_SESSION_CURSOR_KIND_IMAGE    'I'
+
+#define NGX_HTTP_SESSION_CURSOR_HEAD          10
+#define NGX_HTTP_SESSION_CURSOR_CRC           4
+/* binary payloads, CRC included */
+#define NGX_HTTP_SESSION_CURSOR_SESSION_BIN                                   \
+    (NGX_HTTP_SESSION_CURSOR_HEAD + NGX_HTTP_SESSION_UUID_BIN_LEN             \
+     + NGX_HTTP_SESSION_CURSOR_CRC)
+#define NGX_HTTP_SESSION_CURSOR_IMAGE_BIN                                     \
+    (NGX_HTTP_SESSION_CURSOR_HEAD + NGX_HTTP_SESSION_CURSOR_CRC)
+
+/* unpadded base64 of n bytes */
+#define NGX_HTTP_SESSION_CURSOR_B64_LEN(n)  (((n) * 4 + 2) / 3)
+
+
+static size_t ngx_http_session_cursor_encode(unsigned char *dst,
+    unsigned char *bin, size_t len);
+static int ngx_http_session_cursor_decode(const unsigned char *src,
+    size_t len, unsigned char *bin, size_t size, int kind);
+static size_t ngx_http_session_cursor_b64_encode(unsigned char *dst,
+    const unsigned char *src, size_t len);
+static int ngx_http_session_cursor_b64_decode(unsigned char *dst,
+    const unsigned char *src, size_t len);
+static uint32_t ngx_http_session_cursor_crc32(const unsigned char *p,
+    size_t len);
+static int ngx_http_session_cursor_hex(unsigned char c);
+
+
+#if (NGX_HTTP_SESSION_CURSOR_B64_LEN(NGX_HTTP_SESSION_CURSOR_SESSION_BIN)    \
+     != NGX_HTTP_SESSION_CURSOR_SESSION_LEN)                                 \
+    || (NGX_HTTP_SESSION_CURSOR_B64_LEN(NGX_HTTP_SESSION_CURSOR_IMAGE_BIN)   \
+        != NGX_HTTP_SESSION_CURSOR_IMAGE_LEN)
+#error "cursor lengths in ngx_http_session_cursor.h are out of date"
+#endif
+
+
+size_t
+ngx_http_session_cursor_encode_session(unsigned char *dst,
+    long long created_us, const unsigned char *uuid16)
+{
+    int            i;
+    uint64_t       v;
+    unsigned char  bin[NGX_HTTP_SESSION_CURSOR_SESSION_BIN];
+
+    bin[0] = NGX_HTTP_SESSION_CURSOR_VERSION;
+    bin[1] = NGX_HTTP_SESSION_CURSOR_KIND_SESSION;
+
+    v = (uint64_t) created_us;
+
+    for (i = 0; i < 8; i++) {
+        bin[2 + i] = (unsigned char) (v >> (56 - 8 * i));
+    }
+
+    memcpy(bin + NGX_HTTP_SESSION_CURSOR_HEAD, uuid16,
+           NGX_HTTP_SESSION_UUID_BIN_LEN);
+
+    return ngx_http_session_cursor_encode(dst, bin, sizeof(bin));
+}
+
+
+int
+ngx_http_session_cursor_decode_session(const unsigned char *src, size_t len,
+    long long *created_us, unsigned char *uuid16)
+{
+    int            i;
+    uint64_t       v;
+    unsigned char  bin[NGX_HTTP_SESSION_CURSOR_SESSION_BIN];
+
+    if (ngx_http_session_cursor_decode(src, len, bin, sizeof(bin),
+                                       NGX_HTTP_SESSION_CURSOR_KIND_SESSION)
+        != 0)
+    {
+        return -1;
+    }
+
+    v = 0;
+
+    for (i = 0; i < 8; i++) {
+        v = (v << 8) | bin[2 + i];
+    }
+
+    *created_us = (long long) v;
+    memcpy(uuid16, bin + NGX_HTTP_SESSION_CURSOR_HEAD,
+           NGX_HTTP_SESSION_UUID_BIN_LEN);
+
+    return 0;
+}
+
+
+size_t
+ngx_http_session_cursor_encode_image(unsigned char *dst, long long sequence)
+{
+    int            i;
+    uint64_t       v;
+    unsigned char  bin[NGX_HTTP_SESSION_CURSOR_IMAGE_BIN];
+
+    bin[0] = NGX_HTTP_SESSION_CURSOR_VERSION;
+    bin[1] = NGX_HTTP_SESSION_CURSOR_KIND_IMAGE;
+
+    v = (uint64_t) sequence;
+
+    for (i = 0; i < 8; i++) {
+        bin[2 + i] = (unsigned char) (v >> (56 - 8 * i));
+    }
+
+    return ngx_http_session_cursor_encode(dst, bin, sizeof(bin));
+}
+
+
+int
+ngx_http_session_cursor_decode_image(const unsigned char *src, size_t len,
+    long long *sequence)
+{
+    int            i;
+    uint64_t       v;
+    unsigned char  bin[NGX_HTTP_SESSION_CURSOR_IMAGE_BIN];
+
+    if (ngx_http_session_cursor_decode(src, len, bin, sizeof(bin),
+                                       NGX_HTTP_SESSION_CURSOR_KIND_IMAGE)
+        != 0)
+    {
+        return -1;
+    }
+
+    v = 0;
+
+    for (i = 0; i < 8; i++) {
+        v = (v << 8) | bin[2 + i];
+    }
+
+    *sequence = (long long) v;
+
+    return 0;
+}
+
+
+int
+ngx_http_session_uuid_parse(const unsigned char *s, size_t len,
+    unsigned char *uuid16)
+{
+    int            hi, lo;
+    size_t         i, n;
+    unsigned char  bin[NGX_HTTP_SESSION_UUID_BIN_LEN];
+
+    if (len != NGX_HTTP_SESSION_UUID_LEN) {
+        return -1;
+    }
+
+    n = 0;
+
+    for (i = 0; i < len; /* void */) {
+
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i++] != '-') {
+                return -1;
+            }
+
+            continue;
+        }
+
+        hi = ngx_http_session_cursor_hex(s[i]);
+        lo = ngx_http_session_cursor_hex(s[i + 1]);
+
+        if (hi < 0 || lo < 0) {
+            return -1;
+        }
+
+        bin[n++] = (unsigned char) (hi << 4 | lo);
+        i += 2;
+    }
+
+    memcpy(uuid16, bin, sizeof(bin));
+
+    return 0;
+}
+
+
+void
+ngx_http_session_uuid_format(const unsigned char *uuid16,
+    unsigned char *dst36)
+{
+    size_t             i;
+    static const char  hex[] = "0123456789abcdef";
+
+    for (i = 0; i < NGX_HTTP_SESSION_UUID_BIN_LEN; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10) {
+            *dst36++ = '-';
+        }
+
+        *dst36++ = (unsigned char) hex[uuid16[i] >> 4];
+        *dst36++ = (unsigned char) hex[uuid16[i] & 0xf];
+    }
+}
+
+
+/* seals bin (len bytes, the last four for the CRC) and encodes it */
+
+static size_t
+ngx_http_session_cursor_encode(unsigned char *dst, unsigned char *bin,
+    size_t len)
+{
+    uint32_t  crc;
+
+    crc = ngx_http_session_cursor_crc32(bin,
+                                        len - NGX_HTTP_SESSION_CURSOR_CRC);
+
+    bin[len - 4] = (unsigned char) (crc >> 24);
+    bin[len - 3] = (unsigned char) (crc >> 16);
+    bin[len - 2] = (unsigned char) (crc >> 8);
+    bin[len - 1] = (unsigned char) crc;
+
+    return ngx_http_session_cursor_b64_encode(dst, bin, len);
+}
+
+
+static int
+ngx_http_session_cursor_decode(const unsigned char *src, size_t len,
+    unsigned char *bin, size_t size, int kind)
+{
+    uint32_t  crc;
+
+    if (len != NGX_HTTP_SESSION_CURSOR_B64_LEN(size)
+        || ngx_http_session_cursor_b64_decode(bin, src, len) != 0)
+    {
+        return -1;
+    }
+
+    if (bin[0] != NGX_HTTP_SESSION_CURSOR_VERSION || bin[1] != kind) {
+        return -1;
+    }
+
+    crc = ngx_http_session_cursor_crc32(bin,
+                                        size - NGX_HTTP_SESSION_CURSOR_CRC);
+
+    if (bin[size - 4] != (unsigned char) (crc >> 24)
+        || bin[size - 3] != (unsigned char) (crc >> 16)
+        || bin[size - 2] != (unsigned char) (crc >> 8)
+        || bin[size - 1] != (unsigned char) crc)
+    {
+        return -1;
+    }
+
+    return 0;
+}
+
+
+static size_t
+ngx_http_session_cursor_b64_encode(unsigned char *dst,
+    const unsigned char *src, size_t len)
+{
+    uint32_t             v;
+    unsigned char       *d;
+    static const char    b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "abcdefghijklmnopqrstuvwxyz0123456789-_";
+
+    d = dst;
+
+    while (len >= 3) {
+        v = (uint32_t) src[0] << 16 | (uint32_t) src[1] << 8 | src[2];
+
+        *d++ = (unsigned char) b64[v >> 18];
+        *d++ = (unsigned char) b64[(v >> 12) & 0x3f];
+        *d++ = (unsigned char) b64[(v >> 6) & 0x3f];
+        *d++ = (unsigned char) b64[v & 0x3f];
+
+        src += 3;
+        len -= 3;
+    }
+
+    if (len > 0) {
+        v = (uint32_t) src[0] << 16;
+
+        if (len == 2) {
+            v |= (uint32_t) src[1] << 8;
+        }
+
+        *d++ = (unsigned char) b64[v >> 18];
+        *d++ = (unsigned char) b64[(v >> 12) & 0x3f];
+
+        if (len == 2) {
+            *d++ = (unsigned char) b64[(v >> 6) & 0x3f];
+        }
+    }
+
+    return d - dst;
+}
+
+
+/*
+ * Unpadded URL-safe base64 whose length the caller has checked; the bits
+ * past the last whole byte must be zero, so that every cursor has one
+ * spelling only.
+ */
+
+static int
+ngx_http_session_cursor_b64_decode(unsigned char *dst,
+    const unsigned char *src, size_t len)
+{
+    int            bits;
+    size_t         i;
+    uint32_t       acc;
+    unsigned char  c, v;
+
+    acc = 0;
+    bits = 0;
+
+    if (len % 4 == 1) {
+        return -1;
+    }
+
+    for (i = 0; i < len; i++) {
+        c = src[i];
+
+        if (c >= 'A' && c <= 'Z') {
+            v = c - 'A';
+
+        } else if (c >= 'a' && c <= 'z') {
+            v = c - 'a' + 26;
+
+        } else if (c >= '0' && c <= '9') {
+            v = c - '0' + 52;
+
+        } else if (c == '-') {
+            v = 62;
+
+        } else if (c == '_') {
+            v = 63;
+
+        } else {
+            return -1;
+        }
+
+        acc = (acc << 6) | v;
+        bits += 6;
+
+        if (bits >= 8) {
+            bits -= 8;
+            *dst++ = (unsigned char) (acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+
+    return acc == 0 ? 0 : -1;
+}
+
+
+/* CRC-32 of ISO-HDLC (zlib's crc32()), bit by bit: cursors are short */
+
+static uint32_t
+ngx_http_session_cursor_crc32(const unsigned char *p, size_t len)
+{
+    int       k;
+    uint32_t  crc;
+
+    crc = 0xffffffff;
+
+    while (len--) {
+        crc ^= *p++;
+
+        for (k = 0; k < 8; k++) {
+            crc = (crc >> 1) ^ (0xedb88320 & (0 - (crc & 1)));
+        }
+    }
+
+    return ~crc;
+}
+
+
+static int
+ngx_http_session_cursor_hex(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+
+    c |= 0x20;
+
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+
+    return -1;
+}

@@ -1,0 +1,835 @@
+/*
+ * Sessions: each endpoint is one parameterised call of a SQL function of
+ * src/sql/ (one statement, one transaction), answered from the event
+ * loop when PostgreSQL replies.
+ */
+
+#include "ngx_http_session_sessions.h"
+#include "ngx_http_session_body.h"
+#include "ngx_http_session_cursor.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_error.h"
+#include "ngx_http_session_sql.h"
+
+
+#define NGX_HTTP_SESSION_LIST_DEFAULT  20
+#define NGX_HTTP_SESSION_LIST_MAX      100
+
+
+static ngx_int_t ngx_http_session_run(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q);
+static void ngx_http_session_create_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_session_create_query(ngx_http_request_t *r,
+    u_char *body, size_t len);
+static ngx_int_t ngx_http_session_json_type(ngx_http_request_t *r);
+static u_char *ngx_http_session_read_body(ngx_http_request_t *r,
+    size_t *len);
+static ngx_int_t ngx_http_session_sid(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, u_char **sid);
+static char *ngx_http_session_project(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+static void ngx_http_session_created(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_one(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_listed(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static ngx_int_t ngx_http_session_outcome(ngx_http_request_t *r,
+    PGresult *res, ngx_uint_t status);
+static ngx_buf_t *ngx_http_session_copy(ngx_http_request_t *r,
+    const char *s, size_t len);
+
+
+/* POST /api/v1/sessions */
+
+ngx_int_t
+ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    u_char     *pos;
+    ngx_int_t   rc;
+    ngx_str_t   name, value;
+
+    pos = r->args.data;
+
+    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+    if (rc == NGX_ERROR) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    if (ngx_http_session_json_type(r) != NGX_OK) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_JSON_TYPE);
+    }
+
+    if (r->headers_in.content_length_n > NGX_HTTP_SESSION_JSON_BODY_MAX) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE);
+    }
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_session_create_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+static void
+ngx_http_session_create_body(ngx_http_request_t *r)
+{
+    size_t   len;
+    u_char  *body;
+
+    if (r->request_body == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    body = ngx_http_session_read_body(r, &len);
+
+    if (body == NULL) {
+        ngx_http_finalize_request(r, (len > NGX_HTTP_SESSION_JSON_BODY_MAX)
+            ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE)
+            : ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_create_query(r, body, len));
+}
+
+
+static ngx_int_t
+ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
+    size_t len)
+{
+    int                            rc;
+    u_char                        *p;
+    ngx_str_t                      msg;
+    ngx_http_session_ctx_t        *ctx;
+    ngx_http_session_create_t      cr;
+    ngx_http_session_db_query_t   *q;
+    ngx_http_session_loc_conf_t   *slcf;
+    ngx_http_session_main_conf_t  *smcf;
+    char                           err[NGX_HTTP_SESSION_BODY_MSG_MAX];
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+    rc = ngx_http_session_create_parse(body, len, (long long) slcf->max_ttl,
+                                       smcf->webhook_allow_private, &cr,
+                                       err, sizeof(err));
+
+    if (rc == NGX_HTTP_SESSION_CREATE_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (rc != NGX_HTTP_SESSION_CREATE_OK) {
+        msg.data = (u_char *) err;
+        msg.len = ngx_strlen(err);
+        return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
+    }
+
+    q = ngx_http_session_db_query_create(r,
+                                         NGX_HTTP_SESSION_SQL_SESSION_CREATE,
+                                         ngx_http_session_created);
+    if (q == NULL) {
+        ngx_http_session_create_free(&cr);
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ctx->delivery_mode = cr.delivery_mode;
+
+    if (ngx_http_session_project(r, ctx) == NULL) {
+        ngx_http_session_create_free(&cr);
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+
+    ngx_http_session_db_param(q,
+                 (cr.delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
+                 ? "webhook" : "long_poll", 0, 0);
+
+    if (cr.webhook_url) {
+        p = ngx_pnalloc(r->pool, cr.webhook_url_len + 1);
+        if (p == NULL) {
+            ngx_http_session_create_free(&cr);
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        ngx_memcpy(p, cr.webhook_url, cr.webhook_url_len);
+        p[cr.webhook_url_len] = '\0';
+
+        ngx_http_session_db_param(q, p, cr.webhook_url_len, 0);
+
+    } else {
+        ngx_http_session_db_param(q, NULL, 0, 0);
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_TIME_T_LEN + 1);
+    if (p == NULL) {
+        ngx_http_session_create_free(&cr);
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    *ngx_sprintf(p, "%T", cr.has_expires_in ? (time_t) cr.expires_in
+                                            : (time_t) slcf->ttl) = '\0';
+
+    ngx_http_session_db_param(q, p, 0, 0);
+
+    ngx_http_session_create_free(&cr);
+
+    return ngx_http_session_run(r, q);
+}
+
+
+static void
+ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    size_t               len;
+    u_char              *p;
+    char                *id;
+    ngx_int_t            rc;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r;
+
+    r = q->request;
+
+    if (res && ngx_http_session_db_result_ok(q, res) == NGX_OK
+        && PQntuples(res) == 1 && PQnfields(res) == 3
+        && ngx_strcmp(PQgetvalue(res, 0, 0), "ok") == 0)
+    {
+        id = PQgetvalue(res, 0, 2);
+        len = sizeof("/api/v1/sessions/") - 1 + ngx_strlen(id);
+
+        p = ngx_pnalloc(r->pool, len);
+        h = ngx_list_push(&r->headers_out.headers);
+
+        if (p == NULL || h == NULL) {
+            ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            return;
+        }
+
+        ngx_sprintf(p, "/api/v1/sessions/%s", id);
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Location");
+        h->value.data = p;
+        h->value.len = len;
+    }
+
+    rc = ngx_http_session_outcome(r, res, NGX_HTTP_CREATED);
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/* GET /api/v1/sessions/{sid} and POST /api/v1/sessions/{sid}/complete */
+
+ngx_int_t
+ngx_http_session_get(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    u_char                       *sid;
+    ngx_int_t                     rc;
+    ngx_http_session_db_query_t  *q;
+
+    sid = NULL;
+
+    rc = ngx_http_session_sid(r, ctx, &sid);
+    if (sid == NULL) {
+        /* the error was sent: rc is what sending it returned */
+        return rc;
+    }
+
+    q = ngx_http_session_db_query_create(r,
+                           (ctx->route.id == NGX_HTTP_SESSION_ROUTE_COMPLETE)
+                           ? NGX_HTTP_SESSION_SQL_SESSION_COMPLETE
+                           : NGX_HTTP_SESSION_SQL_SESSION_GET,
+                           ngx_http_session_one);
+    if (q == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+    ngx_http_session_db_param(q, sid, 0, 0);
+
+    return ngx_http_session_run(r, q);
+}
+
+
+ngx_int_t
+ngx_http_session_complete(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    return ngx_http_session_get(r, ctx);
+}
+
+
+static void
+ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_http_finalize_request(q->request,
+                              ngx_http_session_outcome(q->request, res,
+                                                       NGX_HTTP_OK));
+}
+
+
+/*
+ * Validates the query string (no parameter is known) and the session id;
+ * a malformed id is a session that does not exist.  On failure *sid stays
+ * NULL, the error is sent, and what sending returned is returned.
+ */
+
+static ngx_int_t
+ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
+    u_char **sid)
+{
+    u_char     *pos, *p, uuid[16];
+    ngx_int_t   rc;
+    ngx_str_t   name, value;
+
+    pos = r->args.data;
+
+    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+    if (rc == NGX_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    if (ngx_http_session_uuid_parse(ctx->route.sid, ctx->route.sid_len, uuid)
+        != 0)
+    {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+    if (p == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_http_session_uuid_format(uuid, p);
+    p[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+
+    if (ngx_http_session_project(r, ctx) == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    *sid = p;
+
+    return NGX_OK;
+}
+
+
+/* GET /api/v1/sessions */
+
+ngx_int_t
+ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    u_char                       *pos, *p, *status, *after_us, *after_id;
+    u_char                        uuid[16];
+    ngx_int_t                     rc;
+    ngx_str_t                     name, value;
+    long long                     limit, created_us;
+    ngx_http_session_db_query_t  *q;
+
+    limit = NGX_HTTP_SESSION_LIST_DEFAULT;
+    status = NULL;
+    after_us = NULL;
+    after_id = NULL;
+
+    pos = r->args.data;
+
+    for ( ;; ) {
+        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc == NGX_ERROR) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        if (name.len == 5 && ngx_strncmp(name.data, "limit", 5) == 0) {
+            if (ngx_http_session_parse_int(value.data, value.len, 1,
+                                           NGX_HTTP_SESSION_LIST_MAX, &limit)
+                != 0)
+            {
+                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_LIMIT);
+            }
+
+            continue;
+        }
+
+        if (name.len == 6 && ngx_strncmp(name.data, "status", 6) == 0) {
+            if (!((value.len == 4
+                   && ngx_strncmp(value.data, "open", 4) == 0)
+                  || (value.len == 9
+                      && ngx_strncmp(value.data, "completed", 9) == 0)
+                  || (value.len == 7
+                      && ngx_strncmp(value.data, "expired", 7) == 0)))
+            {
+                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_STATUS);
+            }
+
+            status = ngx_pnalloc(r->pool, value.len + 1);
+            if (status == NULL) {
+                return ngx_http_session_error(r,
+                                              NGX_HTTP_SESSION_ERR_INTERNAL);
+            }
+
+            *ngx_cpymem(status, value.data, value.len) = '\0';
+            continue;
+        }
+
+        if (name.len == 6 && ngx_strncmp(name.data, "cursor", 6) == 0) {
+            if (ngx_http_session_cursor_decode_session(value.data, value.len,
+                                                       &created_us, uuid)
+                != 0)
+            {
+                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
+            }
+
+            after_us = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
+            after_id = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+
+            if (after_us == NULL || after_id == NULL) {
+                return ngx_http_session_error(r,
+                                              NGX_HTTP_SESSION_ERR_INTERNAL);
+            }
+
+            *ngx_sprintf(after_us, "%L", (int64_t) created_us) = '\0';
+            ngx_http_session_uuid_format(uuid, after_id);
+            after_id[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+            continue;
+        }
+
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_SESSION_LIST,
+                                         ngx_http_session_listed);
+    if (q == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
+    if (p == NULL || ngx_http_session_project(r, ctx) == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    /* one row more than asked tells whether there is a next page */
+    *ngx_sprintf(p, "%L", (int64_t) limit + 1) = '\0';
+
+    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+    ngx_http_session_db_param(q, status, 0, 0);
+    ngx_http_session_db_param(q, after_us, 0, 0);
+    ngx_http_session_db_param(q, after_id, 0, 0);
+    ngx_http_session_db_param(q, p, 0, 0);
+
+    q->data = (void *) (uintptr_t) limit;
+
+    return ngx_http_session_run(r, q);
+}
+
+
+static void
+ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    int                  i, n, limit;
+    size_t               len;
+    u_char              *p, uuid[16];
+    ngx_buf_t           *b;
+    long long            created_us;
+    ngx_http_request_t  *r;
+    u_char               cursor[NGX_HTTP_SESSION_CURSOR_MAX];
+    size_t               cursor_len;
+
+    r = q->request;
+    limit = (int) (uintptr_t) q->data;
+
+    if (res == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                        NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE));
+        return;
+    }
+
+    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || PQnfields(res) != 3)
+    {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    n = PQntuples(res);
+    cursor_len = 0;
+
+    if (n > limit) {
+        n = limit;
+
+        created_us = ngx_atoof((u_char *) PQgetvalue(res, n - 1, 1),
+                               PQgetlength(res, n - 1, 1));
+
+        if (created_us == NGX_ERROR
+            && PQgetvalue(res, n - 1, 1)[0] != '-')
+        {
+            ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            return;
+        }
+
+        if (ngx_http_session_uuid_parse((u_char *) PQgetvalue(res, n - 1, 2),
+                                        PQgetlength(res, n - 1, 2), uuid)
+            != 0)
+        {
+            ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            return;
+        }
+
+        cursor_len = ngx_http_session_cursor_encode_session(cursor,
+                                                            created_us, uuid);
+    }
+
+    len = sizeof("{\"data\": [], \"has_more\": false, "
+                 "\"next_cursor\": \"\"}") + cursor_len;
+
+    for (i = 0; i < n; i++) {
+        len += PQgetlength(res, i, 0) + sizeof(", ") - 1;
+    }
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    p = ngx_cpymem(b->last, "{\"data\": [", sizeof("{\"data\": [") - 1);
+
+    for (i = 0; i < n; i++) {
+        if (i) {
+            *p++ = ','; *p++ = ' ';
+        }
+
+        p = ngx_cpymem(p, PQgetvalue(res, i, 0), PQgetlength(res, i, 0));
+    }
+
+    if (cursor_len) {
+        p = ngx_sprintf(p, "], \"has_more\": true, \"next_cursor\": \"%*s\"}",
+                        cursor_len, cursor);
+
+    } else {
+        p = ngx_cpymem(p, "], \"has_more\": false, \"next_cursor\": null}",
+                       sizeof("], \"has_more\": false, \"next_cursor\": null}")
+                       - 1);
+    }
+
+    b->last = p;
+
+    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
+}
+
+
+/* helpers */
+
+static ngx_int_t
+ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
+{
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
+    }
+
+    /* the query's handler finalizes the request */
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/* maps a (outcome, body) row to the answer */
+
+static ngx_int_t
+ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
+    ngx_uint_t status)
+{
+    char                    *outcome;
+    ngx_buf_t               *b;
+    ngx_http_session_ctx_t  *ctx;
+
+    if (res == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
+    }
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
+        || PQnfields(res) < 2)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: unexpected result: %s",
+                      PQresultErrorMessage(res));
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    outcome = PQgetvalue(res, 0, 0);
+
+    if (ngx_strcmp(outcome, "ok") == 0) {
+        b = ngx_http_session_copy(r, PQgetvalue(res, 0, 1),
+                                  PQgetlength(res, 0, 1));
+        if (b == NULL) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        return ngx_http_session_send_json(r, status, b);
+    }
+
+    if (ngx_strcmp(outcome, "missing") == 0) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    }
+
+    if (ngx_strcmp(outcome, "forbidden") == 0) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN);
+    }
+
+    if (ngx_strcmp(outcome, "expired") == 0) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_EXPIRED);
+    }
+
+    if (ngx_strcmp(outcome, "quota") == 0) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_QUOTA);
+    }
+
+    if (ngx_strcmp(outcome, "feature") == 0) {
+        ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+        return ngx_http_session_error(r,
+                       (ctx->delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
+                       ? NGX_HTTP_SESSION_ERR_PLAN_WEBHOOK
+                       : NGX_HTTP_SESSION_ERR_PLAN_LONG_POLL);
+    }
+
+    return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+}
+
+
+static ngx_buf_t *
+ngx_http_session_copy(ngx_http_request_t *r, const char *s, size_t len)
+{
+    ngx_buf_t  *b;
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        return NULL;
+    }
+
+    b->last = ngx_cpymem(b->last, s, len);
+
+    return b;
+}
+
+
+/* the project id as a NUL-terminated text parameter, made once */
+
+static char *
+ngx_http_session_project(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    if (ctx->project == NULL) {
+        ctx->project = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+        if (ctx->project == NULL) {
+            return NULL;
+        }
+
+        ngx_memcpy(ctx->project, ctx->principal.project_id,
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ctx->project[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+    }
+
+    return (char *) ctx->project;
+}
+
+
+/* "application/json", any case, parameters allowed */
+
+static ngx_int_t
+ngx_http_session_json_type(ngx_http_request_t *r)
+{
+    u_char     *p, *end;
+    ngx_str_t  *ct;
+
+    if (r->headers_in.content_type == NULL) {
+        return NGX_DECLINED;
+    }
+
+    ct = &r->headers_in.content_type->value;
+    end = ct->data + ct->len;
+
+    for (p = ct->data; p < end && *p != ';'; p++) {
+        /* void */
+    }
+
+    while (p > ct->data && (p[-1] == ' ' || p[-1] == '\t')) {
+        p--;
+    }
+
+    if ((size_t) (p - ct->data) == sizeof("application/json") - 1
+        && ngx_strncasecmp(ct->data, (u_char *) "application/json",
+                           sizeof("application/json") - 1)
+           == 0)
+    {
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * The whole body in one piece, from memory buffers or from the temporary
+ * file nginx spooled it to.  NULL with *len over the limit when too large.
+ */
+
+static u_char *
+ngx_http_session_read_body(ngx_http_request_t *r, size_t *len)
+{
+    off_t         size;
+    u_char       *body, *p;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    size = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    *len = (size_t) size;
+
+    if (size > NGX_HTTP_SESSION_JSON_BODY_MAX) {
+        return NULL;
+    }
+
+    body = ngx_pnalloc(r->pool, (size_t) size + 1);
+    if (body == NULL) {
+        *len = 0;
+        return NULL;
+    }
+
+    p = body;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (ngx_buf_in_memory(b)) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            continue;
+        }
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                              b->file_pos);
+
+            if (n != b->file_last - b->file_pos) {
+                *len = 0;
+                return NULL;
+            }
+
+            p += n;
+        }
+    }
+
+    *len = p - body;
+
+    return body;
+}
+
+
+ngx_int_t
+ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
+    ngx_str_t *name, ngx_str_t *value)
+{
+    u_char  *p, *end, *amp, *eq, *dst;
+
+    if (*pos == NULL) {
+        return NGX_DONE;
+    }
+
+    end = r->args.data + r->args.len;
+
+    for ( ;; ) {
+        p = *pos;
+
+        if (p >= end) {
+            return NGX_DONE;
+        }
+
+        amp = ngx_strlchr(p, end, '&');
+        if (amp == NULL) {
+            amp = end;
+        }
+
+        *pos = (amp < end) ? amp + 1 : end;
+
+        /* "a=1&&b=2": an empty pair is no parameter */
+        if (amp > p) {
+            break;
+        }
+    }
+
+    eq = ngx_strlchr(p, amp, '=');
+    if (eq == NULL) {
+        eq = amp;
+    }
+
+    dst = ngx_pnalloc(r->pool, (eq - p) + (amp - eq) + 1);
+    if (dst == NULL) {
+        return NGX_ERROR;
+    }
+
+    name->data = dst;
+    ngx_unescape_uri(&dst, &p, eq - p, 0);
+    name->len = dst - name->data;
+
+    value->data = dst;
+
+    if (eq < amp) {
+        p = eq + 1;
+        ngx_unescape_uri(&dst, &p, amp - eq - 1, 0);
+    }
+
+    value->len = dst - value->data;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_session_unknown_arg(ngx_http_request_t *r, ngx_str_t *name)
+{
+    ngx_str_t  msg;
+
+    msg.len = sizeof("unknown query parameter: ") - 1 + name->len;
+    msg.data = ngx_pnalloc(r->pool, msg.len);
+    if (msg.data == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_sprintf(msg.data, "unknown query parameter: %V", name);
+
+    return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
+}

@@ -1,0 +1,37 @@
+/*
+ * The sessions endpoints: create, list, get, complete.
+ */
+
+#ifndef _NGX_HTTP_SESSION_SESSIONS_H_INCLUDED_
+#define _NGX_HTTP_SESSION_SESSIONS_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+
+
+/* a session list or create body may hold at most this many bytes */
+#define NGX_HTTP_SESSION_JSON_BODY_MAX  65536
+
+
+ngx_int_t ngx_http_session_create(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+ngx_int_t ngx_http_session_list(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+ngx_int_t ngx_http_session_get(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+ngx_int_t ngx_http_session_complete(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+
+/*
+ * The next "name=value" of the query string from *pos, both unescaped
+ * into r->pool; NGX_DONE at the end.
+ */
+ngx_int_t ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
+    ngx_str_t *name, ngx_str_t *value);
+
+/* answers 400 "unknown query parameter: <name>" */
+ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,
+    ngx_str_t *name);
+
+
+#endif /* _NGX_HTTP_SESSION_SESSIONS_H_INCLUDED_ */
