@@ -35,6 +35,7 @@ typedef struct {
 
 
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
+static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
     ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc);
@@ -150,7 +151,7 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
     if (PQstatus(dc->pg) == CONNECTION_BAD) {
         ngx_log_error(ngx_http_session_db_failure_level(dc),
                       dc->log, 0, "session db: cannot connect: %s",
-                      PQerrorMessage(dc->pg));
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         ngx_http_session_db_conn_fail(dc);
         return;
     }
@@ -187,7 +188,7 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
         if (st == PGRES_POLLING_FAILED) {
             ngx_log_error(ngx_http_session_db_failure_level(dc),
                           dc->log, 0, "session db: cannot connect: %s",
-                          PQerrorMessage(dc->pg));
+                          ngx_http_session_db_message(PQerrorMessage(dc->pg)));
             ngx_http_session_db_conn_fail(dc);
             return;
         }
@@ -247,6 +248,40 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
 }
 
 
+/*
+ * libpq's messages span lines ("...failed\n\tIs the server running...\n"):
+ * one log line each, with the line breaks folded into spaces.
+ */
+
+static char *
+ngx_http_session_db_message(const char *msg)
+{
+    size_t       n;
+    static char  line[512];
+
+    for (n = 0; *msg && n < sizeof(line) - 1; msg++) {
+
+        if (*msg == '\n' || *msg == '\t' || *msg == '\r') {
+            if (n && line[n - 1] != ' ') {
+                line[n++] = ' ';
+            }
+
+            continue;
+        }
+
+        line[n++] = *msg;
+    }
+
+    while (n && line[n - 1] == ' ') {
+        n--;
+    }
+
+    line[n] = '\0';
+
+    return line;
+}
+
+
 /* an outage is logged once as an error, the retries that follow as info */
 
 static ngx_uint_t
@@ -264,8 +299,8 @@ ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc)
 
     fd = PQsocket(dc->pg);
     if (fd == -1) {
-        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                      "session db: no socket: %s", PQerrorMessage(dc->pg));
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: no socket: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
     }
 
@@ -472,8 +507,8 @@ ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc)
     rc = PQflush(dc->pg);
 
     if (rc == -1) {
-        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                      "session db: send failed: %s", PQerrorMessage(dc->pg));
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
     }
 
@@ -491,7 +526,7 @@ ngx_http_session_db_read(ngx_http_session_db_conn_t *dc)
         if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
             ngx_log_error(NGX_LOG_ERR, dc->log, 0,
                           "session db: connection lost: %s",
-                          PQerrorMessage(dc->pg));
+                          ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         }
 
         ngx_http_session_db_conn_fail(dc);
@@ -562,8 +597,8 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     if (q == NULL) {
         if (res) {
             if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
-                ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                              "session db: %s", PQresultErrorMessage(res));
+                ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: %s",
+                        ngx_http_session_db_message(PQresultErrorMessage(res)));
             }
 
             PQclear(res);
@@ -582,8 +617,9 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
 
     if (res == NULL || ngx_http_session_db_unavailable(res)) {
         if (res) {
-            ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                          "session db: %s", PQresultErrorMessage(res));
+            ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: %s",
+                          ngx_http_session_db_message(
+                                                 PQresultErrorMessage(res)));
             PQclear(res);
         }
 
@@ -633,8 +669,8 @@ ngx_int_t
 ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
 {
     if (!PQsendQuery(dc->pg, sql)) {
-        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                      "session db: send failed: %s", PQerrorMessage(dc->pg));
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
     }
 
@@ -750,8 +786,8 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
     if (!PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
                            q->lengths, q->formats, q->result_format))
     {
-        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                      "session db: send failed: %s", PQerrorMessage(dc->pg));
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         ngx_http_session_db_conn_fail(dc);
         return NGX_ERROR;
     }
@@ -928,7 +964,8 @@ ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     ngx_log_error(NGX_LOG_ERR, q->request->connection->log, 0,
-                  "session db: query failed: %s", PQresultErrorMessage(res));
+                  "session db: query failed: %s",
+                  ngx_http_session_db_message(PQresultErrorMessage(res)));
 
     return NGX_ERROR;
 }

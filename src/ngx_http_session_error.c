@@ -302,6 +302,13 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
                   .message;
         break;
 
+    case NGX_HTTP_NOT_ALLOWED:
+        /* e.g. TRACE, which nginx refuses before choosing a location */
+        message =
+            ngx_http_session_errors[NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED]
+            .message;
+        break;
+
     case NGX_HTTP_REQUEST_URI_TOO_LARGE:
         message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_URI_TOO_LONG]
                   .message;

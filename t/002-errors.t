@@ -489,8 +489,6 @@ Content-Type: application/json
 
 
 === TEST 30: TRACE, which nginx refuses itself before any location: 405 JSON
---- todo_reason
-nginx answers TRACE with its HTML 405 before a location is chosen
 --- raw_request eval
 "TRACE /api/v1/sessions HTTP/1.1\r
 Host: localhost\r
