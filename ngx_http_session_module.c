@@ -327,6 +327,15 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_sec_value(conf->ttl, prev->ttl, 3600);
     ngx_conf_merge_sec_value(conf->max_ttl, prev->max_ttl, 86400);
 
+    /* lifetimes go to PostgreSQL as 32-bit integers */
+    if (conf->max_ttl > NGX_MAX_INT32_VALUE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"session_max_ttl\" %T is too large, the "
+                           "maximum is %T seconds", conf->max_ttl,
+                           (time_t) NGX_MAX_INT32_VALUE);
+        return NGX_CONF_ERROR;
+    }
+
     if (conf->ttl > conf->max_ttl) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"session_ttl\" %T must not be greater than "

@@ -49,6 +49,17 @@ ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     ngx_int_t   rc;
     ngx_str_t   name, value;
 
+    /* stage 4 in its order: headers, query, body */
+
+    if (ngx_http_session_json_type(r) != NGX_OK) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_JSON_TYPE);
+    }
+
+    if (r->headers_in.content_length_n > NGX_HTTP_SESSION_JSON_BODY_MAX) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE);
+    }
+
     pos = r->args.data;
 
     rc = ngx_http_session_arg_next(r, &pos, &name, &value);
@@ -58,15 +69,6 @@ ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     if (rc == NGX_OK) {
         return ngx_http_session_unknown_arg(r, &name);
-    }
-
-    if (ngx_http_session_json_type(r) != NGX_OK) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_JSON_TYPE);
-    }
-
-    if (r->headers_in.content_length_n > NGX_HTTP_SESSION_JSON_BODY_MAX) {
-        return ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE);
     }
 
     rc = ngx_http_read_client_request_body(r, ngx_http_session_create_body);
@@ -116,15 +118,24 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     ngx_http_session_db_query_t   *q;
     ngx_http_session_loc_conf_t   *slcf;
     ngx_http_session_main_conf_t  *smcf;
-    char                           err[NGX_HTTP_SESSION_BODY_MSG_MAX];
+    char                          *err;
+    size_t                         err_size;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
+    /* room for any message, an unknown field's whole name included */
+    err_size = len + NGX_HTTP_SESSION_BODY_MSG_MAX;
+
+    err = ngx_pnalloc(r->pool, err_size);
+    if (err == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
     rc = ngx_http_session_create_parse(body, len, (long long) slcf->max_ttl,
                                        smcf->webhook_allow_private, &cr,
-                                       err, sizeof(err));
+                                       err, err_size);
 
     if (rc == NGX_HTTP_SESSION_CREATE_ERROR) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -503,8 +514,10 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
                                                             created_us, uuid);
     }
 
+    /* the longer of the two endings: "true" with a cursor, or "null" */
     len = sizeof("{\"data\": [], \"has_more\": false, "
-                 "\"next_cursor\": \"\"}") + cursor_len;
+                 "\"next_cursor\": null}")
+          + sizeof("\"\"") + cursor_len;
 
     for (i = 0; i < n; i++) {
         len += PQgetlength(res, i, 0) + sizeof(", ") - 1;
