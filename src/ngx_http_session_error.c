@@ -205,23 +205,19 @@ ngx_http_session_error_filter_init(ngx_conf_t *cf)
 static ngx_int_t
 ngx_http_session_error_set_json(ngx_http_request_t *r, off_t len)
 {
-    u_char      *p;
-    ngx_uint_t   status;
-    const char  *reason;
+    const char  *line;
 
-    /* nginx's own status lines differ for some codes ("405 Not Allowed") */
+    /*
+     * nginx's own status lines differ for some codes ("405 Not Allowed"):
+     * the API's reason phrase, from a static table, no allocation.
+     */
 
-    status = r->headers_out.status;
-    reason = ngx_http_session_reason((unsigned) status);
+    line = ngx_http_session_status_line((unsigned) r->headers_out.status);
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1 + ngx_strlen(reason));
-    if (p == NULL) {
-        return NGX_ERROR;
+    if (line) {
+        r->headers_out.status_line.data = (u_char *) line;
+        r->headers_out.status_line.len = ngx_strlen(line);
     }
-
-    r->headers_out.status_line.data = p;
-    r->headers_out.status_line.len = ngx_sprintf(p, "%ui %s", status, reason)
-                                     - p;
 
     ngx_str_set(&r->headers_out.content_type, "application/json");
     r->headers_out.content_type_len = r->headers_out.content_type.len;

@@ -10,46 +10,51 @@
 typedef struct {
     unsigned     status;
     const char  *phrase;
+    /* "NNN Phrase", the status line */
+    const char  *line;
 } ngx_http_session_reason_t;
 
 
 static const ngx_http_session_reason_t  ngx_http_session_reasons[] = {
-    { 200, "OK" },
-    { 201, "Created" },
-    { 304, "Not Modified" },
-    { 400, "Bad Request" },
-    { 401, "Unauthorized" },
-    { 402, "Payment Required" },
-    { 403, "Forbidden" },
-    { 404, "Not Found" },
-    { 405, "Method Not Allowed" },
-    { 406, "Not Acceptable" },
-    { 407, "Proxy Authentication Required" },
-    { 408, "Request Timeout" },
-    { 409, "Conflict" },
-    { 410, "Gone" },
-    { 411, "Length Required" },
-    { 412, "Precondition Failed" },
-    { 413, "Payload Too Large" },
-    { 414, "URI Too Long" },
-    { 415, "Unsupported Media Type" },
-    { 416, "Range Not Satisfiable" },
-    { 417, "Expectation Failed" },
-    { 421, "Misdirected Request" },
-    { 422, "Unprocessable Entity" },
-    { 426, "Upgrade Required" },
-    { 428, "Precondition Required" },
-    { 429, "Too Many Requests" },
-    { 431, "Request Header Fields Too Large" },
-    { 451, "Unavailable For Legal Reasons" },
-    { 500, "Internal Server Error" },
-    { 501, "Not Implemented" },
-    { 502, "Bad Gateway" },
-    { 503, "Service Unavailable" },
-    { 504, "Gateway Timeout" },
-    { 505, "HTTP Version Not Supported" },
-    { 507, "Insufficient Storage" },
-    { 0, NULL }
+    { 200, "OK", "200 OK" },
+    { 201, "Created", "201 Created" },
+    { 304, "Not Modified", "304 Not Modified" },
+    { 400, "Bad Request", "400 Bad Request" },
+    { 401, "Unauthorized", "401 Unauthorized" },
+    { 402, "Payment Required", "402 Payment Required" },
+    { 403, "Forbidden", "403 Forbidden" },
+    { 404, "Not Found", "404 Not Found" },
+    { 405, "Method Not Allowed", "405 Method Not Allowed" },
+    { 406, "Not Acceptable", "406 Not Acceptable" },
+    { 407, "Proxy Authentication Required",
+      "407 Proxy Authentication Required" },
+    { 408, "Request Timeout", "408 Request Timeout" },
+    { 409, "Conflict", "409 Conflict" },
+    { 410, "Gone", "410 Gone" },
+    { 411, "Length Required", "411 Length Required" },
+    { 412, "Precondition Failed", "412 Precondition Failed" },
+    { 413, "Payload Too Large", "413 Payload Too Large" },
+    { 414, "URI Too Long", "414 URI Too Long" },
+    { 415, "Unsupported Media Type", "415 Unsupported Media Type" },
+    { 416, "Range Not Satisfiable", "416 Range Not Satisfiable" },
+    { 417, "Expectation Failed", "417 Expectation Failed" },
+    { 421, "Misdirected Request", "421 Misdirected Request" },
+    { 422, "Unprocessable Entity", "422 Unprocessable Entity" },
+    { 426, "Upgrade Required", "426 Upgrade Required" },
+    { 428, "Precondition Required", "428 Precondition Required" },
+    { 429, "Too Many Requests", "429 Too Many Requests" },
+    { 431, "Request Header Fields Too Large",
+      "431 Request Header Fields Too Large" },
+    { 451, "Unavailable For Legal Reasons",
+      "451 Unavailable For Legal Reasons" },
+    { 500, "Internal Server Error", "500 Internal Server Error" },
+    { 501, "Not Implemented", "501 Not Implemented" },
+    { 502, "Bad Gateway", "502 Bad Gateway" },
+    { 503, "Service Unavailable", "503 Service Unavailable" },
+    { 504, "Gateway Timeout", "504 Gateway Timeout" },
+    { 505, "HTTP Version Not Supported", "505 HTTP Version Not Supported" },
+    { 507, "Insufficient Storage", "507 Insufficient Storage" },
+    { 0, NULL, NULL }
 };
 
 
@@ -123,6 +128,21 @@ ngx_http_session_json_escape(unsigned char *dst, const unsigned char *src,
     }
 
     return size;
+}
+
+
+const char *
+ngx_http_session_status_line(unsigned status)
+{
+    const ngx_http_session_reason_t  *r;
+
+    for (r = ngx_http_session_reasons; r->status; r++) {
+        if (r->status == status) {
+            return r->line;
+        }
+    }
+
+    return NULL;
 }
 
 

@@ -30,5 +30,8 @@ size_t ngx_http_session_json_escape(unsigned char *dst,
 /* the standard reason phrase of an HTTP status, "Unknown" if none */
 const char *ngx_http_session_reason(unsigned status);
 
+/* "NNN Reason Phrase" for a status of the table, else NULL */
+const char *ngx_http_session_status_line(unsigned status);
+
 
 #endif /* _NGX_HTTP_SESSION_JSON_H_INCLUDED_ */

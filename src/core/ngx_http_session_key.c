@@ -99,9 +99,36 @@ ngx_http_session_key_check(const unsigned char *token, size_t len,
 int
 ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
 {
-    size_t         i;
-    unsigned int   n;
-    unsigned char  c, lower[NGX_HTTP_SESSION_KEY_LEN];
+    int                  ok;
+    size_t               i;
+    unsigned int         n;
+    unsigned char        c, lower[NGX_HTTP_SESSION_KEY_LEN];
+    static EVP_MD_CTX   *ctx;
+    static const EVP_MD *md;
+
+    /*
+     * The digest and its context are made once per process and reused:
+     * OpenSSL 3 looks the algorithm up in its providers on every
+     * EVP_sha256()-style call, which costs more than hashing 37 bytes.
+     */
+
+    if (md == NULL) {
+#if OPENSSL_VERSION_NUMBER >= 0x30000000L
+        md = EVP_MD_fetch(NULL, "SHA256", NULL);
+#else
+        md = EVP_sha256();
+#endif
+        if (md == NULL) {
+            return -1;
+        }
+    }
+
+    if (ctx == NULL) {
+        ctx = EVP_MD_CTX_new();
+        if (ctx == NULL) {
+            return -1;
+        }
+    }
 
     for (i = 0; i < NGX_HTTP_SESSION_KEY_LEN; i++) {
         c = token[i];
@@ -110,17 +137,14 @@ ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
 
     n = 0;
 
-    if (EVP_Digest(lower, NGX_HTTP_SESSION_KEY_LEN, hash, &n, EVP_sha256(),
-                   NULL)
-        != 1 || n != NGX_HTTP_SESSION_KEY_HASH_LEN)
-    {
-        OPENSSL_cleanse(lower, sizeof(lower));
-        return -1;
-    }
+    ok = EVP_DigestInit_ex(ctx, md, NULL) == 1
+         && EVP_DigestUpdate(ctx, lower, NGX_HTTP_SESSION_KEY_LEN) == 1
+         && EVP_DigestFinal_ex(ctx, hash, &n) == 1
+         && n == NGX_HTTP_SESSION_KEY_HASH_LEN;
 
     OPENSSL_cleanse(lower, sizeof(lower));
 
-    return 0;
+    return ok ? 0 : -1;
 }
 
 
