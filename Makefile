@@ -63,7 +63,8 @@ $(NGX_BUILD)/objs/Makefile: config
 $(BUILD)/ngx_http_session_module.so: $(NGX_BUILD)/objs/Makefile $(MOD_SRCS) \
                                      $(MOD_HDRS)
 	$(MAKE) -C $(NGX_BUILD) -f objs/Makefile modules
-	cp $(NGX_BUILD)/objs/ngx_http_session_module.so $@
+	# a new file, not an overwrite: a running nginx maps the old one
+	cp $(NGX_BUILD)/objs/ngx_http_session_module.so $@.tmp && mv -f $@.tmp $@
 
 $(BUILD)/ngx_http_session_migrations.h: $(SQL_FILES) util/embed-sql.sh
 	@mkdir -p $(BUILD)

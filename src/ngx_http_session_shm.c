@@ -54,6 +54,7 @@ typedef struct {
     /* bumped by every auth cache invalidation */
     ngx_uint_t                    auth_generation;
     ngx_uint_t                    evictions;
+    ngx_uint_t                    evictions_alerted;
     time_t                        last_full_alert;
 } ngx_http_session_shm_t;
 
@@ -478,11 +479,15 @@ ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
     if (evicted) {
         sh->evictions += evicted;
 
+        /* one ALERT a second, counting every eviction since the last */
+
         if (sh->last_full_alert == now) {
             evicted = 0;
 
         } else {
             sh->last_full_alert = now;
+            evicted = sh->evictions - sh->evictions_alerted;
+            sh->evictions_alerted = sh->evictions;
         }
     }
 

@@ -45,6 +45,8 @@ CREATE FUNCTION session_create(p_project uuid, p_mode text, p_url text,
 RETURNS TABLE (outcome text, body text, id uuid)
 LANGUAGE plpgsql AS $$
 DECLARE
+    -- one instant for created_at and expires_at: expires_in exactly
+    v_now       timestamptz := clock_timestamp();
     v_account   uuid;
     v_quota     integer;
     v_features  text[];
@@ -81,9 +83,10 @@ BEGIN
         RETURN;
     END IF;
 
-    INSERT INTO sessions (project_id, delivery_mode, webhook_url, expires_at)
-    VALUES (p_project, p_mode, p_url,
-            now() + make_interval(secs => p_ttl))
+    INSERT INTO sessions (project_id, delivery_mode, webhook_url,
+                          created_at, expires_at)
+    VALUES (p_project, p_mode, p_url, v_now,
+            v_now + make_interval(secs => p_ttl))
     RETURNING * INTO v_session;
 
     RETURN QUERY SELECT 'ok'::text, session_json(v_session), v_session.id;

@@ -1,0 +1,727 @@
+#!/usr/bin/env bash
+# "make bench": wrk against nginx with the module on 127.0.0.1, then the
+# capacity of a 10m session_limit_zone.  Prints a table and writes it,
+# with the command and the machine, to docs/benchmarks.md.
+#
+#   bash util/bench.sh
+#
+# Everything is local and bounded: a throw-away PostgreSQL (pg_virtualenv,
+# as util/test.sh does), nginx on a free loopback port, each wrk run
+# BENCH_DURATION long; the whole run takes about two and a half minutes.
+#
+# Environment:
+#   BENCH_SESSION_DB     use this (migrated or not) database instead of a
+#                        throw-away one; the rows the bench adds are
+#                        deleted at the end
+#   BENCH_DURATION       one wrk run (default 5s)
+#   BENCH_THREADS        wrk threads (default 2)
+#   BENCH_CONNECTIONS    wrk connections (default 50)
+#   BENCH_ROUNDS         runs of each scenario, the median is reported
+#                        (default 3)
+#   BENCH_WORKERS        nginx worker_processes (default 2)
+#   BENCH_CAPACITY_KEYS  keys for the zone-capacity run (default 100000;
+#                        0 skips it)
+#   BENCH_OUT            the report (default docs/benchmarks.md; "-" for
+#                        none)
+#   BENCH_KEEP           keep the temporary directory (nginx.conf,
+#                        error.log); it is always kept after a failure
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
+MODULE=$ROOT/build/ngx_http_session_module.so
+SESSIONCTL=$ROOT/build/sessionctl
+
+DURATION=${BENCH_DURATION:-5s}
+THREADS=${BENCH_THREADS:-2}
+CONNS=${BENCH_CONNECTIONS:-50}
+ROUNDS=${BENCH_ROUNDS:-3}
+WORKERS=${BENCH_WORKERS:-2}
+CAPACITY_KEYS=${BENCH_CAPACITY_KEYS:-100000}
+OUT=${BENCH_OUT:-docs/benchmarks.md}
+
+die() {
+    echo "bench.sh: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "bench.sh: $*" >&2
+}
+
+
+# libpq conninfo value: bare when safe, else single-quoted (as test.sh)
+conninfo_value() {
+    local v=$1
+    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
+        printf '%s' "$v"
+    else
+        v=${v//\\/\\\\}
+        v=${v//\'/\\\'}
+        printf "'%s'" "$v"
+    fi
+}
+
+
+# a double-quoted nginx string
+nginx_quote() {
+    local v=$1
+    v=${v//\\/\\\\}
+    v=${v//\"/\\\"}
+    printf '"%s"' "$v"
+}
+
+
+free_port() {
+    perl -MIO::Socket::INET -e '
+        for (1 .. 200) {
+            my $p = 20000 + int(rand(20000));
+            next if -e "/var/run/postgresql/.s.PGSQL.$p"
+                    || -e "/tmp/.s.PGSQL.$p";
+            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+                                          LocalPort => $p, Listen => 1,
+                                          ReuseAddr => 1) or next;
+            close $s;
+            print "$p\n";
+            exit 0;
+        }
+        exit 1;'
+}
+
+
+json_field() {
+    perl -MJSON::PP -e '
+        local $/; my $j = JSON::PP->new->decode(<STDIN>);
+        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
+        print $j->{$ARGV[0]};' "$1"
+}
+
+
+# --- the part that runs with a database --------------------------------
+
+W=
+NGINX_UP=
+DB=
+PROJECT=
+ACCOUNT=
+PORT=
+cmd_line="wrk -t$THREADS -c$CONNS -d$DURATION"
+
+cleanup() {
+    local rc=$?
+
+    if [ -n "$NGINX_UP" ] && [ -f "$W/nginx.pid" ]; then
+        "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
+        sleep 0.5
+    fi
+
+    # a database that outlives the bench keeps none of its rows
+    if [ -n "$PROJECT" ] && [ -n "${BENCH_SESSION_DB:-}" ]; then
+        psql -X -q -d "$DB" -c "
+            DELETE FROM api_keys WHERE project_id = '$PROJECT';
+            DELETE FROM projects WHERE id = '$PROJECT';
+            DELETE FROM accounts WHERE id = '$ACCOUNT';" \
+            >/dev/null 2>&1 || true
+    fi
+
+    if [ -n "$W" ]; then
+        if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
+            echo "bench.sh: kept $W (nginx.conf, error.log)" >&2
+        else
+            rm -rf "$W"
+        fi
+    fi
+
+    exit "$rc"
+}
+
+
+ctl() {
+    "$SESSIONCTL" --json -d "$DB" "$@"
+}
+
+
+write_conf() {
+    local zone=$1
+
+    cat > "$W/nginx.conf" <<EOF
+load_module $W/ngx_http_session_module.so;
+
+worker_processes $WORKERS;
+master_process on;
+daemon on;
+pid $W/nginx.pid;
+error_log $W/error.log warn;
+
+events {
+    worker_connections 4096;
+}
+
+http {
+    access_log off;
+    keepalive_requests 1000000;
+
+    client_body_temp_path $W/body;
+    proxy_temp_path $W/proxy;
+    fastcgi_temp_path $W/fastcgi;
+    uwsgi_temp_path $W/uwsgi;
+    scgi_temp_path $W/scgi;
+
+    session_db $(nginx_quote "$DB");
+    session_limit_zone $zone;
+
+    # nginx's own limiter on the same key, the Authorization header; its
+    # refusals are logged at info, below error_log, as ours are not at all
+    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
+    limit_req_log_level info;
+
+    server {
+        listen 127.0.0.1:$PORT;
+
+        # baseline
+        location = /ok {
+            return 200;
+        }
+
+        # every stage, the limiter counting but never refusing
+        location /api/ {
+            session_api;
+            session_limits create=1000000000 list=1000000000
+                           other=1000000000;
+        }
+
+        # the 429 path: class other (an unknown route), limit 1
+        location /limited/ {
+            session_api;
+            session_limits other=1;
+        }
+
+        # a content handler, not "return": return answers in the rewrite
+        # phase, before limit_req (preaccess) would run
+        location /lr {
+            limit_req zone=lr;
+            limit_req_status 429;
+            empty_gif;
+        }
+    }
+}
+EOF
+}
+
+
+start_nginx() {
+    : > "$W/error.log"
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
+        || { cat "$W/error.log" >&2; die "nginx did not start"; }
+    NGINX_UP=1
+
+    local i
+    for i in $(seq 50); do
+        curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
+        sleep 0.1
+    done
+    die "nginx does not answer on 127.0.0.1:$PORT"
+}
+
+
+stop_nginx() {
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
+    local i
+    for i in $(seq 50); do
+        [ -f "$W/nginx.pid" ] || break
+        sleep 0.1
+    done
+    NGINX_UP=
+}
+
+
+# status PATH [KEY]: the status of one request
+status_of() {
+    local path=$1 auth=${2:-}
+    local -a hdr=()
+    [ -n "$auth" ] && hdr=(-H "Authorization: Bearer $auth")
+    curl -s -o /dev/null -w '%{http_code}' "${hdr[@]}" \
+         "http://127.0.0.1:$PORT$path"
+}
+
+
+expect_status() {
+    local want=$1 what=$2 path=$3 auth=${4:-} got
+    got=$(status_of "$path" "$auth")
+    [ "$got" = "$want" ] || die "$what: $path answered $got, expected $want"
+}
+
+
+# name, expected status, path, key (or "-")
+SCENARIOS=(
+    "return 200 (baseline)|200|/ok|-"
+    "401 malformed key|401|/api/v1/nope|MALFORMED"
+    "401 unknown key (cached)|401|/api/v1/nope|UNKNOWN"
+    "404 valid key (cached), limiter counting|404|/api/v1/nope|ADMIT"
+    "429 session_limits|429|/limited/x|LIMITED"
+    "429 limit_req|429|/lr|LR"
+)
+
+declare -A KEY
+declare -A RPS
+declare -A LAT
+declare -A ALLRPS
+declare -A ALLCPU
+declare -A CPU
+
+CLK_TCK=$(getconf CLK_TCK)
+
+# user + system CPU ticks of nginx's worker processes so far
+worker_ticks() {
+    local master pid sum=0 t
+    master=$(cat "$W/nginx.pid")
+    for pid in $(pgrep -P "$master"); do
+        t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)
+        sum=$((sum + t))
+    done
+    echo "$sum"
+}
+
+# run_wrk NAME STATUS PATH KEY: one wrk run, its requests/s appended
+run_wrk() {
+    local name=$1 want=$2 path=$3 key=$4 out rps lat non2xx total t0 t1 cpu
+    local -a hdr=()
+
+    if [ "$key" != - ]; then
+        hdr=(-H "Authorization: Bearer ${KEY[$key]}")
+    fi
+
+    t0=$(worker_ticks)
+    out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" "${hdr[@]}" \
+              "http://127.0.0.1:$PORT$path" 2>&1) \
+        || { echo "$out" >&2; die "wrk failed ($name)"; }
+    t1=$(worker_ticks)
+
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    lat=$(awk '$1 == "Latency" { print $2 }' <<<"$out")
+    total=$(awk '/requests in/ { print $1 }' <<<"$out")
+    non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $5 }' <<<"$out")
+    non2xx=${non2xx:-0}
+
+    [ -n "$rps" ] || { echo "$out" >&2; die "no Requests/sec ($name)"; }
+
+    # every answer of the run is of the expected kind
+    if [ "$want" = 200 ] && [ "$non2xx" != 0 ]; then
+        die "$name: $non2xx of $total answers were not 2xx"
+    fi
+    # (limit_req at 1r/m lets one request a minute through, so a run may
+    # hold one or two 2xx)
+    if [ "$want" != 200 ] && [ $((total - non2xx)) -gt 2 ]; then
+        die "$name: only $non2xx of $total answers were $want"
+    fi
+    if grep -q 'socket errors' <<<"$out"; then
+        log "$name: $(grep 'socket errors' <<<"$out")"
+    fi
+
+    # the workers' CPU time per request, in microseconds
+    cpu=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$total" \
+              'BEGIN { printf "%.2f", d * 1000000 / hz / n }')
+
+    ALLRPS[$name]+="$rps "
+    ALLCPU[$name]+="$cpu "
+    LAT[$name]+="$lat "
+    log "$name: $rps requests/s, latency $lat, worker CPU $cpu us/request"
+}
+
+
+median() {
+    tr ' ' '\n' | grep . | sort -g | awk '
+        { v[NR] = $1 }
+        END { if (NR % 2) print v[(NR + 1) / 2];
+              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+
+inside() {
+    local i
+
+    [ -n "${DB:-}" ] || die "no database"
+
+    "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "sessionctl migrate failed"
+
+    LOAD_BEFORE=$(cut -d' ' -f1-3 /proc/loadavg)
+    W=$(mktemp -d /tmp/ngx-session-bench.XXXXXX)
+    trap cleanup EXIT
+
+    # a copy: "make" copies the new module over build/'s file in place,
+    # which would crash an nginx that has it mapped
+    cp "$MODULE" "$W/ngx_http_session_module.so"
+    PORT=$(free_port) || die "no free port"
+
+    ACCOUNT=$(ctl account create "bench-$$" --plan unlimited \
+                  | json_field account_id)
+    PROJECT=$(ctl project create "$ACCOUNT" "bench-$$" | json_field project_id)
+
+    for i in ADMIT LIMITED; do
+        KEY[$i]=$(ctl key create "$PROJECT" | json_field key)
+    done
+    KEY[MALFORMED]=sess_not-a-key
+    KEY[UNKNOWN]=sess_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    # limit_req's key has the shape of ours
+    KEY[LR]=sess_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+
+    write_conf bench:10m
+    start_nginx
+
+    # what every scenario answers; the first request of the two limited
+    # keys passes, every later one is refused
+    expect_status 200 baseline /ok
+    expect_status 401 "malformed key" /api/v1/nope "${KEY[MALFORMED]}"
+    expect_status 401 "unknown key" /api/v1/nope "${KEY[UNKNOWN]}"
+    expect_status 404 "valid key" /api/v1/nope "${KEY[ADMIT]}"
+    expect_status 404 "session_limits, 1st" /limited/x "${KEY[LIMITED]}"
+    expect_status 429 "session_limits, 2nd" /limited/x "${KEY[LIMITED]}"
+    expect_status 200 "limit_req, 1st" /lr "${KEY[LR]}"
+    expect_status 429 "limit_req, 2nd" /lr "${KEY[LR]}"
+
+    log "$((ROUNDS * ${#SCENARIOS[@]})) runs of $cmd_line on 127.0.0.1:$PORT," \
+        "nginx with $WORKERS workers"
+
+    # warm-up (not reported): connections, caches, CPU frequency
+    wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$PORT/ok" >/dev/null
+    wrk -t"$THREADS" -c"$CONNS" -d1s -H "Authorization: Bearer ${KEY[ADMIT]}" \
+        "http://127.0.0.1:$PORT/api/v1/nope" >/dev/null
+
+    # the scenarios in turn, ROUNDS times: drift of the machine's load is
+    # spread over all of them
+    local s name want path key
+    for _ in $(seq "$ROUNDS"); do
+        for s in "${SCENARIOS[@]}"; do
+            IFS='|' read -r name want path key <<<"$s"
+            # the limited keys stay refused: a window that ended between
+            # two runs would let one request through
+            if [ "$key" = LIMITED ] || [ "$key" = LR ]; then
+                status_of "$path" "${KEY[$key]}" >/dev/null
+            fi
+            run_wrk "$name" "$want" "$path" "$key"
+        done
+    done
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r name want path key <<<"$s"
+        RPS[$name]=$(median <<<"${ALLRPS[$name]}")
+        CPU[$name]=$(median <<<"${ALLCPU[$name]}")
+    done
+
+    grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
+        && die "the error log has alerts (above)"
+
+    stop_nginx
+
+    capacity
+
+    report
+}
+
+
+CAP_SENT=
+CAP_ALERT=
+CAP_ROUND=
+CAP_SECONDS=
+CAP_STATUSES=
+CAP_ALERT_LINE=
+CAP_NOTE=
+LOAD_BEFORE=
+
+capacity() {
+    [ "$CAPACITY_KEYS" -gt 0 ] || return 0
+
+    log "zone capacity: inserting $CAPACITY_KEYS keys"
+
+    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -o "$W/keys" -c "
+        WITH k AS (
+            SELECT 'sess_' || md5(random()::text || i::text) AS key
+            FROM generate_series(1, $CAPACITY_KEYS) AS i
+        ), ins AS (
+            INSERT INTO api_keys (project_id, key_hash, prefix, hint)
+            SELECT '$PROJECT', sha256(convert_to(key, 'UTF8')), 'sess',
+                   right(key, 4)
+            FROM k
+        )
+        SELECT key FROM k" || die "inserting the keys failed"
+
+    # a fresh 10m zone; the counters of a minute that is over are dropped
+    # from the cold end as new keys come, so the whole fill must run in
+    # one minute: start it at a minute's beginning unless 40 s are left
+    write_conf bench:10m
+    start_nginx
+
+    local now left
+    now=$(date +%s)
+    left=$(( 60 - now % 60 ))
+    if [ "$left" -lt 40 ]; then
+        log "zone capacity: waiting $left s for the next minute"
+        sleep "$left"
+    fi
+
+    log "zone capacity: one request per key until the zone-full ALERT"
+
+    local res
+    res=$(perl "$ROOT/bench/fill-keys.pl" "$PORT" "$W/keys" "$W/error.log") \
+        || die "the zone-capacity client failed"
+
+    CAP_SENT=$(json_field sent <<<"$res")
+    CAP_ROUND=$(json_field round <<<"$res")
+    CAP_SECONDS=$(json_field seconds <<<"$res")
+    CAP_ALERT=$(perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>);
+                   print $j->{alert_after} // "none"' <<<"$res")
+    CAP_STATUSES=$(perl -MJSON::PP -e 'local $/; my $j = decode_json(<STDIN>);
+                   print join ", ", map { "$_: $j->{statuses}{$_}" }
+                                    sort keys %{$j->{statuses}}' <<<"$res")
+    local start end
+    start=$(json_field start <<<"$res")
+    end=$(json_field end <<<"$res")
+    if [ "$(( ${start%.*} / 60 ))" != "$(( ${end%.*} / 60 ))" ]; then
+        CAP_NOTE=" The fill crossed a minute boundary: counters of the minute before were dropped while it ran, so the figure is an upper bound."
+        log "zone capacity: the fill crossed a minute boundary"
+    fi
+    CAP_ALERT_LINE=$(grep -m1 'is full' "$W/error.log" \
+                     | sed 's/^[0-9\/]* [0-9:]* //' || true)
+
+    grep -E '\[crit\]|signal [0-9]' "$W/error.log" >&2 \
+        && die "the error log of the capacity run has crit/crash lines"
+
+    stop_nginx
+}
+
+
+# the requests/s of each run, whole numbers
+runs_of() {
+    local v out=
+    for v in ${ALLRPS[$1]}; do
+        out+="${out:+, }${v%.*}"
+    done
+    printf '%s' "$out"
+}
+
+
+# bench/notes.md, kept by hand (what the figures were found to mean),
+# goes into the page as it is
+notes() {
+    if [ -f "$ROOT/bench/notes.md" ]; then
+        cat "$ROOT/bench/notes.md"
+    fi
+}
+
+
+cpu_of() {
+    printf '%s' "${CPU[$1]}"
+}
+
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+}
+
+
+report() {
+    local base=${RPS["return 200 (baseline)"]}
+    local lr=${RPS["429 limit_req"]}
+    local ours=${RPS["429 session_limits"]}
+    local cpu machine s name want path key
+
+    cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+    machine="$(nproc) CPUs ($cpu), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r)"
+
+    {
+        echo "| scenario | answer | requests/s (median of $ROUNDS) | × return 200 | runs (requests/s) | worker CPU µs/request (median) |"
+        echo "|---|---|---:|---:|---|---:|"
+        for s in "${SCENARIOS[@]}"; do
+            IFS='|' read -r name want path key <<<"$s"
+            printf '| %s | %s | %.0f | %s | %s | %s |\n' "$name" "$want" \
+                "${RPS[$name]}" "$(ratio "${RPS[$name]}" "$base")" \
+                "$(runs_of "$name")" "${CPU[$name]}"
+        done
+    } > "$W/table.md"
+
+    local r401 r404 r429
+    r401=$(ratio "${RPS["401 malformed key"]}" "$base")
+    r404=$(ratio "${RPS["404 valid key (cached), limiter counting"]}" "$base")
+    r429=$(ratio "$ours" "$lr")
+
+    goal() {
+        awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
+    }
+
+    {
+        echo
+        echo "Goals:"
+        echo "- 401 (malformed key) ≥ 0.8 × return 200: $r401 ($(goal "$r401" 0.8))"
+        echo "- 404 (valid cached key) ≥ 0.6 × return 200: $r404 ($(goal "$r404" 0.6))"
+        echo "- 429 session_limits ≥ 1.0 × 429 limit_req: $r429 ($(goal "$r429" 1.0))"
+        echo
+        echo "Worker CPU per request against return 200: 401 malformed $(ratio "${CPU["401 malformed key"]}" "${CPU["return 200 (baseline)"]}")×, 404 valid key $(ratio "${CPU["404 valid key (cached), limiter counting"]}" "${CPU["return 200 (baseline)"]}")×; 429 session_limits against 429 limit_req: $(ratio "$(cpu_of "429 session_limits")" "$(cpu_of "429 limit_req")")×."
+        if [ "$CAPACITY_KEYS" -gt 0 ]; then
+            echo
+            echo "Zone capacity (session_limit_zone 10m): first zone-full ALERT in the round of $CAP_ROUND keys that ended with key $CAP_ALERT, $CAP_SENT keys sent in $CAP_SECONDS s ($CAP_STATUSES).$CAP_NOTE"
+        fi
+    } > "$W/goals.md"
+
+    echo
+    cat "$W/table.md" "$W/goals.md"
+    echo
+
+    [ "$OUT" = - ] && return 0
+
+    case $OUT in
+        /*) ;;
+        *) OUT=$ROOT/$OUT ;;
+    esac
+
+    cat > "$OUT" <<EOF
+# Benchmarks
+
+Written by \`make bench\` (\`bash util/bench.sh\`); run it again to
+refresh this page.  Every number here comes from the run below, on one
+machine, with wrk and nginx sharing its CPUs: compare the ratios, which
+hold across machines far better than the absolute figures.
+
+## The run
+
+- Machine: $machine
+- nginx $("$NGINX" -v 2>&1 | sed 's/^nginx version: nginx\///'), $WORKERS worker processes, \`master_process on\`, \`access_log off\`,
+  \`keepalive_requests 1000000\`, error log at \`warn\`
+- PostgreSQL: $(psql -X -At -d "$DB" -c 'SHOW server_version' 2>/dev/null | sed 's/ .*//') on the same machine
+  ($( [ -n "${BENCH_SESSION_DB:-}" ] && echo "given by BENCH_SESSION_DB" || echo "a throw-away pg_virtualenv cluster"))
+- Date: $(date -u +%Y-%m-%dT%H:%M:%SZ); load average before the run
+  $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) (anything else
+  running on the machine shows in the spread of the runs)
+- Each scenario: \`$cmd_line\` against \`http://127.0.0.1:PORT<path>\`,
+  $ROUNDS runs, taken in turn (scenario 1 … 6, then again), the median reported
+
+$(cat "$W/table.md")
+$(cat "$W/goals.md")
+
+## What each scenario measures
+
+| scenario | request | what runs |
+|---|---|---|
+| return 200 (baseline) | \`GET /ok\` | \`location = /ok { return 200; }\`: nginx alone |
+| 401 malformed key | \`GET /api/v1/nope\`, \`Authorization: Bearer sess_not-a-key\` | stage 1 up to the key syntax check: no hash, no shared memory, no database; the JSON 401 |
+| 401 unknown key (cached) | a well-formed key that does not exist | stage 1: SHA-256 of the key, a lookup in the shared auth cache (the database is asked once, the "invalid" answer is cached for \`session_auth_cache_ttl\`, 5 s, so about once per 5 s) |
+| 404 valid key (cached), limiter counting | a valid key, limits of 1000000000 | stages 1 to 3: the auth cache hit, the rate-limit check-and-increment under the zone mutex (it never refuses), the three X-RateLimit headers, the route table, the JSON 404 |
+| 429 session_limits | a valid key over \`session_limits other=1\` | stages 1 and 2: the auth cache hit, the counter check under the mutex, four headers (with Retry-After), the JSON 429 |
+| 429 limit_req | \`limit_req zone=lr\` (burst 0), key \`\$http_authorization\` (the same header value shape, rate 1r/m), \`limit_req_status 429\` | nginx's own limiter refusing: its shared-memory lookup and nginx's built-in 429 page |
+
+The rate-limit stage cannot be switched off for a \`session_api\`
+location, so "the cost of the limiter" is read from two differences
+rather than measured alone:
+
+- *401 unknown key (cached)* → *404 valid key*: what the limiter (second
+  shared-memory lookup, the counter update under the same mutex, three
+  more headers) and the route table add to an authenticated request;
+- *404 valid key* against *return 200*: the whole module on an admitted
+  request, minus the endpoint itself (routes answer 404 or 501 until the
+  endpoints exist).
+
+\`limit_req\` logs each refusal at \`error\` by default and our module logs
+none; the comparison sets \`limit_req_log_level info\` (below the
+\`warn\` error log), so neither side writes to the log per request.
+
+## Zone capacity
+
+A fresh nginx with \`session_limit_zone bench:10m\`; $CAPACITY_KEYS keys
+inserted with SQL, then \`bench/fill-keys.pl\` sends one request per key,
+16 keep-alive connections with 16 pipelined requests each per round, and
+after each round looks for the zone-full ALERT in the error log; the fill
+starts at the beginning of a minute so that no counter expires while it
+runs.  Each new key also takes an entry in the auth cache, which shares
+the zone; when the slab is full, auth cache entries are evicted first
+(no ALERT), and only then the counters of the least recently used keys,
+with the ALERT.  So the figure is the number of keys whose counters fit
+when the zone holds nothing else: one 128-byte slab chunk per key (all
+three classes), about 10 MiB / 128 B = 81920 minus the slab's own pages.
+
+- First ALERT in the round that ended with key **$CAP_ALERT**: the zone
+  held the counters of at most that many keys, and of more than
+  $CAP_ROUND fewer; answers: $CAP_STATUSES; $CAP_SENT keys sent in
+  $CAP_SECONDS s.$CAP_NOTE
+- The ALERT: \`$CAP_ALERT_LINE\`
+
+$(notes)
+
+## Reproduce
+
+    make bench                                     # or: bash util/bench.sh
+    BENCH_DURATION=10s BENCH_ROUNDS=5 bash util/bench.sh
+    BENCH_SESSION_DB="host=... dbname=..." bash util/bench.sh   # an existing database
+
+\`BENCH_OUT=-\` prints the table without writing this page.
+EOF
+
+    log "wrote $OUT"
+}
+
+
+if [ "${1:-}" = --inside-pg-virtualenv ]; then
+    shift
+    for v in PGHOST PGPORT PGDATABASE PGUSER PGPASSWORD; do
+        [ -n "${!v:-}" ] || die "pg_virtualenv did not set $v"
+    done
+    DB="host=$(conninfo_value "$PGHOST") port=$(conninfo_value "$PGPORT")"
+    DB+=" dbname=$(conninfo_value "$PGDATABASE")"
+    DB+=" user=$(conninfo_value "$PGUSER")"
+    DB+=" password=$(conninfo_value "$PGPASSWORD")"
+    export PGCONNECT_TIMEOUT=5
+    : > "$BENCH_SH_MARKER"
+    inside
+    exit $?
+fi
+
+
+# Preconditions
+command -v wrk >/dev/null 2>&1 || die "wrk not found (package wrk; make deps)"
+command -v curl >/dev/null 2>&1 || die "curl not found (package curl)"
+command -v psql >/dev/null 2>&1 \
+    || die "psql not found (package postgresql-client)"
+[ -x "$NGINX" ] || die "$NGINX not found (package nginx)"
+[ -f "$MODULE" ] || die "$MODULE not built (run make)"
+[ -x "$SESSIONCTL" ] || die "$SESSIONCTL not built (run make)"
+
+if [ -n "${BENCH_SESSION_DB:-}" ]; then
+    DB=$BENCH_SESSION_DB
+    inside
+    exit $?
+fi
+
+command -v pg_virtualenv >/dev/null 2>&1 \
+    || die "pg_virtualenv not found (package postgresql-common; make deps)"
+
+# as util/test.sh: nothing of the caller's libpq environment, a TMPDIR the
+# postgres user can use, a locale that exists, a random free port
+for v in $(compgen -e); do
+    case $v in
+        PG*|SESSION_DB) unset "$v" ;;
+    esac
+done
+export TMPDIR=/tmp
+if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
+    export LC_ALL=C.UTF-8
+else
+    export LC_ALL=C
+fi
+
+for attempt in 1 2 3; do
+    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    export PGPORT
+    marker=$(mktemp /tmp/ngx-session-bench-marker.XXXXXX)
+    rm -f "$marker"
+    export BENCH_SH_MARKER=$marker
+    rc=0
+    pg_virtualenv -t -- bash "$ROOT/util/bench.sh" --inside-pg-virtualenv \
+        || rc=$?
+    if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
+        rm -f "$marker"
+        exit "$rc"
+    fi
+    echo "bench.sh: the PostgreSQL cluster did not start (attempt $attempt)" >&2
+done
+
+die "could not start a throw-away PostgreSQL cluster"
