@@ -213,7 +213,9 @@ ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
 
     r = q->request;
 
-    if (res && ngx_http_session_db_result_ok(q, res) == NGX_OK
+    /* failures are logged once, by ngx_http_session_outcome() */
+
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK
         && PQntuples(res) == 1 && PQnfields(res) == 3
         && ngx_strcmp(PQgetvalue(res, 0, 0), "ok") == 0)
     {

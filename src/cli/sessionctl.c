@@ -82,6 +82,9 @@ static PGresult *sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql,
 static int sessionctl_run(sessionctl_ctx_t *ctx, const char *sql);
 static void sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res);
 static int sessionctl_print_json(json_t *obj);
+static int sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
+    const char *not_found, const char *id_name, const char *secret_name,
+    char *secret, size_t size);
 static int sessionctl_uuid_valid(const char *s);
 static int sessionctl_plan_name_valid(const char *s);
 static int sessionctl_parse_quota(const char *s, long *quota);
@@ -462,6 +465,47 @@ sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res)
 
 
 /* prints and frees obj; NULL means a failed allocation */
+
+/*
+ * The answer of a create that returns the new row's id and shows a secret
+ * (a key, a webhook secret) this once: both printed, the secret wiped on
+ * every path.
+ */
+
+static int
+sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
+    const char *not_found, const char *id_name, const char *secret_name,
+    char *secret, size_t size)
+{
+    int   rc;
+    char  id[SESSIONCTL_UUID_LEN + 1];
+
+    if (res == NULL) {
+        rc = SESSIONCTL_REFUSED;
+
+    } else if (PQntuples(res) == 0) {
+        PQclear(res);
+        rc = sessionctl_refuse(not_found);
+
+    } else {
+        snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+        PQclear(res);
+
+        if (ctx->json) {
+            rc = sessionctl_print_json(json_pack("{s:s, s:s}", id_name, id,
+                                                 secret_name, secret));
+
+        } else {
+            printf("%s %s\n%s %s\n", id_name, id, secret_name, secret);
+            rc = SESSIONCTL_OK;
+        }
+    }
+
+    OPENSSL_cleanse(secret, size);
+
+    return rc;
+}
+
 
 static int
 sessionctl_print_json(json_t *obj)
@@ -1049,7 +1093,6 @@ static int
 sessionctl_project_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int             rc;
-    char            id[SESSIONCTL_UUID_LEN + 1];
     char            secret[SESSIONCTL_SECRET_LEN + 1];
     PGresult       *res;
     const char     *pos[2], *values[3];
@@ -1093,31 +1136,10 @@ sessionctl_project_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     res = sessionctl_exec(ctx, SESSIONCTL_SQL_PROJECT_CREATE, 3, values,
                           NULL, NULL);
-    if (res == NULL) {
-        OPENSSL_cleanse(secret, sizeof(secret));
-        return SESSIONCTL_REFUSED;
-    }
 
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        OPENSSL_cleanse(secret, sizeof(secret));
-        return sessionctl_refuse("account not found");
-    }
-
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    if (ctx->json) {
-        rc = sessionctl_print_json(json_pack("{s:s, s:s}", "project_id", id,
-                                             "webhook_secret", secret));
-
-    } else {
-        printf("project_id %s\nwebhook_secret %s\n", id, secret);
-    }
-
-    OPENSSL_cleanse(secret, sizeof(secret));
-
-    return rc;
+    return sessionctl_print_created(ctx, res, "account not found",
+                                    "project_id", "webhook_secret", secret,
+                                    sizeof(secret));
 }
 
 
@@ -1130,7 +1152,6 @@ static int
 sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int                rc, lengths[4], formats[4];
-    char               id[SESSIONCTL_UUID_LEN + 1];
     char               key[NGX_HTTP_SESSION_KEY_LEN + 1];
     char               hint[NGX_HTTP_SESSION_KEY_HINT_LEN + 1];
     PGresult          *res;
@@ -1213,31 +1234,9 @@ sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     res = sessionctl_exec(ctx, SESSIONCTL_SQL_KEY_CREATE, 4, values, lengths,
                           formats);
-    if (res == NULL) {
-        OPENSSL_cleanse(key, sizeof(key));
-        return SESSIONCTL_REFUSED;
-    }
 
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        OPENSSL_cleanse(key, sizeof(key));
-        return sessionctl_refuse("project not found");
-    }
-
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    if (ctx->json) {
-        rc = sessionctl_print_json(json_pack("{s:s, s:s}", "key_id", id,
-                                             "key", key));
-
-    } else {
-        printf("key_id %s\nkey %s\n", id, key);
-    }
-
-    OPENSSL_cleanse(key, sizeof(key));
-
-    return rc;
+    return sessionctl_print_created(ctx, res, "project not found", "key_id",
+                                    "key", key, sizeof(key));
 }
 
 
