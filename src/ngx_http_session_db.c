@@ -686,15 +686,33 @@ ngx_http_session_db_query_t *
 ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
     ngx_http_session_db_handler_pt handler)
 {
-    ngx_pool_cleanup_t           *cln;
     ngx_http_session_db_query_t  *q;
 
-    q = ngx_pcalloc(r->pool, sizeof(ngx_http_session_db_query_t));
+    q = ngx_http_session_db_query_create_pool(r->pool, r->connection->log,
+                                              sql, handler);
     if (q == NULL) {
         return NULL;
     }
 
-    cln = ngx_pool_cleanup_add(r->pool, 0);
+    q->request = r;
+
+    return q;
+}
+
+
+ngx_http_session_db_query_t *
+ngx_http_session_db_query_create_pool(ngx_pool_t *pool, ngx_log_t *log,
+    const char *sql, ngx_http_session_db_handler_pt handler)
+{
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_session_db_query_t  *q;
+
+    q = ngx_pcalloc(pool, sizeof(ngx_http_session_db_query_t));
+    if (q == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(pool, 0);
     if (cln == NULL) {
         return NULL;
     }
@@ -702,14 +720,14 @@ ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
     cln->handler = ngx_http_session_db_query_cleanup;
     cln->data = q;
 
-    q->request = r;
     q->sql = sql;
     q->handler = handler;
     q->result_format = 0;
+    q->log = log;
 
     q->timeout.handler = ngx_http_session_db_query_timeout;
     q->timeout.data = q;
-    q->timeout.log = r->connection->log;
+    q->timeout.log = log;
 
     return q;
 }
@@ -944,6 +962,11 @@ ngx_http_session_db_complete(ngx_http_session_db_query_t *q, PGresult *res)
         ngx_del_timer(&q->timeout);
     }
 
+    if (q->request == NULL) {
+        q->handler(q, res);
+        return;
+    }
+
     c = q->request->connection;
 
     q->handler(q, res);
@@ -963,7 +986,7 @@ ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q, PGresult *res)
         return NGX_OK;
     }
 
-    ngx_log_error(NGX_LOG_ERR, q->request->connection->log, 0,
+    ngx_log_error(NGX_LOG_ERR, q->log, 0,
                   "session db: query failed: %s",
                   ngx_http_session_db_message(PQresultErrorMessage(res)));
 

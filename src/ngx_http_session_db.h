@@ -60,7 +60,9 @@ struct ngx_http_session_db_conn_s {
 struct ngx_http_session_db_query_s {
     ngx_queue_t                      queue;
     ngx_event_t                      timeout;
+    /* NULL for a query that serves no request (timers, cleanups) */
     ngx_http_request_t              *request;
+    ngx_log_t                       *log;
     ngx_http_session_db_conn_t      *conn;
 
     const char                      *sql;
@@ -84,6 +86,14 @@ void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
 /* a query owned by r: freed with it, detached if r goes away first */
 ngx_http_session_db_query_t *ngx_http_session_db_query_create(
     ngx_http_request_t *r, const char *sql,
+    ngx_http_session_db_handler_pt handler);
+
+/*
+ * A query that serves no request: it lives in pool (the handler may
+ * destroy the pool once it has read the result) and logs to log.
+ */
+ngx_http_session_db_query_t *ngx_http_session_db_query_create_pool(
+    ngx_pool_t *pool, ngx_log_t *log, const char *sql,
     ngx_http_session_db_handler_pt handler);
 
 void ngx_http_session_db_param(ngx_http_session_db_query_t *q,
