@@ -17,6 +17,7 @@
 
 
 typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
+typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
 
 
 typedef struct {
@@ -75,6 +76,8 @@ typedef struct {
     /* the project id, NUL-terminated, for query parameters */
     u_char                       *project;
     ngx_http_session_db_query_t  *query;
+    /* a POST with an Idempotency-Key */
+    ngx_http_session_idem_t      *idem;
 
     /* the body of an error that nginx raised, rendered as JSON */
     ngx_buf_t                    *json_error;

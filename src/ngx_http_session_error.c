@@ -3,6 +3,7 @@
  */
 
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_json.h"
 
 
@@ -38,7 +39,10 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
     { 413, ngx_string("request body exceeds 65536 bytes") },
     { 400, ngx_string("limit must be an integer between 1 and 100") },
     { 400, ngx_string("status must be one of: open, completed, expired") },
-    { 400, ngx_string("cursor is invalid") }
+    { 400, ngx_string("cursor is invalid") },
+    { 400, ngx_string("Idempotency-Key is malformed") },
+    { 422, ngx_string("Idempotency-Key was used with a different request") },
+    { 409, ngx_string("a request with this Idempotency-Key is in progress") }
 };
 
 
@@ -123,6 +127,11 @@ ngx_http_session_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ctx = ngx_http_session_get_ctx(r);
     if (ctx == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (ctx->idem && ngx_http_session_idempotency_pending(ctx)) {
+        /* the answer is kept for the Idempotency-Key first, then sent */
+        return ngx_http_session_idempotency_answer(r, ctx, status, b);
     }
 
     ctx->own_response = 1;

@@ -5,6 +5,7 @@
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_sessions.h"
 
@@ -87,8 +88,29 @@ ngx_http_session_pipeline(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
         return ngx_http_session_method_not_allowed(r, ctx);
     }
 
-    /* stages 4 to 6: the endpoint; NGX_DONE when it answers later */
+    /*
+     * A POST with an Idempotency-Key: the key is checked, the body read
+     * and the key claimed first; the claim's answer dispatches (or
+     * replays what the first request answered).
+     */
 
+    if (ctx->method == NGX_HTTP_SESSION_METHOD_POST) {
+        rc = ngx_http_session_idempotency(r, ctx);
+
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+
+    return ngx_http_session_dispatch(r, ctx);
+}
+
+
+/* stages 4 to 6: the endpoint; NGX_DONE when it answers later */
+
+ngx_int_t
+ngx_http_session_dispatch(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
     switch (ctx->route.id) {
 
     case NGX_HTTP_SESSION_ROUTE_SESSIONS:

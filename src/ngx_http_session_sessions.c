@@ -16,8 +16,6 @@
 #define NGX_HTTP_SESSION_LIST_MAX      100
 
 
-static ngx_int_t ngx_http_session_run(ngx_http_request_t *r,
-    ngx_http_session_db_query_t *q);
 static void ngx_http_session_create_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_create_query(ngx_http_request_t *r,
     u_char *body, size_t len);
@@ -26,8 +24,6 @@ static u_char *ngx_http_session_read_body(ngx_http_request_t *r,
     size_t *len);
 static ngx_int_t ngx_http_session_sid(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, u_char **sid);
-static char *ngx_http_session_project(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx);
 static void ngx_http_session_created(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_one(ngx_http_session_db_query_t *q,
@@ -197,7 +193,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 
     ngx_http_session_create_free(&cr);
 
-    return ngx_http_session_run(r, q);
+    return ngx_http_session_query_run(r, q);
 }
 
 
@@ -274,7 +270,7 @@ ngx_http_session_get(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, sid, 0, 0);
 
-    return ngx_http_session_run(r, q);
+    return ngx_http_session_query_run(r, q);
 }
 
 
@@ -453,7 +449,7 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     q->data = (void *) (uintptr_t) limit;
 
-    return ngx_http_session_run(r, q);
+    return ngx_http_session_query_run(r, q);
 }
 
 
@@ -560,8 +556,9 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
 
 /* helpers */
 
-static ngx_int_t
-ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
+ngx_int_t
+ngx_http_session_query_run(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q)
 {
     if (ngx_http_session_db_query_run(q) != NGX_OK) {
         return ngx_http_session_error(r,
@@ -660,7 +657,7 @@ ngx_http_session_copy(ngx_http_request_t *r, const char *s, size_t len)
 
 /* the project id as a NUL-terminated text parameter, made once */
 
-static char *
+char *
 ngx_http_session_project(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
     if (ctx->project == NULL) {

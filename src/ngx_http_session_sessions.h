@@ -29,6 +29,17 @@ ngx_int_t ngx_http_session_complete(ngx_http_request_t *r,
 ngx_int_t ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
     ngx_str_t *name, ngx_str_t *value);
 
+/* the project id as a NUL-terminated text parameter, made once */
+char *ngx_http_session_project(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+
+/*
+ * Runs q for r: NGX_DONE (q's handler finalizes r), or the 503 answer
+ * when the database is unavailable.
+ */
+ngx_int_t ngx_http_session_query_run(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q);
+
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,
     ngx_str_t *name);

@@ -33,6 +33,24 @@
     " FROM session_list($1, $2, $3, $4, $5)"
 
 
+/*
+ * $1 project, $2 key, $3 method, $4 path with query, $5 SHA-256 of the
+ * body (bytea, binary), $6 lease seconds; results in binary format
+ */
+#define NGX_HTTP_SESSION_SQL_IDEM_CLAIM                                       \
+    "SELECT outcome, claim, status, location, body"                           \
+    " FROM idempotency_claim($1, $2, $3, $4, $5, $6)"
+
+/* $1 project, $2 key, $3 claim (uuid, binary), $4 status, $5 type,
+ * $6 location or NULL, $7 body (bytea, binary) */
+#define NGX_HTTP_SESSION_SQL_IDEM_STORE                                       \
+    "SELECT idempotency_store($1, $2, $3, $4, $5, $6, $7)"
+
+/* $1 project, $2 key, $3 claim (uuid, binary) */
+#define NGX_HTTP_SESSION_SQL_IDEM_RELEASE                                     \
+    "SELECT idempotency_release($1, $2, $3)"
+
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"

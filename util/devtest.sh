@@ -21,5 +21,7 @@ export TEST_NGINX_LOAD_MODULES=$ROOT/build/ngx_http_session_module.so
 
 "$ROOT/build/sessionctl" -d "$DEVTEST_DB" migrate >/dev/null
 
+[ "$#" -gt 0 ] || set -- -r t/
+
 # shellcheck disable=SC2086
-exec prove ${PROVE_OPTS:-} "${@:--r t/}"
+exec prove ${PROVE_OPTS:-} "$@"

@@ -1,0 +1,31 @@
+/*
+ * Idempotency-Key syntax and the request fingerprint's path (API.md
+ * section 6).
+ *
+ * Pure C with no nginx types; unit-tested with Check.
+ */
+
+#ifndef _NGX_HTTP_SESSION_IDEM_H_INCLUDED_
+#define _NGX_HTTP_SESSION_IDEM_H_INCLUDED_
+
+
+#include <stddef.h>
+
+
+#define NGX_HTTP_SESSION_IDEM_KEY_MAX  255
+
+
+/* 1 when the key is 1 to 255 visible ASCII characters (0x21 to 0x7e) */
+int ngx_http_session_idem_key_valid(const unsigned char *key, size_t len);
+
+/*
+ * Writes src as printable ASCII: every byte outside 0x21..0x7e and every
+ * '%' becomes "%XX" (upper-case hex), so that two different byte strings
+ * never give the same text.  dst == NULL only counts.  Returns the length
+ * (at most 3 * len).
+ */
+size_t ngx_http_session_idem_escape(unsigned char *dst,
+    const unsigned char *src, size_t len);
+
+
+#endif /* _NGX_HTTP_SESSION_IDEM_H_INCLUDED_ */

@@ -1,0 +1,740 @@
+# Idempotency-Key on POST requests (API.md section 6):
+#
+#     malformed key                       400 before anything else of stage 4
+#     a repeat of the same request        the first answer again, with
+#                                         Idempotent-Replayed: true, nothing
+#                                         done twice (no session, no quota)
+#     another method, path or body        422
+#     the first request still running     409
+#     429 and 5xx                         not kept: a retry runs again
+#     24 h, and a claim left behind       the key is free again
+#
+# The blocks whose checks need Perl say "--- check: NAME" (as in
+# t/007-sessions.t): the check runs against the nginx of the block, from
+# --- init, before the block's own request.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use Digest::SHA ();
+use HTTP::Tiny ();
+use IO::Select ();
+use IO::Socket::INET ();
+use Time::HiRes ();
+use Session qw(:DEFAULT decode_json encode_json);
+use SessionTest;
+
+our (%KEY, %PROJECT);
+
+our $TAG = sprintf 't011-%d-%d', $$, time;
+
+{
+    sessionctl_ok('plan', 'set', "$TAG-q0", '--quota', '0', '--features',
+                  'long_poll');
+
+    my %fix = (
+        A    => 'pro',
+        B    => 'pro',
+        RACE => 'pro',
+        Q0   => "$TAG-q0",
+    );
+
+    for my $name (sort keys %fix) {
+        my $f = fixture(plan => $fix{$name}, name => "$TAG-$name");
+        $KEY{$name} = $f->{key};
+        $PROJECT{$name} = $f->{project_id};
+        $PROJECT{"$name.account"} = $f->{account_id};
+    }
+}
+
+
+sub error_body {
+    my ($status, $reason, $message) = @_;
+    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
+                   $status, $reason, $message;
+}
+
+our $MALFORMED = error_body(400, 'Bad Request',
+                            'Idempotency-Key is malformed');
+our $MISMATCH = error_body(422, 'Unprocessable Entity',
+                           'Idempotency-Key was used with a different request');
+our $RUNNING = error_body(409, 'Conflict',
+                          'a request with this Idempotency-Key is in progress');
+
+my $LP = '{"delivery_mode": "long_poll"}';
+
+
+# One request on a new connection; $body a string.  Adds "json".
+sub api {
+    my ($method, $path, $key, $body, $headers) = @_;
+
+    my %h = %{ $headers || {} };
+    $h{Authorization} = "Bearer $key" if defined $key;
+
+    my %opt = (headers => \%h);
+
+    if (defined $body) {
+        $h{'Content-Type'} //= 'application/json';
+        $opt{content} = $body;
+    }
+
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
+
+    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
+
+    $res->{json} = eval { decode_json($res->{content}) }
+        if defined $res->{content} && length $res->{content};
+
+    return $res;
+}
+
+sub idem { { 'Idempotency-Key' => $_[0] } }
+
+sub sessions_of {
+    my ($who) = @_;
+    return psql('SELECT count(*) FROM sessions WHERE project_id = '
+                . sql_quote($PROJECT{$who}));
+}
+
+sub usage_of {
+    my ($who) = @_;
+    return psql('SELECT coalesce(sum(sessions_created), 0) FROM monthly_usage'
+                . ' WHERE account_id = ' . sql_quote($PROJECT{"$who.account"}))
+           + 0;
+}
+
+sub key_row {
+    my ($who, $key, $cols) = @_;
+    return psql("SELECT $cols FROM idempotency_keys WHERE project_id = "
+                . sql_quote($PROJECT{$who}) . ' AND key = ' . sql_quote($key));
+}
+
+sub new_key { sprintf '%s-%s-%d', $TAG, $_[0], int rand 1e9 }
+
+
+our %checks;
+
+# a repeated create: one session, one unit of quota, the same answer
+$checks{replay_create} = sub {
+    my ($name) = @_;
+    my $k = new_key('create');
+
+    my $before = sessions_of('A');
+    my $usage = usage_of('A');
+
+    my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    is($r1->{status}, 201, "$name - first: 201");
+    ok(!exists $r1->{headers}{'idempotent-replayed'},
+       "$name - first: not a replay");
+
+    for my $i (1 .. 2) {
+        my $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+        is($r->{status}, 201, "$name - repeat $i: 201");
+        is($r->{content}, $r1->{content}, "$name - repeat $i: same body");
+        is($r->{headers}{location}, $r1->{headers}{location},
+           "$name - repeat $i: same Location");
+        is($r->{headers}{'idempotent-replayed'}, 'true',
+           "$name - repeat $i: Idempotent-Replayed: true");
+        is($r->{headers}{'content-type'}, 'application/json',
+           "$name - repeat $i: JSON");
+        ok(defined $r->{headers}{'x-ratelimit-remaining'},
+           "$name - repeat $i: rate-limit headers");
+    }
+
+    is(sessions_of('A'), $before + 1, "$name - one session created");
+    is(usage_of('A'), $usage + 1, "$name - one unit of quota used");
+    is(key_row('A', $k, 'status'), '201', "$name - the answer is kept");
+    is(key_row('A', $k, q{expires_at - now() BETWEEN interval '23 hours 59 }
+                        . q{minutes' AND interval '24 hours'}),
+       't', "$name - for 24 h from the answer");
+    is(key_row('A', $k, q{encode(body_sha256, 'hex')}),
+       Digest::SHA::sha256_hex($LP), "$name - SHA-256 of the body");
+
+    # the same key in another project is another key
+    my $rb = api('POST', '/api/v1/sessions', $KEY{B}, $LP, idem($k));
+    is($rb->{status}, 201, "$name - other project: 201");
+    ok(!exists $rb->{headers}{'idempotent-replayed'},
+       "$name - other project: not a replay");
+    isnt($rb->{json}{id}, $r1->{json}{id}, "$name - other project: new id");
+};
+
+# same key, another body, path, query or route: 422, nothing done
+$checks{mismatch} = sub {
+    my ($name) = @_;
+    my $k = new_key('mismatch');
+
+    my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    is($r1->{status}, 201, "$name - first: 201");
+    my $before = sessions_of('A');
+    my $sid = $r1->{json}{id};
+
+    my @other = (
+        ['body', 'POST', '/api/v1/sessions',
+         '{"delivery_mode": "long_poll", "expires_in": 60}'],
+        ['whitespace in the body', 'POST', '/api/v1/sessions',
+         '{"delivery_mode":"long_poll"}'],
+        ['query', 'POST', '/api/v1/sessions?x=1', $LP],
+        ['route', 'POST', "/api/v1/sessions/$sid/complete", $LP],
+    );
+
+    for my $o (@other) {
+        my ($what, $method, $path, $body) = @$o;
+        my $r = api($method, $path, $KEY{A}, $body, idem($k));
+        is($r->{status}, 422, "$name - another $what: 422");
+        is($r->{content}, $MISMATCH, "$name - another $what: message");
+        ok(!exists $r->{headers}{'idempotent-replayed'},
+           "$name - another $what: not a replay");
+    }
+
+    is(sessions_of('A'), $before, "$name - nothing created");
+    is(psql('SELECT status FROM sessions WHERE id = ' . sql_quote($sid)),
+       'open', "$name - the session was not completed");
+
+    # the first request still replays
+    my $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    is($r->{status}, 201, "$name - the first request still replays");
+    is($r->{headers}{'idempotent-replayed'}, 'true', "$name - replayed");
+};
+
+# 4xx answers are kept; 429 is not
+$checks{kept} = sub {
+    my ($name) = @_;
+
+    my $k = new_key('400');
+    my $bad = '{"delivery_mode": "fax"}';
+    my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $bad, idem($k));
+    is($r1->{status}, 400, "$name - 400 first");
+    my $r2 = api('POST', '/api/v1/sessions', $KEY{A}, $bad, idem($k));
+    is($r2->{status}, 400, "$name - 400 again");
+    is($r2->{content}, $r1->{content}, "$name - the same 400");
+    is($r2->{headers}{'idempotent-replayed'}, 'true',
+       "$name - the 400 is a replay");
+
+    # 415 (no JSON content type) is kept too
+    $k = new_key('415');
+    $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $LP,
+              { %{ idem($k) }, 'Content-Type' => 'text/plain' });
+    is($r1->{status}, 415, "$name - 415 first");
+    $r2 = api('POST', '/api/v1/sessions', $KEY{A}, $LP,
+              { %{ idem($k) }, 'Content-Type' => 'text/plain' });
+    is($r2->{status}, 415, "$name - 415 again");
+    is($r2->{headers}{'idempotent-replayed'}, 'true',
+       "$name - the 415 is a replay");
+
+    # the monthly quota's 429 is not kept: the retry runs again
+    $k = new_key('429');
+    for my $i (1 .. 2) {
+        my $r = api('POST', '/api/v1/sessions', $KEY{Q0}, $LP, idem($k));
+        is($r->{status}, 429, "$name - quota 429 ($i)");
+        ok(!exists $r->{headers}{'idempotent-replayed'},
+           "$name - quota 429 ($i) is not a replay");
+    }
+
+    is(key_row('Q0', $k, 'count(*)'), '0', "$name - no row kept for 429");
+
+    # complete: 200 kept, and a 404 of an unknown session
+    my $s = api('POST', '/api/v1/sessions', $KEY{A}, $LP);
+    my $sid = $s->{json}{id};
+    $k = new_key('complete');
+    $r1 = api('POST', "/api/v1/sessions/$sid/complete", $KEY{A}, undef,
+              idem($k));
+    is($r1->{status}, 200, "$name - complete: 200");
+    $r2 = api('POST', "/api/v1/sessions/$sid/complete", $KEY{A}, undef,
+              idem($k));
+    is($r2->{status}, 200, "$name - complete again: 200");
+    is($r2->{content}, $r1->{content}, "$name - complete: the same body");
+    is($r2->{headers}{'idempotent-replayed'}, 'true',
+       "$name - complete: a replay");
+
+    $k = new_key('404');
+    my $nope = '/api/v1/sessions/00000000-0000-4000-8000-000000000000'
+               . '/complete';
+    $r1 = api('POST', $nope, $KEY{A}, undef, idem($k));
+    is($r1->{status}, 404, "$name - unknown session: 404");
+    $r2 = api('POST', $nope, $KEY{A}, undef, idem($k));
+    is($r2->{status}, 404, "$name - unknown session again: 404");
+    is($r2->{headers}{'idempotent-replayed'}, 'true',
+       "$name - the 404 is a replay");
+
+    # without the header nothing is kept
+    my $n = psql('SELECT count(*) FROM idempotency_keys WHERE project_id = '
+                 . sql_quote($PROJECT{A}));
+    api('POST', '/api/v1/sessions', $KEY{A}, $LP);
+    is(psql('SELECT count(*) FROM idempotency_keys WHERE project_id = '
+            . sql_quote($PROJECT{A})), $n, "$name - no header, no row");
+};
+
+# a claim still held (its request is running) gives 409; one left behind
+# by a request that never answered is taken over after its lease; a key
+# past its 24 h is free again
+$checks{claims} = sub {
+    my ($name) = @_;
+    my $hash = Digest::SHA::sha256_hex($LP);
+
+    my $insert = sub {
+        my ($k, $claimed_ago, $expires_in, $body_hash) = @_;
+        psql('INSERT INTO idempotency_keys (project_id, key, method, path,'
+             . ' body_sha256, claim_id, claimed_at, created_at, expires_at)'
+             . ' VALUES (' . sql_quote($PROJECT{A}) . ', ' . sql_quote($k)
+             . q{, 'POST', '/api/v1/sessions', decode('} . $body_hash
+             . q{', 'hex'), gen_random_uuid(), now() - interval '}
+             . $claimed_ago . q{', now(), now() + interval '} . $expires_in
+             . q{')});
+    };
+
+    my $k = new_key('running');
+    $insert->($k, '1 second', '24 hours', $hash);
+    my $before = sessions_of('A');
+
+    my $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    is($r->{status}, 409, "$name - running: 409");
+    is($r->{content}, $RUNNING, "$name - running: message");
+    is(sessions_of('A'), $before, "$name - running: nothing created");
+
+    # a different request under a running key is still a mismatch
+    $r = api('POST', '/api/v1/sessions?a=b', $KEY{A}, $LP, idem($k));
+    is($r->{status}, 422, "$name - running, another request: 422");
+
+    $k = new_key('lease');
+    $insert->($k, '10 minutes', '24 hours', $hash);
+    $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    is($r->{status}, 201, "$name - a claim past its lease: taken over");
+    is(key_row('A', $k, 'status'), '201', "$name - and its answer kept");
+
+    $k = new_key('expired');
+    $insert->($k, '25 hours', '-1 hour', '00' x 32);
+    $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    is($r->{status}, 201, "$name - a key past 24 h: free again");
+    ok(!exists $r->{headers}{'idempotent-replayed'},
+       "$name - past 24 h: not a replay");
+    is(key_row('A', $k, q{encode(body_sha256, 'hex')}), $hash,
+       "$name - past 24 h: the new request's fingerprint");
+};
+
+# identical requests at the same time: one session
+$checks{race} = sub {
+    my ($name) = @_;
+    my $n = 8;
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $k = new_key('race');
+
+    # authenticate once, so that the burst finds the key in the cache
+    api('GET', '/api/v1/sessions', $KEY{RACE});
+
+    my $req = "POST /api/v1/sessions HTTP/1.1\r\nHost: localhost\r\n"
+              . "Authorization: Bearer $KEY{RACE}\r\n"
+              . "Idempotency-Key: $k\r\n"
+              . "Content-Type: application/json\r\n"
+              . "Content-Length: " . length($LP) . "\r\n"
+              . "Connection: close\r\n\r\n$LP";
+
+    my @socks = map {
+        IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                              Proto => 'tcp', Timeout => 5)
+            or die "connect: $!"
+    } 1 .. $n;
+
+    $_->blocking(0) for @socks;
+    syswrite($_, $req) == length $req or die "write: $!" for @socks;
+
+    my %buf;
+    my $sel = IO::Select->new(@socks);
+    my $deadline = Time::HiRes::time() + 30;
+
+    while ($sel->count && Time::HiRes::time() < $deadline) {
+        for my $s ($sel->can_read(1)) {
+            my $got = sysread $s, my $chunk, 65536;
+            next if !defined $got && $!{EAGAIN};
+
+            if ($got) {
+                $buf{$s} .= $chunk;
+                next;
+            }
+
+            $sel->remove($s);
+            close $s;
+        }
+    }
+
+    is($sel->count, 0, "$name - every answer within 30 s");
+
+    my (%status, %ids);
+    for my $raw (values %buf) {
+        my ($st) = $raw =~ m{^HTTP/1\.1 (\d+)};
+        $st //= 'none';
+        $status{$st}++;
+        if ($st eq '201') {
+            my ($body) = $raw =~ /\r\n\r\n(.*)\z/s;
+            $ids{ decode_json($body)->{id} }++;
+        }
+    }
+
+    my $other = join ',', grep { $_ ne '201' && $_ ne '409' } keys %status;
+    is($other, '', "$name - only 201 and 409");
+    ok(($status{201} // 0) >= 1, "$name - at least one 201");
+    is(scalar keys %ids, 1, "$name - every 201 is the same session");
+    is(sessions_of('RACE'), 1, "$name - one session in the database");
+    is(usage_of('RACE'), 1, "$name - one unit of quota");
+
+    # and afterwards, a replay of it
+    my $r = api('POST', '/api/v1/sessions', $KEY{RACE}, $LP, idem($k));
+    is($r->{status}, 201, "$name - after: 201");
+    is($r->{headers}{'idempotent-replayed'}, 'true', "$name - after: replay");
+    is(join(',', keys %ids), $r->{json}{id}, "$name - after: that session");
+};
+
+# uses up a create limit of 1
+$checks{burn} = sub {
+    my ($name) = @_;
+    my $r = api('POST', '/api/v1/sessions', $KEY{B}, $LP);
+    is($r->{status}, 201, "$name - the one create of the minute");
+};
+
+# A psql holding ACCESS EXCLUSIVE on a table in an open transaction, so
+# that the module's statements on it hang until session_db_timeout.
+my $locker;
+
+sub take_lock {
+    my ($table) = @_;
+
+    open $locker, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
+        or die "psql: $!";
+    my $old = select $locker;
+    $| = 1;
+    select $old;
+
+    print $locker "BEGIN;\nLOCK TABLE $table IN ACCESS EXCLUSIVE MODE;\n";
+
+    my ($held) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_locks WHERE granted}
+             . q{ AND mode = 'AccessExclusiveLock'}
+             . qq{ AND relation = '$table'::regclass}) > 0
+    });
+
+    return $held;
+}
+
+sub release_lock {
+    return unless $locker;
+    print $locker "ROLLBACK;\n\\q\n";
+    close $locker;
+    undef $locker;
+}
+
+END {
+    local $?;
+    release_lock();
+}
+
+# the database does not answer: 503 and nothing kept, so a retry runs
+$checks{outage} = sub {
+    my ($name) = @_;
+
+    # warm the auth cache: the key's lookup must not be what hangs
+    api('GET', '/api/v1/sessions', $KEY{B});
+
+    # the claim itself hangs
+    my $k = new_key('claim-hangs');
+    ok(take_lock('idempotency_keys'), "$name - idempotency_keys locked");
+    my $before = sessions_of('B');
+    my $r = api('POST', '/api/v1/sessions', $KEY{B}, $LP, idem($k));
+    release_lock();
+
+    is($r->{status}, 503, "$name - claim hangs: 503");
+    is($r->{headers}{'retry-after'}, '1', "$name - claim hangs: Retry-After");
+    is(sessions_of('B'), $before, "$name - claim hangs: nothing created");
+
+    # the endpoint hangs after the claim: the claim is given up
+    $k = new_key('create-hangs');
+    ok(take_lock('sessions'), "$name - sessions locked");
+    $r = api('POST', '/api/v1/sessions', $KEY{B}, $LP, idem($k));
+
+    is($r->{status}, 503, "$name - create hangs: 503");
+    is(key_row('B', $k, 'count(*)'), '0',
+       "$name - create hangs: the claim was given up");
+    release_lock();
+
+    $r = api('POST', '/api/v1/sessions', $KEY{B}, $LP, idem($k));
+    is($r->{status}, 201, "$name - the retry runs: 201");
+    ok(!exists $r->{headers}{'idempotent-replayed'},
+       "$name - the retry is not a replay");
+};
+
+# a body nginx spooled to a file hashes the same as one in memory
+$checks{spooled} = sub {
+    my ($name) = @_;
+    my $k = new_key('spooled');
+
+    my $body = '{"delivery_mode": "long_poll"' . (' ' x 4000) . '}';
+
+    my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $body, idem($k));
+    is($r1->{status}, 201, "$name - first: 201");
+    is(key_row('A', $k, q{encode(body_sha256, 'hex')}),
+       Digest::SHA::sha256_hex($body), "$name - SHA-256 of the whole body");
+
+    my $r2 = api('POST', '/api/v1/sessions', $KEY{A}, $body, idem($k));
+    is($r2->{headers}{'idempotent-replayed'}, 'true', "$name - replayed");
+    is($r2->{content}, $r1->{content}, "$name - the same answer");
+};
+
+
+master_on();
+no_shuffle();
+no_long_string();
+
+my $CONFIG = <<'EOF';
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+EOF
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    if (!defined $block->http_config) {
+        $block->set_value('http_config',
+                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
+    }
+
+    $block->set_value('config', $CONFIG) unless defined $block->config;
+
+    if (!defined $block->raw_request) {
+        (my $who = $block->api_key // 'A') =~ s/\s+//g;
+        die "no fixture $who" unless $KEY{$who};
+
+        my $h = "Authorization: Bearer $KEY{$who}\n";
+        $h .= "Content-Type: application/json\n";
+        $h .= $block->more_headers if defined $block->more_headers;
+        $block->set_value('more_headers', $h);
+    }
+
+    if (defined $block->check) {
+        (my $check = $block->check) =~ s/\s+//g;
+        die "no check $check" unless $checks{$check};
+        $block->set_value('init', "main::run_check('$check', \$block->name)");
+    }
+});
+
+sub run_check {
+    my ($check, $name) = @_;
+
+    eval { $checks{$check}->($name); 1 }
+        or fail("$name - check $check died: $@");
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a repeated create answers the first 201 and creates nothing
+--- check: replay_create
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: the same key with another request: 422
+--- check: mismatch
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: 4xx answers are kept, the quota's 429 is not
+--- check: kept
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: running claims, leases and keys past 24 h
+--- check: claims
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: identical requests at once create one session (2 workers)
+--- workers: 2
+--- check: race
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: a body spooled to a temporary file
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    client_body_buffer_size 1k;
+--- check: spooled
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: the database hangs: 503, nothing kept
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 1s;
+    session_auth_cache_ttl 60s;
+--- check: outage
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 8: a key of 256 characters is malformed
+--- request eval
+"POST /api/v1/sessions\n" . '{"delivery_mode": "long_poll"}'
+--- more_headers eval
+"Idempotency-Key: " . ("k" x 256) . "\n"
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: a key of 255 characters is fine
+--- request eval
+"POST /api/v1/sessions\n" . '{"delivery_mode": "long_poll"}'
+--- more_headers eval
+my $k = sprintf "t011-%09d-", rand 1e9; "Idempotency-Key: $k" . ("k" x (255 - length $k)) . "\n"
+--- error_code: 201
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: a space inside the key
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "long_poll"}
+--- more_headers
+Idempotency-Key: two words
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+
+
+
+=== TEST 11: a byte outside ASCII
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "long_poll"}
+--- more_headers eval
+"Idempotency-Key: caf\xc3\xa9\n"
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+
+
+
+=== TEST 12: an empty key
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "long_poll"}
+--- more_headers eval
+"Idempotency-Key: \n"
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+
+
+
+=== TEST 13: two Idempotency-Key headers
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "long_poll"}
+--- more_headers
+Idempotency-Key: one
+Idempotency-Key: two
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+
+
+
+=== TEST 14: a malformed key comes before the body's checks
+--- request
+POST /api/v1/sessions
+not json
+--- more_headers
+Idempotency-Key: a b
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+
+
+
+=== TEST 15: a malformed key on another POST route (complete)
+--- request
+POST /api/v1/sessions/nope/complete
+--- more_headers
+Idempotency-Key: a b
+--- error_code: 400
+--- response_body eval
+$::MALFORMED
+
+
+
+=== TEST 16: GET ignores the header
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers
+Idempotency-Key: a b
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 17: route and method come first: 404 and 405 with a malformed key
+--- request
+POST /api/v1/nope
+--- more_headers
+Idempotency-Key: a b
+--- error_code: 404
+
+
+
+=== TEST 18: rate limit comes first: 429 with a malformed key
+--- config
+    location /api/ {
+        session_api;
+        session_limits create=1 list=1000 other=1000;
+    }
+--- api_key: B
+--- check: burn
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "long_poll"}
+--- more_headers
+Idempotency-Key: a b
+--- error_code: 429
