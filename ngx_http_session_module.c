@@ -389,7 +389,7 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     char              *err;
     size_t             len;
     ngx_str_t         *value;
-    PQconninfoOption  *opts;
+    PQconninfoOption  *opts, *opt;
 
     if (smcf->db_conninfo.data) {
         return "is duplicate";
@@ -423,6 +423,23 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         PQfreemem(err);
 
         return NGX_CONF_ERROR;
+    }
+
+    /* the operator's own server options, to which the module adds */
+
+    for (opt = opts; opt->keyword; opt++) {
+        if (ngx_strcmp(opt->keyword, "options") == 0 && opt->val) {
+            len = ngx_strlen(opt->val);
+
+            smcf->db_options.data = ngx_pnalloc(cf->pool, len + 1);
+            if (smcf->db_options.data == NULL) {
+                PQconninfoFree(opts);
+                return NGX_CONF_ERROR;
+            }
+
+            ngx_memcpy(smcf->db_options.data, opt->val, len + 1);
+            smcf->db_options.len = len;
+        }
     }
 
     PQconninfoFree(opts);

@@ -22,6 +22,8 @@ typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
 
 typedef struct {
     ngx_str_t                   db_conninfo;
+    /* "options" of the conninfo, if any: the module appends to them */
+    ngx_str_t                   db_options;
     ngx_uint_t                  db_connections;
     ngx_msec_t                  db_timeout;
 

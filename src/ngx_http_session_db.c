@@ -66,6 +66,7 @@ ngx_int_t
 ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 {
     ngx_uint_t                     i;
+    const char                    *options;
     ngx_http_session_db_pool_t    *pool;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_main_conf_t  *smcf;
@@ -94,11 +95,17 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 
     ngx_http_session_db_pool = pool;
 
+    options = ngx_http_session_db_options(cycle);
+    if (options == NULL) {
+        return NGX_ERROR;
+    }
+
     for (i = 0; i < pool->nconns; i++) {
         dc = &pool->conns[i];
 
         dc->log = cycle->log;
         dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->options = options;
         dc->timeout = smcf->db_timeout;
         dc->ready = ngx_http_session_db_pool_ready;
 
@@ -106,6 +113,39 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     }
 
     return NGX_OK;
+}
+
+
+const char *
+ngx_http_session_db_options(ngx_cycle_t *cycle)
+{
+    u_char                        *p;
+    size_t                         len;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+
+    len = smcf->db_options.len + sizeof(" -c statement_timeout=") - 1
+          + NGX_INT_T_LEN + 1;
+
+    p = ngx_pnalloc(cycle->pool, len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    if (smcf->db_options.len
+        && ngx_strstr(smcf->db_options.data, "statement_timeout"))
+    {
+        /* the operator's choice stands */
+        *ngx_cpymem(p, smcf->db_options.data, smcf->db_options.len) = '\0';
+
+    } else {
+        *ngx_sprintf(p, "%V%s-c statement_timeout=%M", &smcf->db_options,
+                     smcf->db_options.len ? " " : "", smcf->db_timeout)
+            = '\0';
+    }
+
+    return (const char *) p;
 }
 
 
@@ -133,13 +173,24 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 {
+    const char  *keywords[3], *values[3];
+
     dc->timer.handler = ngx_http_session_db_timer_handler;
     dc->timer.data = dc;
     dc->timer.log = dc->log;
     /* a worker that is shutting down must not wait for these */
     dc->timer.cancelable = 1;
 
-    dc->pg = PQconnectStart(dc->conninfo);
+    /* the conninfo is expanded first; the options given here follow it */
+
+    keywords[0] = "dbname";
+    values[0] = dc->conninfo;
+    keywords[1] = dc->options ? "options" : NULL;
+    values[1] = dc->options;
+    keywords[2] = NULL;
+    values[2] = NULL;
+
+    dc->pg = PQconnectStartParams(keywords, values, 1);
 
     if (dc->pg == NULL) {
         ngx_log_error(NGX_LOG_ALERT, dc->log, 0,

@@ -36,6 +36,8 @@ struct ngx_http_session_db_conn_s {
     ngx_connection_t                *connection;
     ngx_log_t                       *log;
     const char                      *conninfo;
+    /* server options: the conninfo's own and statement_timeout */
+    const char                      *options;
     ngx_msec_t                       timeout;
 
     /* connect timeout while connecting, backoff while closed */
@@ -81,6 +83,14 @@ struct ngx_http_session_db_query_s {
 
 
 ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
+
+/*
+ * The server options every connection starts with: those of the conninfo,
+ * then statement_timeout = session_db_timeout unless they set one, so
+ * that a statement the module gave up on is also given up by the server
+ * (its transaction rolls back) instead of finishing unseen.
+ */
+const char *ngx_http_session_db_options(ngx_cycle_t *cycle);
 void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
 
 /* a query owned by r: freed with it, detached if r goes away first */

@@ -41,6 +41,10 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 
     dc->log = cycle->log;
     dc->conninfo = (const char *) smcf->db_conninfo.data;
+    dc->options = ngx_http_session_db_options(cycle);
+    if (dc->options == NULL) {
+        return NGX_ERROR;
+    }
     dc->timeout = smcf->db_timeout;
     dc->ready = ngx_http_session_listen_ready;
     dc->drained = ngx_http_session_listen_drained;

@@ -457,7 +457,18 @@ $checks{outage} = sub {
     is($r->{status}, 503, "$name - create hangs: 503");
     is(key_row('B', $k, 'count(*)'), '0',
        "$name - create hangs: the claim was given up");
+
+    # the server gave the statement up as well (statement_timeout is
+    # session_db_timeout): it does not go on to create the session once
+    # the lock is gone
+    my ($gone) = wait_until(5, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity WHERE query LIKE }
+             . q{'%session_create(%' AND state = 'active'}
+             . q{ AND pid <> pg_backend_pid()}) == 0
+    });
+    ok($gone, "$name - create hangs: the server cancelled the statement");
     release_lock();
+    is(sessions_of('B'), $before, "$name - create hangs: nothing created");
 
     $r = api('POST', '/api/v1/sessions', $KEY{B}, $LP, idem($k));
     is($r->{status}, 201, "$name - the retry runs: 201");
