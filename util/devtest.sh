@@ -21,5 +21,10 @@ export TEST_NGINX_LOAD_MODULES=$ROOT/build/ngx_http_session_module.so
 
 "$ROOT/build/sessionctl" -d "$DEVTEST_DB" migrate >/dev/null
 
+# no arguments: every script of t/ ("${@:--r t/}" would be one word)
+if [ $# -eq 0 ]; then
+    set -- -r t/
+fi
+
 # shellcheck disable=SC2086
-exec prove ${PROVE_OPTS:-} "${@:--r t/}"
+exec prove ${PROVE_OPTS:-} "$@"
