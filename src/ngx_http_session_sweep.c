@@ -44,7 +44,7 @@ typedef struct {
 
 static void ngx_http_session_sweep_schedule(ngx_http_session_sweep_t *sw,
     ngx_msec_t delay);
-static ngx_msec_t ngx_http_session_sweep_jitter(ngx_msec_t interval);
+static void ngx_http_session_sweep_later(ngx_http_session_sweep_t *sw);
 static void ngx_http_session_sweep_handler(ngx_event_t *ev);
 static void ngx_http_session_sweep_done(ngx_http_session_db_query_t *q,
     PGresult *res);
@@ -120,13 +120,19 @@ ngx_http_session_sweep_schedule(ngx_http_session_sweep_t *sw,
 }
 
 
-/* interval * 0.75 ... interval * 1.25 */
+/* the next round, in interval * 0.75 ... interval * 1.25 */
 
-static ngx_msec_t
-ngx_http_session_sweep_jitter(ngx_msec_t interval)
+static void
+ngx_http_session_sweep_later(ngx_http_session_sweep_t *sw)
 {
-    return interval - interval / 4
-           + (ngx_msec_t) ngx_random() % (interval / 2 + 1);
+    ngx_msec_t  delay;
+
+    sw->rounds = 0;
+
+    delay = sw->interval - sw->interval / 4
+            + (ngx_msec_t) ngx_random() % (sw->interval / 2 + 1);
+
+    ngx_http_session_sweep_schedule(sw, delay);
 }
 
 
@@ -146,8 +152,7 @@ ngx_http_session_sweep_handler(ngx_event_t *ev)
 
     pool = ngx_create_pool(NGX_HTTP_SESSION_SWEEP_POOL_SIZE, sw->log);
     if (pool == NULL) {
-        ngx_http_session_sweep_schedule(sw,
-                                 ngx_http_session_sweep_jitter(sw->interval));
+        ngx_http_session_sweep_later(sw);
         return;
     }
 
@@ -156,8 +161,7 @@ ngx_http_session_sweep_handler(ngx_event_t *ev)
                                               ngx_http_session_sweep_done);
     if (q == NULL) {
         ngx_destroy_pool(pool);
-        ngx_http_session_sweep_schedule(sw,
-                                 ngx_http_session_sweep_jitter(sw->interval));
+        ngx_http_session_sweep_later(sw);
         return;
     }
 
@@ -180,9 +184,7 @@ ngx_http_session_sweep_handler(ngx_event_t *ev)
 
     ngx_http_session_sweep_failed(sw, "database unavailable", NULL);
 
-    sw->rounds = 0;
-    ngx_http_session_sweep_schedule(sw,
-                                 ngx_http_session_sweep_jitter(sw->interval));
+    ngx_http_session_sweep_later(sw);
 }
 
 
@@ -238,9 +240,7 @@ ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
         return;
     }
 
-    sw->rounds = 0;
-    ngx_http_session_sweep_schedule(sw,
-                                 ngx_http_session_sweep_jitter(sw->interval));
+    ngx_http_session_sweep_later(sw);
 }
 
 
