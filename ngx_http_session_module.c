@@ -15,6 +15,7 @@
 #include "ngx_http_session_listen.h"
 #include "ngx_http_session_log.h"
 #include "ngx_http_session_shm.h"
+#include "ngx_http_session_sweep.h"
 
 
 #define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
@@ -45,6 +46,8 @@ static char *ngx_http_session_positive_sec(ngx_conf_t *cf, void *post,
     void *data);
 static char *ngx_http_session_db_connections_check(ngx_conf_t *cf,
     void *post, void *data);
+static char *ngx_http_session_sweep_interval_check(ngx_conf_t *cf,
+    void *post, void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
@@ -52,6 +55,10 @@ static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
 
 static ngx_conf_post_t  ngx_http_session_db_connections_post = {
     ngx_http_session_db_connections_check
+};
+
+static ngx_conf_post_t  ngx_http_session_sweep_interval_post = {
+    ngx_http_session_sweep_interval_check
 };
 
 static ngx_conf_post_t  ngx_http_session_positive_msec_post = {
@@ -142,6 +149,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       offsetof(ngx_http_session_main_conf_t, auth_cache_ttl),
       NULL },
 
+    { ngx_string("session_expiry_sweep_interval"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, sweep_interval),
+      &ngx_http_session_sweep_interval_post },
+
       ngx_null_command
 };
 
@@ -208,6 +222,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
     smcf->webhook_allow_private = NGX_CONF_UNSET;
+    smcf->sweep_interval = NGX_CONF_UNSET_MSEC;
 
     return smcf;
 }
@@ -224,6 +239,8 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
     ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
     ngx_conf_init_value(smcf->webhook_allow_private, 0);
+    ngx_conf_init_msec_value(smcf->sweep_interval,
+                             NGX_HTTP_SESSION_SWEEP_INTERVAL);
 
     if (smcf->key_prefix.data == NULL) {
         ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);
@@ -565,6 +582,28 @@ ngx_http_session_db_connections_check(ngx_conf_t *cf, void *post, void *data)
 }
 
 
+/*
+ * At least a second, so that many workers and nodes do not keep the
+ * database busy; at most 30 s, so that with the jitter a session still
+ * expires "within 60 s" (API.md section 10) with room to spare.
+ */
+
+static char *
+ngx_http_session_sweep_interval_check(ngx_conf_t *cf, void *post,
+    void *data)
+{
+    ngx_msec_t  *ms = data;
+
+    if (*ms < NGX_HTTP_SESSION_SWEEP_INTERVAL_MIN
+        || *ms > NGX_HTTP_SESSION_SWEEP_INTERVAL_MAX)
+    {
+        return "must be between 1s and 30s";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static char *
 ngx_http_session_positive_sec(ngx_conf_t *cf, void *post, void *data)
 {
@@ -598,13 +637,18 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    return ngx_http_session_listen_init_process(cycle);
+    if (ngx_http_session_listen_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_session_sweep_init_process(cycle);
 }
 
 
 static void
 ngx_http_session_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
     ngx_http_session_db_exit_process(cycle);
 }

@@ -34,6 +34,9 @@ typedef struct {
 
     ngx_flag_t                  webhook_allow_private;
 
+    /* how often each worker tries the expiry sweep, milliseconds */
+    ngx_msec_t                  sweep_interval;
+
     /* where the first "session_api" stands, for configuration errors */
     ngx_str_t                   api_file;
     ngx_uint_t                  api_line;

@@ -32,6 +32,10 @@
     "SELECT body, created_us, id::text"                                       \
     " FROM session_list($1, $2, $3, $4, $5)"
 
+/* $1 batch size: (swept, more, ran), see src/sql/005_expiry_sweep.sql */
+#define NGX_HTTP_SESSION_SQL_SWEEP                                            \
+    "SELECT swept, more, ran FROM session_sweep($1)"
+
 
 /*
  * $1 project, $2 key, $3 method, $4 path with query, $5 SHA-256 of the

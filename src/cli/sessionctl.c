@@ -716,15 +716,18 @@ sessionctl_features_json(const char *list)
 
 
 /*
- * Every embedded migration newer than the database, each in its own
- * transaction with its row in session_schema_migrations, under an
- * advisory lock so that concurrent runs apply each one once.
+ * Every embedded migration the database has not had yet, in version
+ * order, each in its own transaction with its row in
+ * session_schema_migrations, under an advisory lock so that concurrent
+ * runs apply each one once.  A migration is looked up by its own number,
+ * not compared with the highest applied one, so that one merged later
+ * with a lower number is still applied.
  */
 
 static int
 sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
-    int                                  rc;
+    int                                  rc, applied;
     char                                 version[16];
     long                                 current;
     PGresult                            *res;
@@ -767,7 +770,19 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     for (m = ngx_http_session_migrations; m->name; m++) {
 
-        if (m->version <= current) {
+        snprintf(version, sizeof(version), "%d", m->version);
+        values[0] = version;
+
+        res = sessionctl_exec(ctx, SESSIONCTL_SQL_MIGRATION_APPLIED, 1,
+                              values, NULL, NULL);
+        if (res == NULL) {
+            return SESSIONCTL_REFUSED;
+        }
+
+        applied = PQntuples(res);
+        PQclear(res);
+
+        if (applied) {
             continue;
         }
 
@@ -789,7 +804,6 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
 
         PQclear(res);
 
-        snprintf(version, sizeof(version), "%d", m->version);
         values[0] = version;
         values[1] = m->name;
 
@@ -805,7 +819,9 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
             return SESSIONCTL_REFUSED;
         }
 
-        current = m->version;
+        if (m->version > current) {
+            current = m->version;
+        }
     }
 
     values[0] = SESSIONCTL_MIGRATE_LOCK;

@@ -36,6 +36,10 @@
 #define SESSIONCTL_SQL_SCHEMA_VERSION                                         \
     "SELECT coalesce(max(version), 0) FROM session_schema_migrations"
 
+/* $1 version: one row when that migration has been applied */
+#define SESSIONCTL_SQL_MIGRATION_APPLIED                                      \
+    "SELECT 1 FROM session_schema_migrations WHERE version = $1::integer"
+
 #define SESSIONCTL_SQL_MIGRATION_DONE                                         \
     "INSERT INTO session_schema_migrations (version, name)"                   \
     " VALUES ($1::integer, $2::text)"

@@ -1,0 +1,276 @@
+/*
+ * The expiry sweep.
+ *
+ * Every worker of every node arms one timer.  When it fires, the worker
+ * sends session_sweep($1) through its query pool and re-arms once the
+ * answer is in, so a worker never has two sweeps in flight.  The
+ * function only tries its lock, so all but one of the sweeps that meet
+ * return at once without work; which one runs does not matter.
+ *
+ * The delay is session_expiry_sweep_interval with +-25% jitter, so that
+ * workers and nodes started together drift apart.  A full batch means
+ * more may be due: the next run follows at once, up to
+ * NGX_HTTP_SESSION_SWEEP_ROUNDS runs in a row.
+ *
+ * The timer is cancelable and is not re-armed on a worker that is
+ * exiting: the sweep never holds a graceful shutdown or a reload.
+ */
+
+#include "ngx_http_session_sweep.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_sql.h"
+
+
+/* sessions marked per statement, and statements in a row */
+#define NGX_HTTP_SESSION_SWEEP_BATCH   "500"
+#define NGX_HTTP_SESSION_SWEEP_ROUNDS  10
+
+#define NGX_HTTP_SESSION_SWEEP_POOL_SIZE  1024
+
+
+typedef struct {
+    ngx_event_t                  timer;
+    ngx_log_t                   *log;
+    ngx_msec_t                   interval;
+    /* the pool of the statement in flight, else NULL */
+    ngx_pool_t                  *pool;
+    /* runs in a row after full batches */
+    ngx_uint_t                   rounds;
+
+    /* the last run failed: further failures are logged at info */
+    unsigned                     failing:1;
+} ngx_http_session_sweep_t;
+
+
+static void ngx_http_session_sweep_schedule(ngx_http_session_sweep_t *sw,
+    ngx_msec_t delay);
+static void ngx_http_session_sweep_later(ngx_http_session_sweep_t *sw);
+static void ngx_http_session_sweep_handler(ngx_event_t *ev);
+static void ngx_http_session_sweep_done(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_sweep_failed(ngx_http_session_sweep_t *sw,
+    const char *what, const char *detail);
+static ngx_uint_t ngx_http_session_sweep_stopping(void);
+
+
+static ngx_http_session_sweep_t  ngx_http_session_sweep;
+
+
+ngx_int_t
+ngx_http_session_sweep_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_session_sweep_t      *sw;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+    if (smcf == NULL || !smcf->enabled) {
+        return NGX_OK;
+    }
+
+    sw = &ngx_http_session_sweep;
+
+    ngx_memzero(sw, sizeof(ngx_http_session_sweep_t));
+
+    sw->log = cycle->log;
+    sw->interval = smcf->sweep_interval;
+
+    sw->timer.handler = ngx_http_session_sweep_handler;
+    sw->timer.data = sw;
+    sw->timer.log = cycle->log;
+    sw->timer.cancelable = 1;
+
+    /* the first run anywhere within one interval: workers start apart */
+    ngx_http_session_sweep_schedule(sw,
+                                    1 + (ngx_msec_t) ngx_random()
+                                        % sw->interval);
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_session_sweep_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_http_session_sweep_t  *sw;
+
+    sw = &ngx_http_session_sweep;
+
+    if (sw->timer.timer_set) {
+        ngx_del_timer(&sw->timer);
+    }
+
+    /* before the query pool goes: the cleanup takes the query off it */
+
+    if (sw->pool) {
+        ngx_destroy_pool(sw->pool);
+        sw->pool = NULL;
+    }
+}
+
+
+static void
+ngx_http_session_sweep_schedule(ngx_http_session_sweep_t *sw,
+    ngx_msec_t delay)
+{
+    if (ngx_http_session_sweep_stopping()) {
+        return;
+    }
+
+    ngx_add_timer(&sw->timer, delay);
+}
+
+
+/* the next round, in interval * 0.75 ... interval * 1.25 */
+
+static void
+ngx_http_session_sweep_later(ngx_http_session_sweep_t *sw)
+{
+    ngx_msec_t  delay;
+
+    sw->rounds = 0;
+
+    delay = sw->interval - sw->interval / 4
+            + (ngx_msec_t) ngx_random() % (sw->interval / 2 + 1);
+
+    ngx_http_session_sweep_schedule(sw, delay);
+}
+
+
+static void
+ngx_http_session_sweep_handler(ngx_event_t *ev)
+{
+    ngx_int_t                     rc;
+    ngx_pool_t                   *pool;
+    ngx_http_session_sweep_t     *sw;
+    ngx_http_session_db_query_t  *q;
+
+    sw = ev->data;
+
+    if (ngx_http_session_sweep_stopping() || sw->pool) {
+        return;
+    }
+
+    pool = ngx_create_pool(NGX_HTTP_SESSION_SWEEP_POOL_SIZE, sw->log);
+    if (pool == NULL) {
+        ngx_http_session_sweep_later(sw);
+        return;
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, sw->log,
+                                              NGX_HTTP_SESSION_SQL_SWEEP,
+                                              ngx_http_session_sweep_done);
+    if (q == NULL) {
+        ngx_destroy_pool(pool);
+        ngx_http_session_sweep_later(sw);
+        return;
+    }
+
+    q->data = sw;
+
+    ngx_http_session_db_param(q, NGX_HTTP_SESSION_SWEEP_BATCH,
+                              sizeof(NGX_HTTP_SESSION_SWEEP_BATCH) - 1, 0);
+
+    sw->pool = pool;
+
+    rc = ngx_http_session_db_query_run(q);
+
+    if (rc == NGX_OK) {
+        /* ngx_http_session_sweep_done() follows from the event loop */
+        return;
+    }
+
+    sw->pool = NULL;
+    ngx_destroy_pool(pool);
+
+    ngx_http_session_sweep_failed(sw, "database unavailable", NULL);
+
+    ngx_http_session_sweep_later(sw);
+}
+
+
+static void
+ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_int_t                  swept;
+    ngx_uint_t                 more;
+    ngx_http_session_sweep_t  *sw;
+
+    sw = q->data;
+
+    more = 0;
+
+    if (res == NULL) {
+        ngx_http_session_sweep_failed(sw, "database unavailable", NULL);
+
+    } else if (PQresultStatus(res) != PGRES_TUPLES_OK
+               || PQntuples(res) != 1 || PQnfields(res) != 3)
+    {
+        ngx_http_session_sweep_failed(sw, "query failed",
+                        PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
+
+    } else {
+        swept = ngx_atoi((u_char *) PQgetvalue(res, 0, 0),
+                         PQgetlength(res, 0, 0));
+        more = PQgetvalue(res, 0, 1)[0] == 't';
+
+        if (sw->failing) {
+            ngx_log_error(NGX_LOG_NOTICE, sw->log, 0,
+                          "session sweep: running again");
+            sw->failing = 0;
+        }
+
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, sw->log, 0,
+                       "session sweep: ran:%s expired:%i more:%ui",
+                       PQgetvalue(res, 0, 2), swept, more);
+
+        if (swept > 0) {
+            ngx_log_error(NGX_LOG_INFO, sw->log, 0,
+                          "session sweep: %i sessions expired", swept);
+        }
+    }
+
+    /* the result is read: the query and its pool may go */
+
+    ngx_destroy_pool(sw->pool);
+    sw->pool = NULL;
+
+    if (more && ++sw->rounds < NGX_HTTP_SESSION_SWEEP_ROUNDS) {
+        /* from the timer, not from inside the query pool's callback */
+        ngx_http_session_sweep_schedule(sw, 1);
+        return;
+    }
+
+    ngx_http_session_sweep_later(sw);
+}
+
+
+/* an outage is logged once as an error, the failures that follow at info */
+
+static void
+ngx_http_session_sweep_failed(ngx_http_session_sweep_t *sw, const char *what,
+    const char *detail)
+{
+    ngx_uint_t  level;
+
+    if (ngx_http_session_sweep_stopping()) {
+        return;
+    }
+
+    level = sw->failing ? NGX_LOG_INFO : NGX_LOG_ERR;
+    sw->failing = 1;
+
+    if (detail) {
+        ngx_log_error(level, sw->log, 0, "session sweep: %s: %s, "
+                      "will retry", what, detail);
+        return;
+    }
+
+    ngx_log_error(level, sw->log, 0, "session sweep: %s, will retry", what);
+}
+
+
+static ngx_uint_t
+ngx_http_session_sweep_stopping(void)
+{
+    return ngx_exiting || ngx_quit || ngx_terminate;
+}

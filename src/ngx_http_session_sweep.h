@@ -1,0 +1,24 @@
+/*
+ * The expiry sweep: every worker runs session_sweep() from a timer; the
+ * database lets one sweep at a time do the work (see
+ * src/sql/005_expiry_sweep.sql).
+ */
+
+#ifndef _NGX_HTTP_SESSION_SWEEP_H_INCLUDED_
+#define _NGX_HTTP_SESSION_SWEEP_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+
+
+/* session_expiry_sweep_interval: default and bounds, milliseconds */
+#define NGX_HTTP_SESSION_SWEEP_INTERVAL      5000
+#define NGX_HTTP_SESSION_SWEEP_INTERVAL_MIN  1000
+#define NGX_HTTP_SESSION_SWEEP_INTERVAL_MAX  30000
+
+
+ngx_int_t ngx_http_session_sweep_init_process(ngx_cycle_t *cycle);
+void ngx_http_session_sweep_exit_process(ngx_cycle_t *cycle);
+
+
+#endif /* _NGX_HTTP_SESSION_SWEEP_H_INCLUDED_ */
