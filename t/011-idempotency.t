@@ -388,6 +388,27 @@ $checks{race} = sub {
     is(join(',', keys %ids), $r->{json}{id}, "$name - after: that session");
 };
 
+# keys past their 24 h are dropped by the periodic sweep
+$checks{purge} = sub {
+    my ($name) = @_;
+    my ($old, $live) = (new_key('purge-old'), new_key('purge-live'));
+
+    for my $k ([$old, '-1 second'], [$live, '1 hour']) {
+        psql('INSERT INTO idempotency_keys (project_id, key, method, path,'
+             . ' body_sha256, status, body, expires_at) VALUES ('
+             . sql_quote($PROJECT{A}) . ', ' . sql_quote($k->[0])
+             . q{, 'POST', '/api/v1/sessions', '\x00', 201, '\x7b7d', }
+             . q{now() + interval '} . $k->[1] . q{')});
+    }
+
+    my ($gone) = wait_until(10, 0.1, sub {
+        key_row('A', $old, 'count(*)') eq '0'
+    });
+
+    ok($gone, "$name - a key past 24 h is dropped");
+    is(key_row('A', $live, 'count(*)'), '1', "$name - a live key stays");
+};
+
 # uses up a create limit of 1
 $checks{burn} = sub {
     my ($name) = @_;
@@ -619,7 +640,20 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 8: a key of 256 characters is malformed
+=== TEST 8: the sweep drops keys past their 24 h
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_expiry_sweep_interval 1s;
+--- check: purge
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: a key of 256 characters is malformed
 --- request eval
 "POST /api/v1/sessions\n" . '{"delivery_mode": "long_poll"}'
 --- more_headers eval
@@ -632,7 +666,7 @@ $::MALFORMED
 
 
 
-=== TEST 9: a key of 255 characters is fine
+=== TEST 10: a key of 255 characters is fine
 --- request eval
 "POST /api/v1/sessions\n" . '{"delivery_mode": "long_poll"}'
 --- more_headers eval
@@ -643,7 +677,7 @@ my $k = sprintf "t011-%09d-", rand 1e9; "Idempotency-Key: $k" . ("k" x (255 - le
 
 
 
-=== TEST 10: a space inside the key
+=== TEST 11: a space inside the key
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -655,7 +689,7 @@ $::MALFORMED
 
 
 
-=== TEST 11: a byte outside ASCII
+=== TEST 12: a byte outside ASCII
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -667,7 +701,7 @@ $::MALFORMED
 
 
 
-=== TEST 12: an empty key
+=== TEST 13: an empty key
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -679,7 +713,7 @@ $::MALFORMED
 
 
 
-=== TEST 13: two Idempotency-Key headers
+=== TEST 14: two Idempotency-Key headers
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -692,7 +726,7 @@ $::MALFORMED
 
 
 
-=== TEST 14: a malformed key comes before the body's checks
+=== TEST 15: a malformed key comes before the body's checks
 --- request
 POST /api/v1/sessions
 not json
@@ -704,7 +738,7 @@ $::MALFORMED
 
 
 
-=== TEST 15: a malformed key on another POST route (complete)
+=== TEST 16: a malformed key on another POST route (complete)
 --- request
 POST /api/v1/sessions/nope/complete
 --- more_headers
@@ -715,7 +749,7 @@ $::MALFORMED
 
 
 
-=== TEST 16: GET ignores the header
+=== TEST 17: GET ignores the header
 --- request
 GET /api/v1/sessions?limit=1
 --- more_headers
@@ -726,7 +760,7 @@ Idempotency-Key: a b
 
 
 
-=== TEST 17: route and method come first: 404 and 405 with a malformed key
+=== TEST 18: route and method come first: 404 and 405 with a malformed key
 --- request
 POST /api/v1/nope
 --- more_headers
@@ -735,7 +769,7 @@ Idempotency-Key: a b
 
 
 
-=== TEST 18: rate limit comes first: 429 with a malformed key
+=== TEST 19: rate limit comes first: 429 with a malformed key
 --- config
     location /api/ {
         session_api;

@@ -12,7 +12,8 @@ CREATE UNIQUE INDEX webhook_outbox_one_expired
     ON webhook_outbox (session_id) WHERE event_type = 'session.expired';
 
 -- Marks at most p_batch due sessions (status <> 'expired', expires_at
--- passed) as expired, oldest first, in one transaction.
+-- passed) as expired, oldest first, in one transaction, and drops up to
+-- p_batch Idempotency-Key rows past their 24 h (idempotency_purge).
 --
 -- swept:  how many it marked;
 -- more:   the batch was full, so more may be due: run again at once;
@@ -71,6 +72,10 @@ BEGIN
             DO NOTHING;
         END IF;
     END LOOP;
+
+    -- Idempotency-Key answers past their 24 h go in the same run: the
+    -- claim ignores them already, this only gives the space back
+    PERFORM idempotency_purge(v_batch);
 
     RETURN QUERY SELECT v_count, v_count >= v_batch, true;
 END
