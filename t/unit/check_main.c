@@ -22,6 +22,7 @@ static const ngx_http_session_suite_pt  ngx_http_session_suites[] = {
     make_url_suite,
     make_body_suite,
     make_cursor_suite,
+    make_image_suite,
     NULL
 };
 
