@@ -20,6 +20,9 @@
 #define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
 #define NGX_HTTP_SESSION_DEFAULT_ZONE_SIZE  (10 * 1024 * 1024)
 #define NGX_HTTP_SESSION_DEFAULT_PREFIX     "sess"
+#define NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX  (10 * 1024 * 1024)
+/* PostgreSQL holds at most 1 GB in a field, protocol overhead included */
+#define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
 
 static ngx_int_t ngx_http_session_postconfiguration(ngx_conf_t *cf);
@@ -45,6 +48,8 @@ static char *ngx_http_session_positive_sec(ngx_conf_t *cf, void *post,
     void *data);
 static char *ngx_http_session_db_connections_check(ngx_conf_t *cf,
     void *post, void *data);
+static char *ngx_http_session_image_max_size_check(ngx_conf_t *cf,
+    void *post, void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
@@ -60,6 +65,10 @@ static ngx_conf_post_t  ngx_http_session_positive_msec_post = {
 
 static ngx_conf_post_t  ngx_http_session_positive_sec_post = {
     ngx_http_session_positive_sec
+};
+
+static ngx_conf_post_t  ngx_http_session_image_max_size_post = {
+    ngx_http_session_image_max_size_check
 };
 
 
@@ -120,6 +129,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_session_loc_conf_t, max_ttl),
       &ngx_http_session_positive_sec_post },
+
+    { ngx_string("session_image_max_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, image_max_size),
+      &ngx_http_session_image_max_size_post },
 
     { ngx_string("session_webhook_allow_private"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
@@ -300,6 +316,7 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->limits[NGX_HTTP_SESSION_CLASS_OTHER] = NGX_CONF_UNSET_UINT;
     slcf->ttl = NGX_CONF_UNSET;
     slcf->max_ttl = NGX_CONF_UNSET;
+    slcf->image_max_size = NGX_CONF_UNSET;
 
     return slcf;
 }
@@ -310,6 +327,8 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
     ngx_http_session_loc_conf_t  *prev = parent;
     ngx_http_session_loc_conf_t  *conf = child;
+
+    ngx_http_core_loc_conf_t  *clcf;
 
     ngx_conf_merge_value(conf->api, prev->api, 0);
 
@@ -342,6 +361,22 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                            "\"session_max_ttl\" %T",
                            conf->ttl, conf->max_ttl);
         return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_merge_off_value(conf->image_max_size, prev->image_max_size,
+                             NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX);
+
+    if (conf->api) {
+        /*
+         * The module limits request bodies itself, per route, while they
+         * are read (ngx_http_session_error.c): an upload up to
+         * session_image_max_size, a sessions body up to 64 KiB, and
+         * answers 413 with the route's message, after authentication.
+         * nginx's own limit, checked before the handler runs, would
+         * answer first; it is lifted here, whatever was inherited.
+         */
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+        clcf->client_max_body_size = 0;
     }
 
     return NGX_CONF_OK;
@@ -542,6 +577,19 @@ ngx_http_session_db_connections_check(ngx_conf_t *cf, void *post, void *data)
 
     if (*n < 1 || *n > 1024) {
         return "must be between 1 and 1024";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_image_max_size_check(ngx_conf_t *cf, void *post, void *data)
+{
+    off_t  *size = data;
+
+    if (*size < 1 || *size > NGX_HTTP_SESSION_IMAGE_MAX_LIMIT) {
+        return "must be between 1 and 512m";
     }
 
     return NGX_CONF_OK;

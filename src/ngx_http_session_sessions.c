@@ -16,18 +16,12 @@
 #define NGX_HTTP_SESSION_LIST_MAX      100
 
 
-static ngx_int_t ngx_http_session_run(ngx_http_request_t *r,
-    ngx_http_session_db_query_t *q);
 static void ngx_http_session_create_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_create_query(ngx_http_request_t *r,
     u_char *body, size_t len);
 static ngx_int_t ngx_http_session_json_type(ngx_http_request_t *r);
-static u_char *ngx_http_session_read_body(ngx_http_request_t *r,
-    size_t *len);
 static ngx_int_t ngx_http_session_sid(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, u_char **sid);
-static char *ngx_http_session_project(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx);
 static void ngx_http_session_created(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_one(ngx_http_session_db_query_t *q,
@@ -71,6 +65,9 @@ ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return ngx_http_session_unknown_arg(r, &name);
     }
 
+    /* a chunked body stops at the limit while it is read */
+    ctx->body_limit = NGX_HTTP_SESSION_JSON_BODY_MAX;
+
     rc = ngx_http_read_client_request_body(r, ngx_http_session_create_body);
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
@@ -93,7 +90,7 @@ ngx_http_session_create_body(ngx_http_request_t *r)
         return;
     }
 
-    body = ngx_http_session_read_body(r, &len);
+    body = ngx_http_session_read_body(r, NGX_HTTP_SESSION_JSON_BODY_MAX, &len);
 
     if (body == NULL) {
         ngx_http_finalize_request(r, (len > NGX_HTTP_SESSION_JSON_BODY_MAX)
@@ -560,7 +557,7 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
 
 /* helpers */
 
-static ngx_int_t
+ngx_int_t
 ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
 {
     if (ngx_http_session_db_query_run(q) != NGX_OK) {
@@ -660,7 +657,7 @@ ngx_http_session_copy(ngx_http_request_t *r, const char *s, size_t len)
 
 /* the project id as a NUL-terminated text parameter, made once */
 
-static char *
+char *
 ngx_http_session_project(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
     if (ctx->project == NULL) {
@@ -715,11 +712,12 @@ ngx_http_session_json_type(ngx_http_request_t *r)
 
 /*
  * The whole body in one piece, from memory buffers or from the temporary
- * file nginx spooled it to.  NULL with *len over the limit when too large.
+ * file nginx spooled it to (a body in one memory buffer is not copied).
+ * NULL with *len over the limit when too large.
  */
 
-static u_char *
-ngx_http_session_read_body(ngx_http_request_t *r, size_t *len)
+u_char *
+ngx_http_session_read_body(ngx_http_request_t *r, size_t max, size_t *len)
 {
     off_t         size;
     u_char       *body, *p;
@@ -735,8 +733,14 @@ ngx_http_session_read_body(ngx_http_request_t *r, size_t *len)
 
     *len = (size_t) size;
 
-    if (size > NGX_HTTP_SESSION_JSON_BODY_MAX) {
+    if (size > (off_t) max) {
         return NULL;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl && cl->next == NULL && ngx_buf_in_memory(cl->buf)) {
+        return cl->buf->pos;
     }
 
     body = ngx_pnalloc(r->pool, (size_t) size + 1);
