@@ -521,7 +521,7 @@ ngx_http_session_image_get(ngx_http_request_t *r,
     }
 
     rc = ngx_http_session_image_ids(r, ctx, q);
-    if (rc != NGX_OK) {
+    if (rc != NGX_DECLINED) {
         return rc;
     }
 
@@ -565,7 +565,7 @@ ngx_http_session_image_content(ngx_http_request_t *r,
     }
 
     rc = ngx_http_session_image_ids(r, ctx, q);
-    if (rc != NGX_OK) {
+    if (rc != NGX_DECLINED) {
         return rc;
     }
 
@@ -782,9 +782,10 @@ ngx_http_session_image_no_args(ngx_http_request_t *r)
 
 
 /*
- * The first three parameters: project, session, image.  A malformed
- * session id is 404 at once; a malformed image id goes as NULL, so that
- * the session is judged first and the answer is "image not found".
+ * The first three parameters: project, session, image; NGX_DECLINED when
+ * they are added, else what answering returned.  A malformed session id
+ * is 404 at once; a malformed image id goes as NULL, so that the session
+ * is judged first and the answer is "image not found".
  */
 
 static ngx_int_t
@@ -817,7 +818,7 @@ ngx_http_session_image_ids(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     ngx_http_session_db_param(q, sid, 0, 0);
     ngx_http_session_db_param(q, iid, 0, 0);
 
-    return NGX_OK;
+    return NGX_DECLINED;
 }
 
 
