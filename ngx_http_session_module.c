@@ -6,6 +6,9 @@
  */
 
 #include <libpq-fe.h>
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "ngx_http_session_common.h"
 #include "ngx_http_session_db.h"
@@ -21,6 +24,11 @@
 #define NGX_HTTP_SESSION_DEFAULT_ZONE_SIZE  (10 * 1024 * 1024)
 #define NGX_HTTP_SESSION_DEFAULT_PREFIX     "sess"
 #define NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX  (10 * 1024 * 1024)
+/*
+ * Allocations from this size on are mmap()ed and returned to the system
+ * when freed (see ngx_http_session_init_process())
+ */
+#define NGX_HTTP_SESSION_MMAP_THRESHOLD     (512 * 1024)
 /* PostgreSQL holds at most 1 GB in a field, protocol overhead included */
 #define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
@@ -624,6 +632,25 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
     {
         return NGX_OK;
     }
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+    /*
+     * Image bodies (read back from nginx's temporary file into the
+     * request pool) and libpq's buffers for them are allocated and freed
+     * with every upload and download.  glibc raises its mmap threshold to
+     * the size of the last mmap()ed block freed, after which such blocks
+     * come from the heap, whose freed middle is never returned: a worker
+     * would keep tens of megabytes after a burst of 5 MB uploads.  A
+     * fixed threshold keeps large blocks mmap()ed (docs/decisions.md).
+     */
+
+    if (mallopt(M_MMAP_THRESHOLD, NGX_HTTP_SESSION_MMAP_THRESHOLD) != 1) {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "session: mallopt(M_MMAP_THRESHOLD) failed");
+    }
+
+#endif
 
     if (ngx_http_session_db_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;

@@ -51,6 +51,8 @@ command -v wrk >/dev/null 2>&1 || die "wrk not found"
 [ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
 
 W=$(mktemp -d /tmp/ngx-session-bench-images.XXXXXX)
+# workers (not root) write request bodies under it
+chmod 755 "$W"
 PORT=
 ACCOUNT=
 PROJECT=
