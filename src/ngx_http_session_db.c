@@ -30,7 +30,7 @@
  * the query is over, so that a worker does not keep megabytes per
  * connection after a few large uploads or downloads.
  */
-#define NGX_HTTP_SESSION_DB_RECYCLE_SIZE    (1024 * 1024)
+#define NGX_HTTP_SESSION_DB_RECYCLE_SIZE    (4 * 1024 * 1024)
 
 
 typedef struct {

@@ -390,6 +390,14 @@ log "upload throughput: $ROUNDS x $DURATION, $CLIENTS clients, 100 KB and 2 MB"
 throughput 100KB 102400
 throughput 2MB $((2 * 1024 * 1024))
 
+# a fresh nginx: "before" is a worker that has carried no large image
+"$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
+for _ in $(seq 50); do
+    [ -f "$W/nginx.pid" ] || break
+    sleep 0.1
+done
+start_nginx
+
 log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then downloads"
 rss_run
 
