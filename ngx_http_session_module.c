@@ -6,6 +6,9 @@
  */
 
 #include <libpq-fe.h>
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "ngx_http_session_common.h"
 #include "ngx_http_session_db.h"
@@ -21,6 +24,14 @@
 #define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
 #define NGX_HTTP_SESSION_DEFAULT_ZONE_SIZE  (10 * 1024 * 1024)
 #define NGX_HTTP_SESSION_DEFAULT_PREFIX     "sess"
+#define NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX  (10 * 1024 * 1024)
+/*
+ * Allocations from this size on are mmap()ed and returned to the system
+ * when freed (see ngx_http_session_init_process())
+ */
+#define NGX_HTTP_SESSION_MMAP_THRESHOLD     (512 * 1024)
+/* PostgreSQL holds at most 1 GB in a field, protocol overhead included */
+#define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
 
 static ngx_int_t ngx_http_session_postconfiguration(ngx_conf_t *cf);
@@ -48,6 +59,8 @@ static char *ngx_http_session_db_connections_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_sweep_interval_check(ngx_conf_t *cf,
     void *post, void *data);
+static char *ngx_http_session_image_max_size_check(ngx_conf_t *cf,
+    void *post, void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
@@ -67,6 +80,10 @@ static ngx_conf_post_t  ngx_http_session_positive_msec_post = {
 
 static ngx_conf_post_t  ngx_http_session_positive_sec_post = {
     ngx_http_session_positive_sec
+};
+
+static ngx_conf_post_t  ngx_http_session_image_max_size_post = {
+    ngx_http_session_image_max_size_check
 };
 
 
@@ -127,6 +144,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_session_loc_conf_t, max_ttl),
       &ngx_http_session_positive_sec_post },
+
+    { ngx_string("session_image_max_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_off_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, image_max_size),
+      &ngx_http_session_image_max_size_post },
 
     { ngx_string("session_webhook_allow_private"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
@@ -317,6 +341,7 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->limits[NGX_HTTP_SESSION_CLASS_OTHER] = NGX_CONF_UNSET_UINT;
     slcf->ttl = NGX_CONF_UNSET;
     slcf->max_ttl = NGX_CONF_UNSET;
+    slcf->image_max_size = NGX_CONF_UNSET;
 
     return slcf;
 }
@@ -327,6 +352,8 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
     ngx_http_session_loc_conf_t  *prev = parent;
     ngx_http_session_loc_conf_t  *conf = child;
+
+    ngx_http_core_loc_conf_t  *clcf;
 
     ngx_conf_merge_value(conf->api, prev->api, 0);
 
@@ -359,6 +386,22 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                            "\"session_max_ttl\" %T",
                            conf->ttl, conf->max_ttl);
         return NGX_CONF_ERROR;
+    }
+
+    ngx_conf_merge_off_value(conf->image_max_size, prev->image_max_size,
+                             NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX);
+
+    if (conf->api) {
+        /*
+         * The module limits request bodies itself, per route, while they
+         * are read (ngx_http_session_error.c): an upload up to
+         * session_image_max_size, a sessions body up to 64 KiB, and
+         * answers 413 with the route's message, after authentication.
+         * nginx's own limit, checked before the handler runs, would
+         * answer first; it is lifted here, whatever was inherited.
+         */
+        clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+        clcf->client_max_body_size = 0;
     }
 
     return NGX_CONF_OK;
@@ -605,6 +648,19 @@ ngx_http_session_sweep_interval_check(ngx_conf_t *cf, void *post,
 
 
 static char *
+ngx_http_session_image_max_size_check(ngx_conf_t *cf, void *post, void *data)
+{
+    off_t  *size = data;
+
+    if (*size < 1 || *size > NGX_HTTP_SESSION_IMAGE_MAX_LIMIT) {
+        return "must be between 1 and 512m";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
 ngx_http_session_positive_sec(ngx_conf_t *cf, void *post, void *data)
 {
     time_t  *sec = data;
@@ -632,6 +688,25 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
     {
         return NGX_OK;
     }
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+    /*
+     * Image bodies (read back from nginx's temporary file into the
+     * request pool) and libpq's buffers for them are allocated and freed
+     * with every upload and download.  glibc raises its mmap threshold to
+     * the size of the last mmap()ed block freed, after which such blocks
+     * come from the heap, whose freed middle is never returned: a worker
+     * would keep tens of megabytes after a burst of 5 MB uploads.  A
+     * fixed threshold keeps large blocks mmap()ed (docs/decisions.md).
+     */
+
+    if (mallopt(M_MMAP_THRESHOLD, NGX_HTTP_SESSION_MMAP_THRESHOLD) != 1) {
+        ngx_log_error(NGX_LOG_WARN, cycle->log, 0,
+                      "session: mallopt(M_MMAP_THRESHOLD) failed");
+    }
+
+#endif
 
     if (ngx_http_session_db_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;

@@ -58,6 +58,8 @@ typedef struct {
     /* session lifetime, seconds */
     time_t                      ttl;
     time_t                      max_ttl;
+    /* the largest image an upload may carry, bytes */
+    off_t                       image_max_size;
 } ngx_http_session_loc_conf_t;
 
 
@@ -87,8 +89,16 @@ typedef struct {
     /* the body of an error that nginx raised, rendered as JSON */
     ngx_buf_t                    *json_error;
 
+    /* the request body filter's count, and its limit while reading */
+    off_t                         body_received;
+    off_t                         body_limit;
+
+    /* SHA-256 of the request body, once something needed it */
+    u_char                        body_sha256[32];
+
     unsigned                      own_response:1;
     unsigned                      json_error_sent:1;
+    unsigned                      body_hashed:1;
 } ngx_http_session_ctx_t;
 
 

@@ -23,6 +23,15 @@
 /* waiting queries per connection before new ones are refused with 503 */
 #define NGX_HTTP_SESSION_DB_QUEUE_PER_CONN  256
 
+/*
+ * libpq grows a connection's input and output buffers to the largest
+ * message it has read or written and never shrinks them: a connection
+ * that has carried a message this large is closed and opened again once
+ * the query is over, so that a worker does not keep megabytes per
+ * connection after a few large uploads or downloads.
+ */
+#define NGX_HTTP_SESSION_DB_RECYCLE_SIZE    (4 * 1024 * 1024)
+
 
 typedef struct {
     ngx_http_session_db_conn_t  *conns;
@@ -49,6 +58,7 @@ static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
+static size_t ngx_http_session_db_row_size(PGresult *res);
 static ngx_int_t ngx_http_session_db_send_query(
     ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_dispatch(void);
@@ -639,11 +649,28 @@ static void
 ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     PGresult *res)
 {
+    ngx_uint_t                    keep;
     ngx_http_session_db_query_t  *q;
 
     q = dc->query;
     dc->query = NULL;
     dc->state = NGX_HTTP_SESSION_DB_IDLE;
+
+    if (q && res && PQstatus(dc->pg) != CONNECTION_BAD
+        && !ngx_http_session_db_unavailable(res)
+        && (dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE
+            || ngx_http_session_db_row_size(res)
+               >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE))
+    {
+        /* res lives on without the connection */
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                       "session db: recycling a connection that sent %uz "
+                       "bytes", dc->sent);
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
+    }
+
+    dc->sent = 0;
 
     if (q == NULL) {
         if (res) {
@@ -683,11 +710,44 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
         ngx_http_session_db_complete(q, NULL);
 
     } else {
+        keep = q->keep_result && !q->done;
+
         ngx_http_session_db_complete(q, res);
-        PQclear(res);
+
+        if (!keep) {
+            PQclear(res);
+        }
     }
 
     ngx_http_session_db_dispatch();
+}
+
+
+/* the bytes of the largest row: about the largest message libpq read */
+
+static size_t
+ngx_http_session_db_row_size(PGresult *res)
+{
+    int     i, j, nrows, nfields;
+    size_t  size, max;
+
+    nrows = PQntuples(res);
+    nfields = PQnfields(res);
+    max = 0;
+
+    for (i = 0; i < nrows; i++) {
+        size = 0;
+
+        for (j = 0; j < nfields; j++) {
+            size += PQgetlength(res, i, j);
+        }
+
+        if (size > max) {
+            max = size;
+        }
+    }
+
+    return max;
 }
 
 
@@ -852,6 +912,8 @@ static ngx_int_t
 ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q)
 {
+    int  i;
+
     if (!PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
                            q->lengths, q->formats, q->result_format))
     {
@@ -864,6 +926,10 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
     dc->state = NGX_HTTP_SESSION_DB_BUSY;
     dc->query = q;
     q->conn = dc;
+
+    for (i = 0; i < q->nparams; i++) {
+        dc->sent += q->lengths[i];
+    }
 
     if (ngx_http_session_db_flush(dc) != NGX_OK) {
         dc->query = NULL;

@@ -24,8 +24,10 @@ typedef void (*ngx_http_session_db_notify_pt)(ngx_http_session_db_conn_t *dc,
 
 /*
  * Called once per query: res is the query's result (the caller reads it,
- * the pool frees it afterwards), or NULL when the database is unavailable:
- * no connection, lost connection, or past session_db_timeout.
+ * the pool frees it afterwards, unless the query has keep_result: then
+ * the handler owns res and must PQclear() it), or NULL when the database
+ * is unavailable: no connection, lost connection, or past
+ * session_db_timeout.
  */
 typedef void (*ngx_http_session_db_handler_pt)(
     ngx_http_session_db_query_t *q, PGresult *res);
@@ -46,6 +48,8 @@ struct ngx_http_session_db_conn_s {
 
     ngx_uint_t                       state;
     ngx_http_session_db_query_t     *query;
+    /* parameter bytes of the running query, see RECYCLE_SIZE */
+    size_t                           sent;
     PGresult                        *result;
 
     /* connected and idle for the first time since (re)connecting */
@@ -77,6 +81,8 @@ struct ngx_http_session_db_query_s {
     ngx_http_session_db_handler_pt   handler;
     void                            *data;
 
+    /* the handler takes res over (e.g. to send its bytes as they are) */
+    unsigned                         keep_result:1;
     unsigned                         queued:1;
     unsigned                         done:1;
 };

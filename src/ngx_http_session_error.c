@@ -42,7 +42,17 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
     { 400, ngx_string("cursor is invalid") },
     { 400, ngx_string("Idempotency-Key is malformed") },
     { 422, ngx_string("Idempotency-Key was used with a different request") },
-    { 409, ngx_string("a request with this Idempotency-Key is in progress") }
+    { 409, ngx_string("a request with this Idempotency-Key is in progress") },
+    /* with a value after it: ngx_http_session_error_value() */
+    { 415, ngx_string("unsupported image type: ") },
+    { 400, ngx_string("image body is empty") },
+    /* "image exceeds <n> bytes" */
+    { 413, ngx_string("image exceeds ") },
+    { 400, ngx_string("body is not a valid ") },
+    { 409, ngx_string("session is completed") },
+    { 404, ngx_string("image not found") },
+    { 409, ngx_string("image is already acknowledged") },
+    { 400, ngx_string("acknowledged must be true or false") }
 };
 
 
@@ -51,10 +61,15 @@ static ngx_int_t ngx_http_session_error_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_session_error_set_json(ngx_http_request_t *r,
     off_t len);
+static ngx_int_t ngx_http_session_error_too_large(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_str_t *message);
+static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
+    ngx_chain_t *in);
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
+static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
 
 
 ngx_http_session_ctx_t *
@@ -86,6 +101,31 @@ ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
     e = &ngx_http_session_errors[err];
 
     return ngx_http_session_error_message(r, e->status, &e->message);
+}
+
+
+ngx_int_t
+ngx_http_session_error_value(ngx_http_request_t *r,
+    ngx_http_session_err_e err, ngx_str_t *value)
+{
+    ngx_str_t                msg;
+    ngx_http_session_err_t  *e;
+
+    e = &ngx_http_session_errors[err];
+
+    msg.len = e->message.len + value->len
+              + ((err == NGX_HTTP_SESSION_ERR_IMAGE_TOO_LARGE)
+                 ? sizeof(" bytes") - 1 : 0);
+
+    msg.data = ngx_pnalloc(r->pool, msg.len);
+    if (msg.data == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    ngx_sprintf(msg.data, "%V%V%s", &e->message, value,
+                (err == NGX_HTTP_SESSION_ERR_IMAGE_TOO_LARGE) ? " bytes" : "");
+
+    return ngx_http_session_error_message(r, e->status, &msg);
 }
 
 
@@ -207,6 +247,9 @@ ngx_http_session_error_filter_init(ngx_conf_t *cf)
     ngx_http_next_body_filter = ngx_http_top_body_filter;
     ngx_http_top_body_filter = ngx_http_session_error_body_filter;
 
+    ngx_http_next_request_body_filter = ngx_http_top_request_body_filter;
+    ngx_http_top_request_body_filter = ngx_http_session_request_body_filter;
+
     return NGX_OK;
 }
 
@@ -303,8 +346,10 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
         break;
 
     case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
-        message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE]
-                  .message;
+        if (ngx_http_session_error_too_large(r, ctx, &message) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
         break;
 
     case NGX_HTTP_NOT_ALLOWED:
@@ -398,4 +443,94 @@ ngx_http_session_error_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
     out.next = NULL;
 
     return ngx_http_next_body_filter(r, &out);
+}
+
+
+/*
+ * 413 raised while the body was read: the route's own message in a
+ * session_api location (the module's request body filter raises it
+ * there), nginx's generic one elsewhere.
+ */
+
+static ngx_int_t
+ngx_http_session_error_too_large(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_str_t *message)
+{
+    u_char                       *p;
+    ngx_http_session_route_t      route;
+    ngx_http_session_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+
+    *message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE]
+               .message;
+
+    if (slcf == NULL || !slcf->api || r->method != NGX_HTTP_POST) {
+        return NGX_OK;
+    }
+
+    if (ctx == NULL) {
+        (void) ngx_http_session_route_match(r->uri.data, r->uri.len, &route);
+
+    } else {
+        route = ctx->route;
+    }
+
+    if (route.id == NGX_HTTP_SESSION_ROUTE_SESSIONS) {
+        *message =
+            ngx_http_session_errors[NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE]
+            .message;
+        return NGX_OK;
+    }
+
+    if (route.id != NGX_HTTP_SESSION_ROUTE_IMAGES) {
+        return NGX_OK;
+    }
+
+    p = ngx_pnalloc(r->pool, sizeof("image exceeds  bytes") - 1
+                             + NGX_OFF_T_LEN);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    message->data = p;
+    message->len = ngx_sprintf(p, "%V%O bytes",
+                 &ngx_http_session_errors[NGX_HTTP_SESSION_ERR_IMAGE_TOO_LARGE]
+                 .message, slcf->image_max_size)
+                   - p;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The limit of a body being read, set by the endpoint that reads it:
+ * counted as the (de-chunked) bytes arrive, so that a body without
+ * Content-Length stops at the limit too.
+ */
+
+static ngx_int_t
+ngx_http_session_request_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
+{
+    ngx_chain_t             *cl;
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ctx == NULL || ctx->body_limit == 0) {
+        return ngx_http_next_request_body_filter(r, in);
+    }
+
+    for (cl = in; cl; cl = cl->next) {
+        ctx->body_received += ngx_buf_size(cl->buf);
+    }
+
+    if (ctx->body_received > ctx->body_limit) {
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
+                      "session: request body over %O bytes",
+                      ctx->body_limit);
+        return NGX_HTTP_REQUEST_ENTITY_TOO_LARGE;
+    }
+
+    return ngx_http_next_request_body_filter(r, in);
 }

@@ -40,6 +40,14 @@ typedef enum {
     NGX_HTTP_SESSION_ERR_IDEM_MALFORMED,
     NGX_HTTP_SESSION_ERR_IDEM_MISMATCH,
     NGX_HTTP_SESSION_ERR_IDEM_RUNNING,
+    NGX_HTTP_SESSION_ERR_IMAGE_TYPE,
+    NGX_HTTP_SESSION_ERR_IMAGE_EMPTY,
+    NGX_HTTP_SESSION_ERR_IMAGE_TOO_LARGE,
+    NGX_HTTP_SESSION_ERR_IMAGE_INVALID,
+    NGX_HTTP_SESSION_ERR_SESSION_COMPLETED,
+    NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND,
+    NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED,
+    NGX_HTTP_SESSION_ERR_ACKNOWLEDGED,
     NGX_HTTP_SESSION_ERR_LAST
 } ngx_http_session_err_e;
 
@@ -47,6 +55,13 @@ typedef enum {
 /* sends one of the fixed errors; returns what the handler should return */
 ngx_int_t ngx_http_session_error(ngx_http_request_t *r,
     ngx_http_session_err_e err);
+
+/*
+ * sends one of the errors whose message ends in a value: the fixed part
+ * of the table, then the value (e.g. "unsupported image type: " "none")
+ */
+ngx_int_t ngx_http_session_error_value(ngx_http_request_t *r,
+    ngx_http_session_err_e err, ngx_str_t *value);
 
 /* sends an error with a message built by the caller */
 ngx_int_t ngx_http_session_error_message(ngx_http_request_t *r,

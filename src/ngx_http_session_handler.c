@@ -6,6 +6,7 @@
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_idempotency.h"
+#include "ngx_http_session_images.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_sessions.h"
 
@@ -123,6 +124,18 @@ ngx_http_session_dispatch(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     case NGX_HTTP_SESSION_ROUTE_COMPLETE:
         return ngx_http_session_complete(r, ctx);
+
+    case NGX_HTTP_SESSION_ROUTE_IMAGES:
+        return (ctx->method == NGX_HTTP_SESSION_METHOD_POST)
+               ? ngx_http_session_image_upload(r, ctx)
+               : ngx_http_session_image_list(r, ctx);
+
+    case NGX_HTTP_SESSION_ROUTE_IMAGE:
+    case NGX_HTTP_SESSION_ROUTE_IMAGE_ACK:
+        return ngx_http_session_image_get(r, ctx);
+
+    case NGX_HTTP_SESSION_ROUTE_IMAGE_CONTENT:
+        return ngx_http_session_image_content(r, ctx);
 
     default:
         return ngx_http_session_error(r,

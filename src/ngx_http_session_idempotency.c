@@ -68,11 +68,12 @@ ngx_int_t
 ngx_http_session_idempotency(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx)
 {
-    ngx_int_t                  rc;
-    ngx_uint_t                 n;
-    ngx_table_elt_t           *h;
-    ngx_http_session_idem_t   *idem;
-    ngx_http_core_loc_conf_t  *clcf;
+    off_t                         limit;
+    ngx_int_t                     rc;
+    ngx_uint_t                    n;
+    ngx_table_elt_t              *h;
+    ngx_http_session_idem_t      *idem;
+    ngx_http_session_loc_conf_t  *slcf;
 
     h = ngx_http_session_idem_header(r, &n);
 
@@ -87,17 +88,21 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
     }
 
     /*
-     * A body nginx will refuse anyway is not read here: the endpoint
+     * The body is read here, before the endpoint, under the endpoint's
+     * limit.  One announced over it is not read at all: the endpoint
      * answers 413 without a claim (the same request always gets it).
      */
 
-    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
-    if (clcf->client_max_body_size
-        && r->headers_in.content_length_n > clcf->client_max_body_size)
-    {
+    limit = (ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGES)
+            ? slcf->image_max_size : NGX_HTTP_SESSION_JSON_BODY_MAX;
+
+    if (r->headers_in.content_length_n > limit) {
         return NGX_DECLINED;
     }
+
+    ctx->body_limit = limit;
 
     idem = ngx_pcalloc(r->pool, sizeof(ngx_http_session_idem_t));
     if (idem == NULL) {
@@ -192,10 +197,13 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
     /* until the claim is ours, an answer is sent as it is */
     idem->settled = 1;
 
-    hash = ngx_pnalloc(r->pool, 32);
-    if (hash == NULL || ngx_http_session_body_sha256(r, hash) != NGX_OK) {
+    hash = ctx->body_sha256;
+
+    if (ngx_http_session_body_sha256(r, hash) != NGX_OK) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
+
+    ctx->body_hashed = 1;
 
     /* the path as nginx normalised it, "?" and the query as received */
 
@@ -251,7 +259,7 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
     /* the stored body comes back as it was kept: bytes, not hex */
     q->result_format = 1;
 
-    return ngx_http_session_query_run(r, q);
+    return ngx_http_session_run(r, q);
 }
 
 

@@ -20,8 +20,6 @@ static void ngx_http_session_create_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_create_query(ngx_http_request_t *r,
     u_char *body, size_t len);
 static ngx_int_t ngx_http_session_json_type(ngx_http_request_t *r);
-static u_char *ngx_http_session_read_body(ngx_http_request_t *r,
-    size_t *len);
 static ngx_int_t ngx_http_session_sid(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, u_char **sid);
 static void ngx_http_session_created(ngx_http_session_db_query_t *q,
@@ -67,6 +65,9 @@ ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return ngx_http_session_unknown_arg(r, &name);
     }
 
+    /* a chunked body stops at the limit while it is read */
+    ctx->body_limit = NGX_HTTP_SESSION_JSON_BODY_MAX;
+
     rc = ngx_http_read_client_request_body(r, ngx_http_session_create_body);
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
@@ -89,7 +90,7 @@ ngx_http_session_create_body(ngx_http_request_t *r)
         return;
     }
 
-    body = ngx_http_session_read_body(r, &len);
+    body = ngx_http_session_read_body(r, NGX_HTTP_SESSION_JSON_BODY_MAX, &len);
 
     if (body == NULL) {
         ngx_http_finalize_request(r, (len > NGX_HTTP_SESSION_JSON_BODY_MAX)
@@ -193,7 +194,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 
     ngx_http_session_create_free(&cr);
 
-    return ngx_http_session_query_run(r, q);
+    return ngx_http_session_run(r, q);
 }
 
 
@@ -270,7 +271,7 @@ ngx_http_session_get(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, sid, 0, 0);
 
-    return ngx_http_session_query_run(r, q);
+    return ngx_http_session_run(r, q);
 }
 
 
@@ -449,7 +450,7 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     q->data = (void *) (uintptr_t) limit;
 
-    return ngx_http_session_query_run(r, q);
+    return ngx_http_session_run(r, q);
 }
 
 
@@ -557,8 +558,7 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
 /* helpers */
 
 ngx_int_t
-ngx_http_session_query_run(ngx_http_request_t *r,
-    ngx_http_session_db_query_t *q)
+ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
 {
     if (ngx_http_session_db_query_run(q) != NGX_OK) {
         return ngx_http_session_error(r,
@@ -712,11 +712,12 @@ ngx_http_session_json_type(ngx_http_request_t *r)
 
 /*
  * The whole body in one piece, from memory buffers or from the temporary
- * file nginx spooled it to.  NULL with *len over the limit when too large.
+ * file nginx spooled it to (a body in one memory buffer is not copied).
+ * NULL with *len over the limit when too large.
  */
 
-static u_char *
-ngx_http_session_read_body(ngx_http_request_t *r, size_t *len)
+u_char *
+ngx_http_session_read_body(ngx_http_request_t *r, size_t max, size_t *len)
 {
     off_t         size;
     u_char       *body, *p;
@@ -732,8 +733,14 @@ ngx_http_session_read_body(ngx_http_request_t *r, size_t *len)
 
     *len = (size_t) size;
 
-    if (size > NGX_HTTP_SESSION_JSON_BODY_MAX) {
+    if (size > (off_t) max) {
         return NULL;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl && cl->next == NULL && ngx_buf_in_memory(cl->buf)) {
+        return cl->buf->pos;
     }
 
     body = ngx_pnalloc(r->pool, (size_t) size + 1);

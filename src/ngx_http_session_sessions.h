@@ -29,16 +29,23 @@ ngx_int_t ngx_http_session_complete(ngx_http_request_t *r,
 ngx_int_t ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
     ngx_str_t *name, ngx_str_t *value);
 
+/*
+ * Runs q: NGX_DONE (the query's handler finalizes the request), or the
+ * 503 that was sent.
+ */
+ngx_int_t ngx_http_session_run(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q);
+
 /* the project id as a NUL-terminated text parameter, made once */
 char *ngx_http_session_project(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 
 /*
- * Runs q for r: NGX_DONE (q's handler finalizes r), or the 503 answer
- * when the database is unavailable.
+ * The whole request body in one piece (not NUL-terminated); NULL with
+ * *len over max when too large, NULL with *len 0 on failure.
  */
-ngx_int_t ngx_http_session_query_run(ngx_http_request_t *r,
-    ngx_http_session_db_query_t *q);
+u_char *ngx_http_session_read_body(ngx_http_request_t *r, size_t max,
+    size_t *len);
 
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,

@@ -55,6 +55,36 @@
     "SELECT idempotency_release($1, $2, $3)"
 
 
+/*
+ * $1 project, $2 session id, $3 content type, $4 SHA-256 (bytea,
+ * binary), $5 the bytes (bytea, binary)
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD                                     \
+    "SELECT outcome, body, id::text"                                          \
+    " FROM image_upload($1, $2, $3, $4, $5)"
+
+/* $1 project, $2 session id, $3 acknowledged or NULL, $4 cursor, $5 rows */
+#define NGX_HTTP_SESSION_SQL_IMAGE_LIST                                       \
+    "SELECT outcome, body, last_sequence, has_more"                           \
+    " FROM image_list($1, $2, $3, $4, $5)"
+
+/* $1 project, $2 session id, $3 image id or NULL (malformed) */
+#define NGX_HTTP_SESSION_SQL_IMAGE_GET                                        \
+    "SELECT outcome, body FROM image_get($1, $2, $3)"
+
+#define NGX_HTTP_SESSION_SQL_IMAGE_ACK                                        \
+    "SELECT outcome, body FROM image_ack($1, $2, $3)"
+
+/*
+ * $1 project, $2 session id, $3 image id or NULL, $4 If-None-Match tags
+ * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD);
+ * asked for in binary result format
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_CONTENT                                    \
+    "SELECT outcome, content_type, etag, size, not_modified, content"         \
+    " FROM image_content($1, $2, $3, $4, $5)"
+
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"

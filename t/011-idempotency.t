@@ -409,6 +409,89 @@ $checks{purge} = sub {
     is(key_row('A', $live, 'count(*)'), '1', "$name - a live key stays");
 };
 
+# an upload: the repeat creates no second image and takes no sequence
+$checks{upload} = sub {
+    my ($name) = @_;
+
+    my $s = api('POST', '/api/v1/sessions', $KEY{A}, $LP);
+    my $sid = $s->{json}{id};
+    my $img = "\x89PNG\r\n\x1a\n" . ('x' x 200);
+    my $k = new_key('upload');
+    my $path = "/api/v1/sessions/$sid/images";
+
+    my $r1 = api('POST', $path, $KEY{A}, $img,
+                 { %{ idem($k) }, 'Content-Type' => 'image/png' });
+    is($r1->{status}, 201, "$name - first upload: 201");
+    is($r1->{json}{sequence}, 1, "$name - sequence 1");
+
+    my $r2 = api('POST', $path, $KEY{A}, $img,
+                 { %{ idem($k) }, 'Content-Type' => 'image/png' });
+    is($r2->{status}, 201, "$name - repeat: 201");
+    is($r2->{headers}{'idempotent-replayed'}, 'true', "$name - a replay");
+    is($r2->{content}, $r1->{content}, "$name - the same image");
+    is($r2->{headers}{location}, $r1->{headers}{location},
+       "$name - the same Location");
+    is(psql('SELECT count(*) FROM images WHERE session_id = '
+            . sql_quote($sid)), '1', "$name - one image stored");
+    is($r1->{json}{sha256}, Digest::SHA::sha256_hex($img),
+       "$name - the image's sha256 is the body's");
+
+    # another image under the same key: 422
+    my $r3 = api('POST', $path, $KEY{A}, $img . 'y',
+                 { %{ idem($k) }, 'Content-Type' => 'image/png' });
+    is($r3->{status}, 422, "$name - another image, same key: 422");
+
+    # the next upload without a key is sequence 2: nothing was taken
+    my $r4 = api('POST', $path, $KEY{A}, $img,
+                 { 'Content-Type' => 'image/png' });
+    is($r4->{json}{sequence}, 2, "$name - next upload: sequence 2");
+};
+
+# a body over the route's limit is refused with the route's 413 whether it
+# is announced (Content-Length) or chunked, and nothing is kept
+$checks{too_large} = sub {
+    my ($name) = @_;
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $k = new_key('large');
+    my $big = '{"delivery_mode": "long_poll"' . (' ' x 70000) . '}';
+    my $msg = error_body(413, 'Payload Too Large',
+                         'request body exceeds 65536 bytes');
+
+    my $r = api('POST', '/api/v1/sessions', $KEY{A}, $big, idem($k));
+    is($r->{status}, 413, "$name - announced: 413");
+    is($r->{content}, $msg, "$name - announced: message");
+
+    my $body = '';
+    for (my $i = 0; $i < length $big; $i += 8192) {
+        my $c = substr $big, $i, 8192;
+        $body .= sprintf("%x\r\n", length $c) . $c . "\r\n";
+    }
+    $body .= "0\r\n\r\n";
+
+    my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                     PeerPort => $port, Proto => 'tcp',
+                                     Timeout => 5) or die "connect: $!";
+    print $sock "POST /api/v1/sessions HTTP/1.1\r\nHost: localhost\r\n"
+                . "Authorization: Bearer $KEY{A}\r\n"
+                . "Idempotency-Key: $k\r\n"
+                . "Content-Type: application/json\r\n"
+                . "Transfer-Encoding: chunked\r\n"
+                . "Connection: close\r\n\r\n" . $body;
+
+    my $raw = '';
+    my $sel = IO::Select->new($sock);
+    while ($sel->can_read(10)) {
+        my $n = sysread $sock, my $chunk, 65536;
+        last unless $n;
+        $raw .= $chunk;
+    }
+    close $sock;
+
+    like($raw, qr{^HTTP/1\.1 413 }, "$name - chunked: 413");
+    like($raw, qr{\Q$msg\E}, "$name - chunked: message");
+    is(key_row('A', $k, 'count(*)'), '0', "$name - nothing kept");
+};
+
 # uses up a create limit of 1
 $checks{burn} = sub {
     my ($name) = @_;
@@ -653,7 +736,25 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 9: a key of 256 characters is malformed
+=== TEST 9: an upload with a key
+--- check: upload
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: bodies over the route's limit
+--- check: too_large
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 11: a key of 256 characters is malformed
 --- request eval
 "POST /api/v1/sessions\n" . '{"delivery_mode": "long_poll"}'
 --- more_headers eval
@@ -666,7 +767,7 @@ $::MALFORMED
 
 
 
-=== TEST 10: a key of 255 characters is fine
+=== TEST 12: a key of 255 characters is fine
 --- request eval
 "POST /api/v1/sessions\n" . '{"delivery_mode": "long_poll"}'
 --- more_headers eval
@@ -677,7 +778,7 @@ my $k = sprintf "t011-%09d-", rand 1e9; "Idempotency-Key: $k" . ("k" x (255 - le
 
 
 
-=== TEST 11: a space inside the key
+=== TEST 13: a space inside the key
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -689,7 +790,7 @@ $::MALFORMED
 
 
 
-=== TEST 12: a byte outside ASCII
+=== TEST 14: a byte outside ASCII
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -701,7 +802,7 @@ $::MALFORMED
 
 
 
-=== TEST 13: an empty key
+=== TEST 15: an empty key
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -713,7 +814,7 @@ $::MALFORMED
 
 
 
-=== TEST 14: two Idempotency-Key headers
+=== TEST 16: two Idempotency-Key headers
 --- request
 POST /api/v1/sessions
 {"delivery_mode": "long_poll"}
@@ -726,7 +827,7 @@ $::MALFORMED
 
 
 
-=== TEST 15: a malformed key comes before the body's checks
+=== TEST 17: a malformed key comes before the body's checks
 --- request
 POST /api/v1/sessions
 not json
@@ -738,7 +839,7 @@ $::MALFORMED
 
 
 
-=== TEST 16: a malformed key on another POST route (complete)
+=== TEST 18: a malformed key on another POST route (complete)
 --- request
 POST /api/v1/sessions/nope/complete
 --- more_headers
@@ -749,7 +850,7 @@ $::MALFORMED
 
 
 
-=== TEST 17: GET ignores the header
+=== TEST 19: GET ignores the header
 --- request
 GET /api/v1/sessions?limit=1
 --- more_headers
@@ -760,7 +861,7 @@ Idempotency-Key: a b
 
 
 
-=== TEST 18: route and method come first: 404 and 405 with a malformed key
+=== TEST 20: route and method come first: 404 and 405 with a malformed key
 --- request
 POST /api/v1/nope
 --- more_headers
@@ -769,7 +870,7 @@ Idempotency-Key: a b
 
 
 
-=== TEST 19: rate limit comes first: 429 with a malformed key
+=== TEST 21: rate limit comes first: 429 with a malformed key
 --- config
     location /api/ {
         session_api;

@@ -23,6 +23,8 @@
 #                        0 skips it)
 #   BENCH_OUT            the report (default docs/benchmarks.md; "-" for
 #                        none)
+#   BENCH_IMAGES         0 skips util/bench-images.sh (image uploads
+#                        and worker memory; see its header)
 #   BENCH_KEEP           keep the temporary directory (nginx.conf,
 #                        error.log); it is always kept after a failure
 set -euo pipefail
@@ -417,7 +419,20 @@ inside() {
 
     capacity
 
+    images
+
     report
+}
+
+
+# --- images (util/bench-images.sh): upload throughput, worker RSS -------
+
+images() {
+    [ "${BENCH_IMAGES:-1}" != 0 ] || return 0
+
+    BENCH_SESSION_DB=$DB BENCH_IMAGES_OUT="$W/images.md" \
+        bash "$ROOT/util/bench-images.sh" \
+        || die "the image benchmark failed"
 }
 
 
@@ -567,6 +582,7 @@ report() {
     echo
     cat "$W/table.md" "$W/goals.md"
     echo
+    [ -f "$W/images.md" ] && { cat "$W/images.md"; echo; }
 
     [ "$OUT" = - ] && return 0
 
@@ -646,6 +662,8 @@ three classes), about 10 MiB / 128 B = 81920 minus the slab's own pages.
 - The ALERT: \`$CAP_ALERT_LINE\`
 
 $(notes)
+
+$(cat "$W/images.md" 2>/dev/null)
 
 ## Reproduce
 

@@ -1,0 +1,1002 @@
+/*
+ * Images: each endpoint is one parameterised call of a SQL function of
+ * src/sql/004_images.sql (one statement, one transaction), answered from
+ * the event loop when PostgreSQL replies.
+ *
+ * The bytes travel as binary parameters and results: no hex or escape
+ * encoding on the wire.  A download sends them straight out of the
+ * PGresult, which the request's pool frees once the response is over.
+ */
+
+#include "ngx_http_session_images.h"
+#include "ngx_http_session_body.h"
+#include "ngx_http_session_cursor.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_error.h"
+#include "ngx_http_session_image.h"
+#include "ngx_http_session_sessions.h"
+#include "ngx_http_session_sql.h"
+
+
+#define NGX_HTTP_SESSION_IMAGE_LIST_DEFAULT  100
+#define NGX_HTTP_SESSION_IMAGE_LIST_MAX      100
+
+/* If-None-Match tags handed to PostgreSQL; more are not looked at */
+#define NGX_HTTP_SESSION_IMAGE_TAGS_MAX      16
+#define NGX_HTTP_SESSION_IMAGE_ETAG_LEN      64
+
+
+static int ngx_http_session_image_type_of(ngx_http_request_t *r,
+    ngx_str_t *name);
+static ngx_int_t ngx_http_session_image_too_large(ngx_http_request_t *r);
+static void ngx_http_session_image_body(ngx_http_request_t *r);
+static ngx_int_t ngx_http_session_image_insert(ngx_http_request_t *r,
+    u_char *body, size_t len);
+static void ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_image_one(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_image_bytes(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static ngx_int_t ngx_http_session_image_send_bytes(ngx_http_request_t *r,
+    PGresult *res);
+static void ngx_http_session_image_clear(void *data);
+static u_char *ngx_http_session_image_uuid(ngx_http_request_t *r,
+    const u_char *s, size_t len, ngx_int_t *rc);
+static ngx_int_t ngx_http_session_image_no_args(ngx_http_request_t *r);
+static ngx_int_t ngx_http_session_image_ids(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_http_session_db_query_t *q);
+static u_char *ngx_http_session_image_tags(ngx_http_request_t *r);
+static ngx_int_t ngx_http_session_image_outcome(ngx_http_request_t *r,
+    PGresult *res, ngx_uint_t status);
+static ngx_int_t ngx_http_session_image_refused(ngx_http_request_t *r,
+    const char *outcome);
+
+
+/* POST /api/v1/sessions/{sid}/images */
+
+ngx_int_t
+ngx_http_session_image_upload(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    u_char                       *pos;
+    ngx_int_t                     rc;
+    ngx_str_t                     name, value;
+    ngx_http_session_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+
+    /* stage 4 in its order: headers, query, body */
+
+    if (ngx_http_session_image_type_of(r, &name)
+        == NGX_HTTP_SESSION_IMAGE_NONE)
+    {
+        return ngx_http_session_error_value(r,
+                                            NGX_HTTP_SESSION_ERR_IMAGE_TYPE,
+                                            &name);
+    }
+
+    pos = r->args.data;
+
+    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+    if (rc == NGX_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    /* announced sizes are judged before a byte of the body is read */
+
+    if (r->headers_in.content_length_n == 0
+        || (r->headers_in.content_length_n < 0 && !r->headers_in.chunked))
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IMAGE_EMPTY);
+    }
+
+    if (r->headers_in.content_length_n > slcf->image_max_size) {
+        return ngx_http_session_image_too_large(r);
+    }
+
+    /* a chunked body stops at the limit while it is read */
+    ctx->body_limit = slcf->image_max_size;
+
+    rc = ngx_http_read_client_request_body(r, ngx_http_session_image_body);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
+/*
+ * NGX_HTTP_SESSION_IMAGE_* of the Content-Type; name is the media type
+ * as the 415 message names it: lower case, no parameters, "none" when
+ * there is none.
+ */
+
+static int
+ngx_http_session_image_type_of(ngx_http_request_t *r, ngx_str_t *name)
+{
+    ngx_str_t  *ct;
+
+    ngx_str_set(name, "none");
+
+    if (r->headers_in.content_type == NULL) {
+        return NGX_HTTP_SESSION_IMAGE_NONE;
+    }
+
+    ct = &r->headers_in.content_type->value;
+
+    name->data = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_IMAGE_TYPE_MAX);
+    if (name->data == NULL) {
+        ngx_str_set(name, "none");
+        return NGX_HTTP_SESSION_IMAGE_NONE;
+    }
+
+    name->len = ngx_http_session_image_media_type(ct->data, ct->len,
+                                                  name->data);
+    if (name->len == 0) {
+        ngx_str_set(name, "none");
+        return NGX_HTTP_SESSION_IMAGE_NONE;
+    }
+
+    return ngx_http_session_image_type(name->data, name->len);
+}
+
+
+/* 413 "image exceeds <n> bytes" */
+
+static ngx_int_t
+ngx_http_session_image_too_large(ngx_http_request_t *r)
+{
+    u_char                       *p;
+    ngx_str_t                     n;
+    ngx_http_session_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+
+    p = ngx_pnalloc(r->pool, NGX_OFF_T_LEN);
+    if (p == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    n.data = p;
+    n.len = ngx_sprintf(p, "%O", slcf->image_max_size) - p;
+
+    return ngx_http_session_error_value(r,
+                                        NGX_HTTP_SESSION_ERR_IMAGE_TOO_LARGE,
+                                        &n);
+}
+
+
+static void
+ngx_http_session_image_body(ngx_http_request_t *r)
+{
+    size_t                        len;
+    u_char                       *body;
+    ngx_http_session_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+
+    if (r->request_body == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    body = ngx_http_session_read_body(r, (size_t) slcf->image_max_size,
+                                      &len);
+
+    if (body == NULL) {
+        ngx_http_finalize_request(r, (len > (size_t) slcf->image_max_size)
+            ? ngx_http_session_image_too_large(r)
+            : ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_image_insert(r, body, len));
+}
+
+
+static ngx_int_t
+ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
+    size_t len)
+{
+    int                            type;
+    u_char                        *sid, *sha;
+    ngx_int_t                      rc;
+    ngx_str_t                      name;
+    ngx_http_session_ctx_t        *ctx;
+    ngx_http_session_db_query_t   *q;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (len == 0) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IMAGE_EMPTY);
+    }
+
+    type = ngx_http_session_image_type_of(r, &name);
+
+    if (!ngx_http_session_image_signature_ok(type, body, len)) {
+        return ngx_http_session_error_value(r,
+                                          NGX_HTTP_SESSION_ERR_IMAGE_INVALID,
+                                          &name);
+    }
+
+    /* stage 5 is PostgreSQL's, but for an id that cannot exist */
+
+    sid = ngx_http_session_image_uuid(r, ctx->route.sid, ctx->route.sid_len,
+                                      &rc);
+    if (sid == NULL) {
+        return (rc == NGX_ERROR)
+               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
+               : ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    }
+
+    /* an Idempotency-Key's fingerprint has hashed the body already */
+
+    if (ctx->body_hashed) {
+        sha = ctx->body_sha256;
+
+    } else {
+        sha = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_IMAGE_SHA256_LEN);
+        if (sha == NULL) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        if (ngx_http_session_image_sha256(body, len, sha) != 0) {
+            ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                          "session image: SHA-256 failed");
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+    }
+
+    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD,
+                                         ngx_http_session_image_uploaded);
+    if (q == NULL || ngx_http_session_project(r, ctx) == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+    ngx_http_session_db_param(q, sid, 0, 0);
+    ngx_http_session_db_param(q, ngx_http_session_image_type_name(type), 0,
+                              0);
+    ngx_http_session_db_param(q, sha, NGX_HTTP_SESSION_IMAGE_SHA256_LEN, 1);
+    ngx_http_session_db_param(q, body, len, 1);
+
+    q->data = sid;
+
+    return ngx_http_session_run(r, q);
+}
+
+
+static void
+ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    size_t               len;
+    u_char              *p, *sid;
+    char                *id;
+    ngx_table_elt_t     *h;
+    ngx_http_request_t  *r;
+
+    r = q->request;
+    sid = q->data;
+
+    /* failures are logged once, by ngx_http_session_image_outcome() */
+
+    if (res && PQresultStatus(res) == PGRES_TUPLES_OK
+        && PQntuples(res) == 1 && PQnfields(res) == 3
+        && ngx_strcmp(PQgetvalue(res, 0, 0), "ok") == 0)
+    {
+        id = PQgetvalue(res, 0, 2);
+        len = sizeof("/api/v1/sessions//images/") - 1
+              + NGX_HTTP_SESSION_UUID_LEN + ngx_strlen(id);
+
+        p = ngx_pnalloc(r->pool, len);
+        h = ngx_list_push(&r->headers_out.headers);
+
+        if (p == NULL || h == NULL) {
+            ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            return;
+        }
+
+        ngx_sprintf(p, "/api/v1/sessions/%s/images/%s", sid, id);
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Location");
+        h->value.data = p;
+        h->value.len = len;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_image_outcome(r, res,
+                                                          NGX_HTTP_CREATED));
+}
+
+
+/* GET /api/v1/sessions/{sid}/images */
+
+ngx_int_t
+ngx_http_session_image_list(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    u_char                       *pos, *sid, *ack, *after, *rows;
+    ngx_int_t                     rc;
+    ngx_str_t                     name, value;
+    long long                     limit, sequence;
+    ngx_http_session_db_query_t  *q;
+
+    limit = NGX_HTTP_SESSION_IMAGE_LIST_DEFAULT;
+    ack = NULL;
+    after = NULL;
+
+    pos = r->args.data;
+
+    for ( ;; ) {
+        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc == NGX_ERROR) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        if (name.len == 5 && ngx_strncmp(name.data, "limit", 5) == 0) {
+            if (ngx_http_session_parse_int(value.data, value.len, 1,
+                                           NGX_HTTP_SESSION_IMAGE_LIST_MAX,
+                                           &limit)
+                != 0)
+            {
+                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_LIMIT);
+            }
+
+            continue;
+        }
+
+        if (name.len == 12
+            && ngx_strncmp(name.data, "acknowledged", 12) == 0)
+        {
+            if (value.len == 4 && ngx_strncmp(value.data, "true", 4) == 0) {
+                ack = (u_char *) "true";
+
+            } else if (value.len == 5
+                       && ngx_strncmp(value.data, "false", 5) == 0)
+            {
+                ack = (u_char *) "false";
+
+            } else {
+                return ngx_http_session_error(r,
+                                          NGX_HTTP_SESSION_ERR_ACKNOWLEDGED);
+            }
+
+            continue;
+        }
+
+        if (name.len == 6 && ngx_strncmp(name.data, "cursor", 6) == 0) {
+            if (ngx_http_session_cursor_decode_image(value.data, value.len,
+                                                     &sequence)
+                != 0
+                || sequence < 0 || sequence > NGX_MAX_INT32_VALUE)
+            {
+                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
+            }
+
+            after = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
+            if (after == NULL) {
+                return ngx_http_session_error(r,
+                                              NGX_HTTP_SESSION_ERR_INTERNAL);
+            }
+
+            *ngx_sprintf(after, "%L", (int64_t) sequence) = '\0';
+            continue;
+        }
+
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    sid = ngx_http_session_image_uuid(r, ctx->route.sid, ctx->route.sid_len,
+                                      &rc);
+    if (sid == NULL) {
+        return (rc == NGX_ERROR)
+               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
+               : ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    }
+
+    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_IMAGE_LIST,
+                                         ngx_http_session_image_listed);
+    rows = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
+
+    if (q == NULL || rows == NULL
+        || ngx_http_session_project(r, ctx) == NULL)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    *ngx_sprintf(rows, "%L", (int64_t) limit) = '\0';
+
+    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+    ngx_http_session_db_param(q, sid, 0, 0);
+    ngx_http_session_db_param(q, ack, 0, 0);
+    ngx_http_session_db_param(q, after, 0, 0);
+    ngx_http_session_db_param(q, rows, 0, 0);
+
+    return ngx_http_session_run(r, q);
+}
+
+
+static void
+ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    size_t               len, cursor_len;
+    u_char              *p;
+    ngx_int_t            last;
+    ngx_buf_t           *b;
+    ngx_http_request_t  *r;
+    u_char               cursor[NGX_HTTP_SESSION_CURSOR_MAX];
+
+    r = q->request;
+
+    if (res == NULL
+        || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
+        || PQnfields(res) != 4
+        || ngx_strcmp(PQgetvalue(res, 0, 0), "ok") != 0)
+    {
+        ngx_http_finalize_request(r, ngx_http_session_image_outcome(r, res,
+                                                               NGX_HTTP_OK));
+        return;
+    }
+
+    cursor_len = 0;
+
+    if (PQgetvalue(res, 0, 3)[0] == 't') {
+        last = ngx_atoi((u_char *) PQgetvalue(res, 0, 2),
+                        PQgetlength(res, 0, 2));
+
+        if (last == NGX_ERROR) {
+            ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            return;
+        }
+
+        cursor_len = ngx_http_session_cursor_encode_image(cursor,
+                                                          (long long) last);
+    }
+
+    len = sizeof("{\"data\": , \"has_more\": false, \"next_cursor\": null}")
+          + sizeof("\"\"") + cursor_len + PQgetlength(res, 0, 1);
+
+    b = ngx_create_temp_buf(r->pool, len);
+    if (b == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    p = ngx_cpymem(b->last, "{\"data\": ", sizeof("{\"data\": ") - 1);
+    p = ngx_cpymem(p, PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1));
+
+    if (cursor_len) {
+        p = ngx_sprintf(p, ", \"has_more\": true, \"next_cursor\": \"%*s\"}",
+                        cursor_len, cursor);
+
+    } else {
+        p = ngx_cpymem(p, ", \"has_more\": false, \"next_cursor\": null}",
+                       sizeof(", \"has_more\": false, \"next_cursor\": null}")
+                       - 1);
+    }
+
+    b->last = p;
+
+    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK,
+                                                            b));
+}
+
+
+/* GET .../images/{iid} and POST .../images/{iid}/ack */
+
+ngx_int_t
+ngx_http_session_image_get(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    ngx_int_t                     rc;
+    ngx_http_session_db_query_t  *q;
+
+    rc = ngx_http_session_image_no_args(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    q = ngx_http_session_db_query_create(r,
+                        (ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK)
+                        ? NGX_HTTP_SESSION_SQL_IMAGE_ACK
+                        : NGX_HTTP_SESSION_SQL_IMAGE_GET,
+                        ngx_http_session_image_one);
+    if (q == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    rc = ngx_http_session_image_ids(r, ctx, q);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    return ngx_http_session_run(r, q);
+}
+
+
+static void
+ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_http_finalize_request(q->request,
+                              ngx_http_session_image_outcome(q->request, res,
+                                                             NGX_HTTP_OK));
+}
+
+
+/* GET .../images/{iid}/content */
+
+ngx_int_t
+ngx_http_session_image_content(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    u_char                       *tags;
+    ngx_int_t                     rc;
+    ngx_http_session_db_query_t  *q;
+
+    rc = ngx_http_session_image_no_args(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
+
+    q = ngx_http_session_db_query_create(r,
+                                         NGX_HTTP_SESSION_SQL_IMAGE_CONTENT,
+                                         ngx_http_session_image_bytes);
+    if (q == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    rc = ngx_http_session_image_ids(r, ctx, q);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    tags = ngx_http_session_image_tags(r);
+    if (tags == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_http_session_db_param(q, (*tags == '\0') ? NULL : tags, 0, 0);
+    ngx_http_session_db_param(q, r->header_only ? "false" : "true", 0, 0);
+
+    q->result_format = 1;
+    q->keep_result = 1;
+
+    return ngx_http_session_run(r, q);
+}
+
+
+/* the query's handler owns res (keep_result): the pool frees it */
+
+static void
+ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_pool_cleanup_t  *cln;
+    ngx_http_request_t  *r;
+
+    r = q->request;
+
+    if (res == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                        NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE));
+        return;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        PQclear(res);
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    cln->handler = ngx_http_session_image_clear;
+    cln->data = res;
+
+    ngx_http_finalize_request(r, ngx_http_session_image_send_bytes(r, res));
+}
+
+
+static ngx_int_t
+ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
+{
+    u_char           *p, *etag;
+    uint32_t          size;
+    ngx_int_t         rc;
+    ngx_buf_t        *b;
+    ngx_chain_t       out;
+    ngx_table_elt_t  *h;
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
+        || PQnfields(res) != 6)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: unexpected result: %s",
+                      PQresultErrorMessage(res));
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    /* binary results: text as its bytes (NUL-terminated by libpq) */
+
+    if (ngx_strcmp(PQgetvalue(res, 0, 0), "ok") != 0) {
+        return ngx_http_session_image_refused(r, PQgetvalue(res, 0, 0));
+    }
+
+    if (PQgetlength(res, 0, 2) != NGX_HTTP_SESSION_IMAGE_ETAG_LEN
+        || PQgetlength(res, 0, 3) != 4 || PQgetlength(res, 0, 4) != 1)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: unexpected image content row");
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    /* int4 in network byte order */
+    p = (u_char *) PQgetvalue(res, 0, 3);
+    size = ((uint32_t) p[0] << 24) | ((uint32_t) p[1] << 16)
+           | ((uint32_t) p[2] << 8) | (uint32_t) p[3];
+
+    etag = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 2);
+    h = ngx_list_push(&r->headers_out.headers);
+
+    if (etag == NULL || h == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_sprintf(etag, "\"%*s\"", (size_t) NGX_HTTP_SESSION_IMAGE_ETAG_LEN,
+                PQgetvalue(res, 0, 2));
+
+    h->hash = 1;
+    ngx_str_set(&h->key, "ETag");
+    h->value.data = etag;
+    h->value.len = NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 2;
+    r->headers_out.etag = h;
+
+    if (PQgetvalue(res, 0, 4)[0]) {
+        r->headers_out.status = NGX_HTTP_NOT_MODIFIED;
+        r->headers_out.content_length_n = -1;
+        r->header_only = 1;
+
+        return ngx_http_send_header(r);
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    r->headers_out.content_type.data = (u_char *) PQgetvalue(res, 0, 1);
+    r->headers_out.content_type.len = PQgetlength(res, 0, 1);
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_length_n = size;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    if ((uint32_t) PQgetlength(res, 0, 5) != size
+        || PQgetisnull(res, 0, 5))
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: image content of %d bytes, expected %uD",
+                      PQgetlength(res, 0, 5), size);
+        return NGX_ERROR;
+    }
+
+    b = ngx_calloc_buf(r->pool);
+    if (b == NULL) {
+        return NGX_ERROR;
+    }
+
+    /* the PGresult's own bytes: freed with the pool, after sending */
+    b->pos = (u_char *) PQgetvalue(res, 0, 5);
+    b->last = b->pos + size;
+    b->memory = 1;
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
+
+
+static void
+ngx_http_session_image_clear(void *data)
+{
+    PQclear(data);
+}
+
+
+/* helpers */
+
+/*
+ * The canonical text of a UUID from the path, NUL-terminated; NULL and
+ * *rc NGX_DECLINED when malformed, NGX_ERROR when out of memory.
+ */
+
+static u_char *
+ngx_http_session_image_uuid(ngx_http_request_t *r, const u_char *s,
+    size_t len, ngx_int_t *rc)
+{
+    u_char  *p, uuid[NGX_HTTP_SESSION_UUID_BIN_LEN];
+
+    if (ngx_http_session_uuid_parse(s, len, uuid) != 0) {
+        *rc = NGX_DECLINED;
+        return NULL;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+    if (p == NULL) {
+        *rc = NGX_ERROR;
+        return NULL;
+    }
+
+    ngx_http_session_uuid_format(uuid, p);
+    p[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+
+    *rc = NGX_OK;
+
+    return p;
+}
+
+
+/* NGX_DECLINED without a query string, else what answering returned */
+
+static ngx_int_t
+ngx_http_session_image_no_args(ngx_http_request_t *r)
+{
+    u_char     *pos;
+    ngx_int_t   rc;
+    ngx_str_t   name, value;
+
+    pos = r->args.data;
+
+    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+    if (rc == NGX_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * The first three parameters: project, session, image; NGX_DECLINED when
+ * they are added, else what answering returned.  A malformed session id
+ * is 404 at once; a malformed image id goes as NULL, so that the session
+ * is judged first and the answer is "image not found".
+ */
+
+static ngx_int_t
+ngx_http_session_image_ids(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
+    ngx_http_session_db_query_t *q)
+{
+    u_char     *sid, *iid;
+    ngx_int_t   rc;
+
+    sid = ngx_http_session_image_uuid(r, ctx->route.sid, ctx->route.sid_len,
+                                      &rc);
+    if (sid == NULL) {
+        return (rc == NGX_ERROR)
+               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
+               : ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    }
+
+    iid = ngx_http_session_image_uuid(r, ctx->route.iid, ctx->route.iid_len,
+                                      &rc);
+    if (iid == NULL && rc == NGX_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (ngx_http_session_project(r, ctx) == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+    ngx_http_session_db_param(q, sid, 0, 0);
+    ngx_http_session_db_param(q, iid, 0, 0);
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * If-None-Match as a text[] literal for image_content(): "{*}" for "*",
+ * else the opaque tags that could be ours (64 lower-case hex digits),
+ * weak or strong alike (RFC 9110 compares them weakly there); "" when
+ * there is none.
+ */
+
+static u_char *
+ngx_http_session_image_tags(ngx_http_request_t *r)
+{
+    u_char      *p, *end, *dst, *start, *tags;
+    ngx_uint_t   n, i;
+
+    if (r->headers_in.if_none_match == NULL) {
+        return (u_char *) "";
+    }
+
+    p = r->headers_in.if_none_match->value.data;
+    end = p + r->headers_in.if_none_match->value.len;
+
+    while (p < end && (*p == ' ' || *p == '\t')) {
+        p++;
+    }
+
+    while (end > p && (end[-1] == ' ' || end[-1] == '\t')) {
+        end--;
+    }
+
+    if (end - p == 1 && *p == '*') {
+        return (u_char *) "{*}";
+    }
+
+    tags = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_IMAGE_TAGS_MAX
+                                * (NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 1) + 2);
+    if (tags == NULL) {
+        return NULL;
+    }
+
+    dst = tags;
+    n = 0;
+
+    while (p < end && n < NGX_HTTP_SESSION_IMAGE_TAGS_MAX) {
+
+        while (p < end && (*p == ' ' || *p == '\t' || *p == ',')) {
+            p++;
+        }
+
+        if (end - p >= 2 && p[0] == 'W' && p[1] == '/') {
+            p += 2;
+        }
+
+        if (p == end || *p != '"') {
+            /* not an entity tag: skip to the next comma */
+            while (p < end && *p != ',') {
+                p++;
+            }
+
+            continue;
+        }
+
+        start = ++p;
+
+        while (p < end && *p != '"') {
+            p++;
+        }
+
+        if (p == end) {
+            break;
+        }
+
+        if (p - start == NGX_HTTP_SESSION_IMAGE_ETAG_LEN) {
+            for (i = 0; i < NGX_HTTP_SESSION_IMAGE_ETAG_LEN; i++) {
+                if (!((start[i] >= '0' && start[i] <= '9')
+                      || (start[i] >= 'a' && start[i] <= 'f')))
+                {
+                    break;
+                }
+            }
+
+            if (i == NGX_HTTP_SESSION_IMAGE_ETAG_LEN) {
+                *dst++ = n ? ',' : '{';
+                dst = ngx_cpymem(dst, start, NGX_HTTP_SESSION_IMAGE_ETAG_LEN);
+                n++;
+            }
+        }
+
+        p++;
+    }
+
+    if (n == 0) {
+        return (u_char *) "";
+    }
+
+    *dst++ = '}';
+    *dst = '\0';
+
+    return tags;
+}
+
+
+/* maps an (outcome, body) row to the answer */
+
+static ngx_int_t
+ngx_http_session_image_outcome(ngx_http_request_t *r, PGresult *res,
+    ngx_uint_t status)
+{
+    char       *outcome;
+    ngx_buf_t  *b;
+
+    if (res == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
+    }
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
+        || PQnfields(res) < 2)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: unexpected result: %s",
+                      PQresultErrorMessage(res));
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    outcome = PQgetvalue(res, 0, 0);
+
+    if (ngx_strcmp(outcome, "ok") != 0) {
+        return ngx_http_session_image_refused(r, outcome);
+    }
+
+    b = ngx_create_temp_buf(r->pool, PQgetlength(res, 0, 1));
+    if (b == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 1),
+                         PQgetlength(res, 0, 1));
+
+    return ngx_http_session_send_json(r, status, b);
+}
+
+
+static ngx_int_t
+ngx_http_session_image_refused(ngx_http_request_t *r, const char *outcome)
+{
+    ngx_http_session_err_e  err;
+
+    if (ngx_strcmp(outcome, "missing") == 0) {
+        err = NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
+
+    } else if (ngx_strcmp(outcome, "forbidden") == 0) {
+        err = NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
+
+    } else if (ngx_strcmp(outcome, "expired") == 0) {
+        err = NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
+
+    } else if (ngx_strcmp(outcome, "completed") == 0) {
+        err = NGX_HTTP_SESSION_ERR_SESSION_COMPLETED;
+
+    } else if (ngx_strcmp(outcome, "image_missing") == 0) {
+        err = NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
+
+    } else if (ngx_strcmp(outcome, "acknowledged") == 0) {
+        err = NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED;
+
+    } else {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: unexpected outcome \"%s\"", outcome);
+        err = NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
+
+    return ngx_http_session_error(r, err);
+}

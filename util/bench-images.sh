@@ -1,0 +1,454 @@
+#!/usr/bin/env bash
+# The image part of "make bench" (util/bench.sh calls it; it also runs on
+# its own against an existing database):
+#
+#   BENCH_SESSION_DB="host=... dbname=..." bash util/bench-images.sh
+#
+# 1. Upload throughput: wrk POSTs one image of 100 KB, then of 2 MB, with
+#    BENCH_IMAGES_CLIENTS (16) connections spread over as many sessions,
+#    against bench/pg-insert: the same bytes, as many clients, each an
+#    autocommitted INSERT of a binary bytea parameter into a table stored
+#    like images.content.  Reported in MB/s (10^6 bytes), median of
+#    BENCH_ROUNDS runs of BENCH_DURATION each.
+# 2. Worker memory: the summed RSS of nginx's workers before, during (the
+#    highest sample) and after BENCH_IMAGES_RSS_UPLOADS (200) uploads of
+#    5 MB, 8 at a time, and after as many downloads of them.  Goal: back
+#    within 10% of where it started.
+#
+# Prints a Markdown section on stdout (BENCH_IMAGES_OUT: to that file),
+# progress on stderr.  Loopback only; every row it adds is deleted at the
+# end.  Environment as util/bench.sh: BENCH_DURATION (5s), BENCH_ROUNDS
+# (3), BENCH_WORKERS (2), BENCH_THREADS (2), BENCH_KEEP.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
+MODULE=$ROOT/build/ngx_http_session_module.so
+SESSIONCTL=$ROOT/build/sessionctl
+DB=${BENCH_SESSION_DB:-}
+
+DURATION=${BENCH_DURATION:-5s}
+ROUNDS=${BENCH_ROUNDS:-3}
+WORKERS=${BENCH_WORKERS:-2}
+THREADS=${BENCH_THREADS:-2}
+CLIENTS=${BENCH_IMAGES_CLIENTS:-16}
+RSS_UPLOADS=${BENCH_IMAGES_RSS_UPLOADS:-200}
+OUT=${BENCH_IMAGES_OUT:--}
+
+die() {
+    echo "bench-images.sh: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "bench-images.sh: $*" >&2
+}
+
+[ -n "$DB" ] || die "set BENCH_SESSION_DB (util/bench.sh does)"
+command -v wrk >/dev/null 2>&1 || die "wrk not found"
+[ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
+
+W=$(mktemp -d /tmp/ngx-session-bench-images.XXXXXX)
+# workers (not root) write request bodies under it
+chmod 755 "$W"
+PORT=
+ACCOUNT=
+PROJECT=
+NGINX_UP=
+BLOB=bench_images_blob_$$
+
+cleanup() {
+    local rc=$?
+
+    if [ -n "$NGINX_UP" ] && [ -f "$W/nginx.pid" ]; then
+        "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
+        sleep 0.5
+    fi
+
+    psql -X -q -d "$DB" -c "DROP TABLE IF EXISTS $BLOB" >/dev/null 2>&1 \
+        || true
+
+    if [ -n "$PROJECT" ]; then
+        psql -X -q -d "$DB" -c "
+            DELETE FROM webhook_outbox WHERE project_id = '$PROJECT';
+            DELETE FROM sessions WHERE project_id = '$PROJECT';
+            DELETE FROM api_keys WHERE project_id = '$PROJECT';
+            DELETE FROM projects WHERE id = '$PROJECT';
+            DELETE FROM monthly_usage WHERE account_id = '$ACCOUNT';
+            DELETE FROM accounts WHERE id = '$ACCOUNT';" \
+            >/dev/null 2>&1 || true
+    fi
+
+    if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
+        echo "bench-images.sh: kept $W (nginx.conf, error.log)" >&2
+    else
+        rm -rf "$W"
+    fi
+
+    exit "$rc"
+}
+
+trap cleanup EXIT
+
+ctl() {
+    "$SESSIONCTL" --json -d "$DB" "$@"
+}
+
+json_field() {
+    perl -MJSON::PP -e '
+        local $/; my $j = JSON::PP->new->decode(<STDIN>);
+        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
+        print $j->{$ARGV[0]};' "$1"
+}
+
+nginx_quote() {
+    local v=$1
+    v=${v//\\/\\\\}
+    v=${v//\"/\\\"}
+    printf '"%s"' "$v"
+}
+
+free_port() {
+    perl -MIO::Socket::INET -e '
+        for (1 .. 200) {
+            my $p = 20000 + int(rand(20000));
+            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+                                          LocalPort => $p, Listen => 1,
+                                          ReuseAddr => 1) or next;
+            close $s;
+            print "$p\n";
+            exit 0;
+        }
+        exit 1;'
+}
+
+median() {
+    tr ' ' '\n' | grep . | sort -g | awk '
+        { v[NR] = $1 }
+        END { if (NR % 2) print v[(NR + 1) / 2];
+              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# a file of N bytes that passes as a PNG: the signature, then random bytes
+image_file() {
+    local n=$1 f=$2
+    { printf '\x89PNG\r\n\x1a\n'; head -c $((n - 8)) /dev/urandom; } > "$f"
+}
+
+
+# --- nginx -------------------------------------------------------------
+
+write_conf() {
+    cat > "$W/nginx.conf" <<EOF
+load_module $W/ngx_http_session_module.so;
+
+worker_processes $WORKERS;
+master_process on;
+daemon on;
+pid $W/nginx.pid;
+error_log $W/error.log warn;
+
+events {
+    worker_connections 4096;
+}
+
+http {
+    access_log off;
+    keepalive_requests 1000000;
+
+    client_body_temp_path $W/body;
+    proxy_temp_path $W/proxy;
+    fastcgi_temp_path $W/fastcgi;
+    uwsgi_temp_path $W/uwsgi;
+    scgi_temp_path $W/scgi;
+
+    session_db $(nginx_quote "$DB");
+    session_limit_zone bench_images:10m;
+
+    server {
+        listen 127.0.0.1:$PORT;
+
+        location = /ok {
+            return 200;
+        }
+
+        location /api/ {
+            session_api;
+            session_limits create=1000000000 list=1000000000
+                           other=1000000000;
+        }
+    }
+}
+EOF
+}
+
+start_nginx() {
+    : > "$W/error.log"
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
+        || { cat "$W/error.log" >&2; die "nginx did not start"; }
+    NGINX_UP=1
+
+    local i
+    for i in $(seq 50); do
+        curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
+        sleep 0.1
+    done
+    die "nginx does not answer on 127.0.0.1:$PORT"
+}
+
+# the summed VmRSS of the workers, kB
+worker_rss() {
+    local master pid sum=0 kb
+    master=$(cat "$W/nginx.pid")
+    for pid in $(pgrep -P "$master"); do
+        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
+             || echo 0)
+        sum=$((sum + ${kb:-0}))
+    done
+    echo "$sum"
+}
+
+new_session() {
+    curl -s -X POST -H "Authorization: Bearer $KEY" \
+         -H 'Content-Type: application/json' \
+         -d '{"delivery_mode": "long_poll", "expires_in": 86400}' \
+         "http://127.0.0.1:$PORT/api/v1/sessions" | json_field id
+}
+
+purge_images() {
+    psql -X -q -d "$DB" -c "
+        DELETE FROM images i USING sessions s
+         WHERE s.id = i.session_id AND s.project_id = '$PROJECT';
+        TRUNCATE $BLOB;" >/dev/null
+}
+
+
+# --- 1. upload throughput ----------------------------------------------
+
+declare -A OURS BASE
+
+# wrk: every connection's requests are built once, round robin over the
+# sessions (one session per client: uploads into one session serialize
+# on its row, by design)
+cat > "$W/upload.lua" <<'EOF'
+local reqs = {}
+
+init = function(args)
+    local f = assert(io.open(os.getenv("BENCH_FILE"), "rb"))
+    local body = f:read("*a")
+    f:close()
+
+    for sid in string.gmatch(os.getenv("BENCH_SIDS"), "[^,]+") do
+        reqs[#reqs + 1] = wrk.format("POST",
+            "/api/v1/sessions/" .. sid .. "/images",
+            { ["Authorization"] = "Bearer " .. os.getenv("BENCH_KEY"),
+              ["Content-Type"] = "image/png" }, body)
+    end
+end
+
+local i = 0
+
+request = function()
+    i = i + 1
+    return reqs[(i % #reqs) + 1]
+end
+EOF
+
+throughput() {
+    local label=$1 size=$2 out n total non2xx secs ours base sids i
+
+    image_file "$size" "$W/img-$label"
+
+    sids=
+    for i in $(seq "$CLIENTS"); do
+        sids+="${sids:+,}$(new_session)"
+    done
+
+    for _ in $(seq "$ROUNDS"); do
+        purge_images
+
+        out=$(BENCH_FILE="$W/img-$label" BENCH_SIDS="$sids" BENCH_KEY="$KEY" \
+              wrk -t"$THREADS" -c"$CLIENTS" -d"$DURATION" -s "$W/upload.lua" \
+                  "http://127.0.0.1:$PORT/" 2>&1) \
+            || { echo "$out" >&2; die "wrk failed ($label)"; }
+
+        total=$(awk '/requests in/ { print $1 }' <<<"$out")
+        secs=$(awk '/requests in/ { sub(/s,$/, "", $4); print $4 }' <<<"$out")
+        non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $5 }' <<<"$out")
+        [ -z "$non2xx" ] || die "$label: $non2xx of $total uploads failed"
+        [ "${total:-0}" -gt 0 ] || { echo "$out" >&2; die "$label: none"; }
+
+        ours=$(awk -v n="$total" -v s="$size" -v t="$secs" \
+                   'BEGIN { printf "%.1f", n * s / t / 1e6 }')
+        OURS[$label]+="$ours "
+
+        purge_images
+
+        read -r n secs < <("$W/pg-insert" "$DB" "$W/img-$label" "$CLIENTS" \
+                               "${DURATION%s}" "$BLOB") \
+            || die "pg-insert failed ($label)"
+        base=$(awk -v n="$n" -v s="$size" -v t="$secs" \
+                   'BEGIN { printf "%.1f", n * s / t / 1e6 }')
+        BASE[$label]+="$base "
+
+        log "upload $label: nginx $ours MB/s ($total in ${secs}s)," \
+            "PostgreSQL INSERT $base MB/s ($n)"
+    done
+
+    purge_images
+}
+
+
+# --- 2. worker memory ----------------------------------------------------
+
+RSS_BEFORE=
+RSS_PEAK=
+RSS_AFTER_UP=
+RSS_AFTER_DOWN=
+
+rss_run() {
+    local sid sampler ids f=$W/img-5m
+
+    image_file $((5 * 1024 * 1024)) "$f"
+    sid=$(new_session)
+
+    # warm: every connection open, a small upload and download done
+    for _ in $(seq 20); do
+        curl -s -o /dev/null -X POST -H "Authorization: Bearer $KEY" \
+             -H 'Content-Type: image/png' --data-binary @"$W/img-100k" \
+             "http://127.0.0.1:$PORT/api/v1/sessions/$sid/images"
+    done
+    sleep 1
+    RSS_BEFORE=$(worker_rss)
+
+    ( while :; do worker_rss; sleep 0.2; done ) > "$W/rss-samples" &
+    sampler=$!
+
+    seq "$RSS_UPLOADS" | xargs -P 8 -I{} curl -s -o /dev/null \
+        -w '%{http_code}\n' -X POST -H "Authorization: Bearer $KEY" \
+        -H 'Content-Type: image/png' --data-binary @"$f" \
+        "http://127.0.0.1:$PORT/api/v1/sessions/$sid/images" \
+        > "$W/rss-codes"
+
+    [ "$(grep -c '^201$' "$W/rss-codes")" = "$RSS_UPLOADS" ] \
+        || die "5 MB uploads: $(sort "$W/rss-codes" | uniq -c | tr '\n' ' ')"
+
+    sleep 1
+    RSS_AFTER_UP=$(worker_rss)
+
+    ids=$(psql -X -At -d "$DB" -c "SELECT id FROM images
+                                   WHERE session_id = '$sid'
+                                     AND size = 5242880")
+    xargs -P 8 -I{} curl -s -o /dev/null -w '%{http_code}\n' \
+        -H "Authorization: Bearer $KEY" \
+        "http://127.0.0.1:$PORT/api/v1/sessions/$sid/images/{}/content" \
+        <<<"$ids" > "$W/rss-codes"
+
+    [ "$(grep -c '^200$' "$W/rss-codes")" = "$RSS_UPLOADS" ] \
+        || die "5 MB downloads: $(sort "$W/rss-codes" | uniq -c | tr '\n' ' ')"
+
+    kill "$sampler"
+    wait "$sampler" 2>/dev/null || true
+    sleep 1
+    RSS_AFTER_DOWN=$(worker_rss)
+    RSS_PEAK=$(sort -n "$W/rss-samples" | tail -1)
+
+    log "worker RSS (kB): before $RSS_BEFORE, peak $RSS_PEAK, after uploads" \
+        "$RSS_AFTER_UP, after downloads $RSS_AFTER_DOWN"
+
+    purge_images
+}
+
+
+# --- run -------------------------------------------------------------------
+
+"$SESSIONCTL" -d "$DB" migrate >/dev/null || die "sessionctl migrate failed"
+
+cc -O2 -I"$(pg_config --includedir)" -o "$W/pg-insert" \
+    "$ROOT/bench/pg-insert.c" -lpq || die "cannot build bench/pg-insert.c"
+
+psql -X -q -d "$DB" -c "CREATE TABLE $BLOB (content bytea NOT NULL);
+    ALTER TABLE $BLOB ALTER COLUMN content SET STORAGE EXTERNAL" >/dev/null
+
+cp "$MODULE" "$W/ngx_http_session_module.so"
+PORT=$(free_port) || die "no free port"
+
+ACCOUNT=$(ctl account create "bench-images-$$" --plan unlimited \
+              | json_field account_id)
+PROJECT=$(ctl project create "$ACCOUNT" "bench-images-$$" \
+              | json_field project_id)
+KEY=$(ctl key create "$PROJECT" | json_field key)
+
+write_conf
+start_nginx
+
+image_file 102400 "$W/img-100k"
+
+log "upload throughput: $ROUNDS x $DURATION, $CLIENTS clients, 100 KB and 2 MB"
+throughput 100KB 102400
+throughput 2MB $((2 * 1024 * 1024))
+
+# a fresh nginx: "before" is a worker that has carried no large image
+"$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
+for _ in $(seq 50); do
+    [ -f "$W/nginx.pid" ] || break
+    sleep 0.1
+done
+start_nginx
+
+log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then downloads"
+rss_run
+
+grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
+    && die "the error log has alerts (above)"
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+}
+
+goal() {
+    awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
+}
+
+report() {
+    local l o b r growth
+
+    echo "## Images"
+    echo
+    echo "Upload throughput (\`util/bench-images.sh\`): wrk, $CLIENTS"
+    echo "connections (one session each), POST of the same file for"
+    echo "$DURATION; against \`bench/pg-insert\`, $CLIENTS clients each"
+    echo "inserting the same bytes as a binary \`bytea\` parameter (autocommit,"
+    echo "\`STORAGE EXTERNAL\` as \`images.content\`). MB = 10^6 bytes;"
+    echo "median of $ROUNDS runs; nginx with $WORKERS workers, 4 database"
+    echo "connections each."
+    echo
+    echo "| image | nginx upload MB/s | PostgreSQL INSERT MB/s | ratio | goal ≥ 0.6 | runs nginx / PostgreSQL |"
+    echo "|---|---:|---:|---:|---|---|"
+    for l in 100KB 2MB; do
+        o=$(median <<<"${OURS[$l]}")
+        b=$(median <<<"${BASE[$l]}")
+        r=$(ratio "$o" "$b")
+        printf '| %s | %s | %s | %s | %s | %s/ %s|\n' "$l" "$o" "$b" "$r" \
+            "$(goal "$r" 0.6)" "${OURS[$l]}" "${BASE[$l]}"
+    done
+    echo
+    growth=$(awk -v a="$RSS_AFTER_DOWN" -v b="$RSS_BEFORE" \
+                 'BEGIN { printf "%.1f", (a - b) * 100 / b }')
+    echo "Worker memory: summed RSS of the $WORKERS workers (kB) around"
+    echo "$RSS_UPLOADS uploads of 5 MB (8 at a time) and as many downloads:"
+    echo
+    echo "| before | peak (0.2 s samples) | after the uploads | after the downloads | growth | goal ≤ 10% |"
+    echo "|---:|---:|---:|---:|---:|---|"
+    printf '| %s | %s | %s | %s | %s%% | %s |\n' "$RSS_BEFORE" "$RSS_PEAK" \
+        "$RSS_AFTER_UP" "$RSS_AFTER_DOWN" "$growth" \
+        "$(awk -v g="$growth" 'BEGIN { print (g <= 10) ? "met" : "NOT met" }')"
+}
+
+if [ "$OUT" = - ]; then
+    report
+else
+    report > "$OUT"
+fi
