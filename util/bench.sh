@@ -193,14 +193,14 @@ http {
         }
 
         # the 429 path: class other (an unknown route), limit 1
-        location /limited/ {
+        location /sl/ {
             session_api;
             session_limits other=1;
         }
 
         # a content handler, not "return": return answers in the rewrite
         # phase, before limit_req (preaccess) would run
-        location /lr {
+        location /lr/ {
             limit_req zone=lr;
             limit_req_status 429;
             empty_gif;
@@ -260,8 +260,8 @@ SCENARIOS=(
     "401 malformed key|401|/api/v1/nope|MALFORMED"
     "401 unknown key (cached)|401|/api/v1/nope|UNKNOWN"
     "404 valid key (cached), limiter counting|404|/api/v1/nope|ADMIT"
-    "429 session_limits|429|/limited/x|LIMITED"
-    "429 limit_req|429|/lr|LR"
+    "429 session_limits|429|/sl/x|LIMITED"
+    "429 limit_req|429|/lr/x|LR"
 )
 
 declare -A KEY
@@ -376,10 +376,10 @@ inside() {
     expect_status 401 "malformed key" /api/v1/nope "${KEY[MALFORMED]}"
     expect_status 401 "unknown key" /api/v1/nope "${KEY[UNKNOWN]}"
     expect_status 404 "valid key" /api/v1/nope "${KEY[ADMIT]}"
-    expect_status 404 "session_limits, 1st" /limited/x "${KEY[LIMITED]}"
-    expect_status 429 "session_limits, 2nd" /limited/x "${KEY[LIMITED]}"
-    expect_status 200 "limit_req, 1st" /lr "${KEY[LR]}"
-    expect_status 429 "limit_req, 2nd" /lr "${KEY[LR]}"
+    expect_status 404 "session_limits, 1st" /sl/x "${KEY[LIMITED]}"
+    expect_status 429 "session_limits, 2nd" /sl/x "${KEY[LIMITED]}"
+    expect_status 200 "limit_req, 1st" /lr/x "${KEY[LR]}"
+    expect_status 429 "limit_req, 2nd" /lr/x "${KEY[LR]}"
 
     log "$((ROUNDS * ${#SCENARIOS[@]})) runs of $cmd_line on 127.0.0.1:$PORT," \
         "nginx with $WORKERS workers"

@@ -131,6 +131,28 @@ ngx_http_session_json_escape(unsigned char *dst, const unsigned char *src,
 }
 
 
+unsigned char *
+ngx_http_session_decimal(unsigned char *dst, uint64_t n)
+{
+    size_t          len;
+    unsigned char  *p, tmp[NGX_HTTP_SESSION_DECIMAL_MAX];
+
+    /* backwards into tmp, then forwards into dst */
+
+    p = tmp + sizeof(tmp);
+
+    do {
+        *--p = (unsigned char) ('0' + n % 10);
+        n /= 10;
+    } while (n);
+
+    len = tmp + sizeof(tmp) - p;
+    memcpy(dst, p, len);
+
+    return dst + len;
+}
+
+
 const char *
 ngx_http_session_status_line(unsigned status)
 {
