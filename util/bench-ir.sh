@@ -16,8 +16,14 @@
 # inside a measured stretch (with the default 5 s a slow, instrumented
 # process would ask it now and then and the figure would wander).
 #
-# Prints one line per scenario, "NAME|instructions per request|statuses",
-# on stdout; with IR_OUT=FILE also writes them there.  Needs valgrind;
+# Prints one line per scenario on stdout (with IR_OUT=FILE also to FILE):
+#
+#     NAME|instructions per request|statuses|limiter
+#
+# where limiter is the inclusive instructions per request of the module's
+# rate-limit code (ngx_http_session_limit_prepare, the check-and-increment
+# ngx_http_session_rate_take_locked, ngx_http_session_limit with its
+# headers), 0 where it does not run.  Needs valgrind;
 # takes about a minute.  The rows it adds to the database are deleted.
 #
 # Environment: BENCH_SESSION_DB (required), BENCH_NGINX, IR_REQUESTS
@@ -125,6 +131,7 @@ PROJECT=$(ctl project create "$ACCOUNT" "bench-ir-$$" | json_field project_id)
 KEY_ADMIT=$(ctl key create "$PROJECT" | json_field key)
 KEY_LIMITED=$(ctl key create "$PROJECT" | json_field key)
 KEY_LR=sess_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+KEY_UNKNOWN=sess_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
 cat > "$W/nginx.conf" <<EOF
 load_module $W/ngx_http_session_module.so;
@@ -199,6 +206,7 @@ curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" || die "nginx does not answer"
 # name|path|authorization
 SCENARIOS=(
     "return 200 (baseline)|/ok|"
+    "401 unknown key (cached)|/api/v1/nope|Bearer $KEY_UNKNOWN"
     "404 valid key (cached), limiter counting|/api/v1/nope|Bearer $KEY_ADMIT"
     "429 session_limits|/sl/x|Bearer $KEY_LIMITED"
     "429 limit_req|/lr/x|Bearer $KEY_LR"
@@ -227,10 +235,22 @@ for s in "${SCENARIOS[@]}"; do
                    print join ", ", map { "$_: $j->{statuses}{$_}" }
                                     sort keys %{$j->{statuses}}' <<<"$res")
     per=$(awk -v ir="$ir" -v n="$N" 'BEGIN { printf "%.0f", ir / n }')
-    log "$name: $per instructions/request ($statuses)"
-    echo "$name|$per|$statuses"
+
+    # inclusive cost of a function: the cost line after each "calls=" line
+    # of a call to it
+    lim=$(awk -v n="$N" '
+        /^cfn=/ { f = substr($0, 5); next }
+        /^calls=/ { want = (f == "ngx_http_session_limit" \
+                            || f == "ngx_http_session_limit_prepare" \
+                            || f == "ngx_http_session_rate_take_locked");
+                    next }
+        want && /^[0-9+*-]/ { sum += $2; want = 0 }
+        END { printf "%.0f", sum / n }' "$f")
+
+    log "$name: $per instructions/request ($statuses), limiter $lim"
+    echo "$name|$per|$statuses|$lim"
     if [ -n "${IR_OUT:-}" ]; then
-        echo "$name|$per|$statuses" >> "$IR_OUT"
+        echo "$name|$per|$statuses|$lim" >> "$IR_OUT"
     fi
 done
 
