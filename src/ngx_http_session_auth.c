@@ -44,12 +44,19 @@ static ngx_http_session_memo_t  ngx_http_session_memo[
                                                 NGX_HTTP_SESSION_MEMO_SIZE];
 static uint64_t                 ngx_http_session_memo_seed;
 
+/* ngx_hash_key_lc() of "Authorization", as the header parser computes it */
+static ngx_uint_t               ngx_http_session_auth_header_hash;
+
 
 void
 ngx_http_session_auth_init_process(void)
 {
     ngx_http_session_memo_seed = ((uint64_t) ngx_random() << 32)
                                  ^ (uint64_t) ngx_random();
+
+    ngx_http_session_auth_header_hash =
+        ngx_hash_key_lc((u_char *) "Authorization",
+                        sizeof("Authorization") - 1);
 }
 
 
@@ -65,7 +72,9 @@ ngx_int_t
 ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
     ngx_int_t                      rc;
-    ngx_table_elt_t               *auth;
+    ngx_uint_t                     n;
+    ngx_list_part_t               *part;
+    ngx_table_elt_t               *h, *auth;
     const u_char                  *token;
     ngx_http_session_db_query_t   *q;
     ngx_http_session_main_conf_t  *smcf;
@@ -73,11 +82,44 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
     /*
-     * nginx 1.22 keeps Authorization as a unique header: a second one is
-     * refused with 400 while the request is read, before any handler.
+     * Two Authorization headers are refused (docs/decisions.md, auth (a)),
+     * whichever nginx let them through.  The parser has hashed every
+     * header's lower-case name: one compare per header, and the name only
+     * when the hash matches.
      */
 
-    auth = r->headers_in.authorization;
+    auth = NULL;
+    n = 0;
+    part = &r->headers_in.headers.part;
+    h = part->elts;
+
+    for ( ;; ) {
+        if (n >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            n = 0;
+        }
+
+        if (h[n].hash == ngx_http_session_auth_header_hash
+            && h[n].key.len == sizeof("authorization") - 1
+            && ngx_strncmp(h[n].lowcase_key, "authorization",
+                           sizeof("authorization") - 1)
+               == 0)
+        {
+            if (auth) {
+                ctx->err = NGX_HTTP_SESSION_ERR_BAD_REQUEST;
+                return NGX_DECLINED;
+            }
+
+            auth = &h[n];
+        }
+
+        n++;
+    }
 
     if (auth == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_KEY_REQUIRED;

@@ -69,6 +69,8 @@ cleanup() {
 
     if [ -n "$PROJECT" ]; then
         psql -X -q -d "$DB" -c "
+            DELETE FROM sessions WHERE project_id = '$PROJECT';
+            DELETE FROM monthly_usage WHERE account_id = '$ACCOUNT';
             DELETE FROM api_keys WHERE project_id = '$PROJECT';
             DELETE FROM projects WHERE id = '$PROJECT';
             DELETE FROM accounts WHERE id = '$ACCOUNT';" \
@@ -203,6 +205,14 @@ for _ in $(seq 300); do
 done
 curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" || die "nginx does not answer"
 
+# 20 sessions for the list to show
+for _ in $(seq 20); do
+    curl -s -o /dev/null -X POST -H "Authorization: Bearer $KEY_ADMIT" \
+         -H 'Content-Type: application/json' \
+         -d '{"delivery_mode": "long_poll"}' \
+         "http://127.0.0.1:$PORT/api/v1/sessions"
+done
+
 # name|path|authorization
 SCENARIOS=(
     "return 200 (baseline)|/ok|"
@@ -210,6 +220,7 @@ SCENARIOS=(
     "404 valid key (cached), limiter counting|/api/v1/nope|Bearer $KEY_ADMIT"
     "429 session_limits|/sl/x|Bearer $KEY_LIMITED"
     "429 limit_req|/lr/x|Bearer $KEY_LR"
+    "200 GET /api/v1/sessions?limit=20 (a database query)|/api/v1/sessions?limit=20|Bearer $KEY_ADMIT"
 )
 
 dump=0

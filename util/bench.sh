@@ -639,11 +639,15 @@ instructions() {
     adm=$(ir_of "404 valid key (cached), limiter counting")
     unk=$(ir_of "401 unknown key (cached)")
     lim=$(lim_of "404 valid key (cached), limiter counting")
+    local list list_lim
+    list=$(ir_of "200 GET /api/v1/sessions?limit=20 (a database query)")
+    list_lim=$(lim_of "200 GET /api/v1/sessions?limit=20 (a database query)")
 
     {
         echo
         echo "- 429: limit_req / session_limits instructions: $(ratio "$lr" "$ours") (≥ 1.00 means ours takes no more)"
         echo "- Limiter on an admitted request (404 valid key): its own code $lim of $adm instructions, $(awk -v a="$lim" -v b="$adm" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') % over the request without it; the whole difference to a 401 unknown key (same stage 1, no stage 2) is $((adm - unk)), $(awk -v a="$adm" -v b="$unk" 'BEGIN { printf "%.1f", 100 * (a - b) / b }') %"
+        echo "- Limiter on an admitted request that does an endpoint's work (GET /api/v1/sessions?limit=20, 20 sessions): $list_lim of $list instructions, $(awk -v a="$list_lim" -v b="$list" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') %"
     } >> "$W/ir.md"
 }
 
