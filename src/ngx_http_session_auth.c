@@ -21,7 +21,8 @@
  * seed, and the whole key is compared in constant time, so a client
  * learns nothing of a cached key it does not already hold.  Which key is
  * valid is still decided by hash, in the auth cache or the database: the
- * memo only saves the computation of a pure function.
+ * memo only saves the computation of a pure function (docs/decisions.md,
+ * (ad)).
  */
 
 #define NGX_HTTP_SESSION_MEMO_SIZE  256    /* a power of two */
@@ -82,7 +83,7 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
     /*
-     * Two Authorization headers are refused (docs/decisions.md, auth (a)),
+     * Two Authorization headers are refused (docs/decisions.md, (a)),
      * whichever nginx let them through.  The parser has hashed every
      * header's lower-case name: one compare per header, and the name only
      * when the hash matches.

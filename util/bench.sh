@@ -927,21 +927,21 @@ $(db_section)
 |---|---|---|
 | return 200 (baseline) | \`GET /ok\` | \`location = /ok { return 200; }\`: nginx alone |
 | 401 malformed key | \`GET /api/v1/nope\`, \`Authorization: Bearer sess_not-a-key\` | stage 1 up to the key syntax check: no hash, no shared memory, no database; the JSON 401 |
-| 401 unknown key (cached) | a well-formed key that does not exist | stage 1: SHA-256 of the key, a lookup in the shared auth cache (the database is asked once, the "invalid" answer is cached for \`session_auth_cache_ttl\`, 5 s, so about once per 5 s) |
+| 401 unknown key (cached) | a well-formed key that does not exist | stage 1: SHA-256 of the key (from the worker's memo after the first request), a lookup in the shared auth cache (the database is asked once, the "invalid" answer is cached for \`session_auth_cache_ttl\`, 5 s, so about once per 5 s) |
 | 404 valid key (cached), limiter counting | a valid key, limits of 1000000000 | stages 1 to 3: the auth cache hit, the rate-limit check-and-increment under the zone mutex (it never refuses), the three X-RateLimit headers, the route table, the JSON 404 |
-| 429 session_limits | a valid key over \`session_limits other=1\` | stages 1 and 2: the auth cache hit, the counter check under the mutex, four headers (with Retry-After), the JSON 429 |
-| 429 limit_req | \`limit_req zone=lr\` (burst 0), key \`\$http_authorization\` (the same header value shape, rate 1r/m), \`limit_req_status 429\` | nginx's own limiter refusing: its shared-memory lookup and nginx's built-in 429 page |
+| 429 session_limits | \`GET /sl/x\`, a valid key over \`session_limits other=1\` | stages 1 and 2: the key's hash (from the worker's memo), the auth cache hit and the counter check in one turn of the zone mutex, four headers (with Retry-After), the JSON 429 rendered at start-up |
+| 429 limit_req | \`GET /lr/x\` (a path of the same shape), \`limit_req zone=lr\` (burst 0), key \`\$http_authorization\` (the same header value shape, rate 1r/m), \`limit_req_status 429\` | nginx's own limiter refusing: its shared-memory lookup and nginx's built-in 429 page |
 
 The rate-limit stage cannot be switched off for a \`session_api\`
-location, so "the cost of the limiter" is read from two differences
-rather than measured alone:
+location (docs/decisions.md, (ac)), so "the cost of the limiter" is read
+from differences and from instruction counts (the section above) rather
+than measured alone:
 
-- *401 unknown key (cached)* → *404 valid key*: what the limiter (second
-  shared-memory lookup, the counter update under the same mutex, three
-  more headers) and the route table add to an authenticated request;
+- *401 unknown key (cached)* → *404 valid key*: what the limiter (the
+  counter update in the auth cache's turn of the zone mutex, three more
+  headers) adds to an authenticated request;
 - *404 valid key* against *return 200*: the whole module on an admitted
-  request, minus the endpoint itself (routes answer 404 or 501 until the
-  endpoints exist).
+  request, minus the endpoint itself.
 
 \`limit_req\` logs each refusal at \`error\` by default and our module logs
 none; the comparison sets \`limit_req_log_level info\` (below the
