@@ -11,6 +11,7 @@
 #endif
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
@@ -218,6 +219,10 @@ ngx_module_t  ngx_http_session_module = {
 static ngx_int_t
 ngx_http_session_postconfiguration(ngx_conf_t *cf)
 {
+    if (ngx_http_session_error_init(cf->log) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     return ngx_http_session_error_filter_init(cf);
 }
 
@@ -367,6 +372,10 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->limits[NGX_HTTP_SESSION_CLASS_OTHER],
                               prev->limits[NGX_HTTP_SESSION_CLASS_OTHER],
                               200);
+
+    if (ngx_http_session_limit_texts(cf, conf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
 
     ngx_conf_merge_sec_value(conf->ttl, prev->ttl, 3600);
     ngx_conf_merge_sec_value(conf->max_ttl, prev->max_ttl, 86400);
@@ -707,6 +716,7 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
     }
 
 #endif
+    ngx_http_session_auth_init_process();
 
     if (ngx_http_session_db_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
@@ -726,4 +736,5 @@ ngx_http_session_exit_process(ngx_cycle_t *cycle)
     ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
     ngx_http_session_db_exit_process(cycle);
+    ngx_http_session_auth_exit_process();
 }

@@ -7,12 +7,66 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
+#include "ngx_http_session_limit.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
 
 
+/*
+ * The memo: per worker, the SHA-256 of the last keys seen, so that a busy
+ * key is not hashed again on every request.  It holds the key as the
+ * client sent it next to its hash in this process's memory only: never in
+ * the shared zone, never in a log, wiped when the worker exits.  A slot
+ * is found from the key's hex digits mixed with a per-process random
+ * seed, and the whole key is compared in constant time, so a client
+ * learns nothing of a cached key it does not already hold.  Which key is
+ * valid is still decided by hash, in the auth cache or the database: the
+ * memo only saves the computation of a pure function (docs/decisions.md,
+ * (ad)).
+ */
+
+#define NGX_HTTP_SESSION_MEMO_SIZE  256    /* a power of two */
+
+
+typedef struct {
+    u_char                        key[NGX_HTTP_SESSION_KEY_LEN];
+    u_char                        used;
+    u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+} ngx_http_session_memo_t;
+
+
+static ngx_int_t ngx_http_session_auth_hash(const u_char *token,
+    u_char *hash);
 static void ngx_http_session_auth_done(ngx_http_session_db_query_t *q,
     PGresult *res);
+
+
+static ngx_http_session_memo_t  ngx_http_session_memo[
+                                                NGX_HTTP_SESSION_MEMO_SIZE];
+static uint64_t                 ngx_http_session_memo_seed;
+
+/* ngx_hash_key_lc() of "Authorization", as the header parser computes it */
+static ngx_uint_t               ngx_http_session_auth_header_hash;
+
+
+void
+ngx_http_session_auth_init_process(void)
+{
+    ngx_http_session_memo_seed = ((uint64_t) ngx_random() << 32)
+                                 ^ (uint64_t) ngx_random();
+
+    ngx_http_session_auth_header_hash =
+        ngx_hash_key_lc((u_char *) "Authorization",
+                        sizeof("Authorization") - 1);
+}
+
+
+void
+ngx_http_session_auth_exit_process(void)
+{
+    ngx_explicit_memzero(ngx_http_session_memo,
+                         sizeof(ngx_http_session_memo));
+}
 
 
 ngx_int_t
@@ -28,7 +82,12 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
-    /* nginx 1.22 keeps only one of repeated Authorization headers */
+    /*
+     * Two Authorization headers are refused (docs/decisions.md, (a)),
+     * whichever nginx let them through.  The parser has hashed every
+     * header's lower-case name: one compare per header, and the name only
+     * when the hash matches.
+     */
 
     auth = NULL;
     n = 0;
@@ -46,10 +105,10 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
             n = 0;
         }
 
-        if (h[n].hash
-            && h[n].key.len == sizeof("Authorization") - 1
-            && ngx_strncasecmp(h[n].key.data, (u_char *) "Authorization",
-                               sizeof("Authorization") - 1)
+        if (h[n].hash == ngx_http_session_auth_header_hash
+            && h[n].key.len == sizeof("authorization") - 1
+            && ngx_strncmp(h[n].lowcase_key, "authorization",
+                           sizeof("authorization") - 1)
                == 0)
         {
             if (auth) {
@@ -76,13 +135,15 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    if (ngx_http_session_key_hash(token, ctx->principal.hash) != 0) {
+    if (ngx_http_session_auth_hash(token, ctx->principal.hash) != NGX_OK) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
 
+    ngx_http_session_limit_prepare(r, ctx);
+
     rc = ngx_http_session_auth_cache_get(smcf->shm_zone, &ctx->principal,
-                                         &ctx->cache_generation);
+                                         &ctx->cache_generation, &ctx->take);
 
     switch (rc) {
 
@@ -122,6 +183,57 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     ctx->query = q;
 
     return NGX_AGAIN;
+}
+
+
+/*
+ * The SHA-256 of a well-formed key, from the memo when it is there.  The
+ * memo is keyed by the token as it came, so "sess_AB.." and "sess_ab.."
+ * may take two slots: both map to the hash of the lower-case form.
+ */
+
+static ngx_int_t
+ngx_http_session_auth_hash(const u_char *token, u_char *hash)
+{
+    uint64_t                  h, w;
+    ngx_uint_t                i;
+    ngx_http_session_memo_t  *m;
+    u_char                    lower[NGX_HTTP_SESSION_KEY_LEN];
+
+    h = ngx_http_session_memo_seed;
+
+    for (i = NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1;
+         i + sizeof(uint64_t) <= NGX_HTTP_SESSION_KEY_LEN;
+         i += sizeof(uint64_t))
+    {
+        ngx_memcpy(&w, &token[i], sizeof(uint64_t));
+        h = (h ^ w) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 29;
+    }
+
+    m = &ngx_http_session_memo[h & (NGX_HTTP_SESSION_MEMO_SIZE - 1)];
+
+    if (m->used
+        && ngx_http_session_equal(m->key, token, NGX_HTTP_SESSION_KEY_LEN))
+    {
+        ngx_memcpy(hash, m->hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+        return NGX_OK;
+    }
+
+    ngx_http_session_key_lower(token, lower);
+
+    if (ngx_http_session_key_hash(lower, hash) != 0) {
+        ngx_explicit_memzero(lower, sizeof(lower));
+        return NGX_ERROR;
+    }
+
+    ngx_explicit_memzero(lower, sizeof(lower));
+
+    ngx_memcpy(m->key, token, NGX_HTTP_SESSION_KEY_LEN);
+    ngx_memcpy(m->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+    m->used = 1;
+
+    return NGX_OK;
 }
 
 

@@ -16,5 +16,9 @@
 ngx_int_t ngx_http_session_auth(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 
+/* seeds and wipes the per-worker memo of key hashes */
+void ngx_http_session_auth_init_process(void);
+void ngx_http_session_auth_exit_process(void);
+
 
 #endif /* _NGX_HTTP_SESSION_AUTH_H_INCLUDED_ */

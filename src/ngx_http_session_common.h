@@ -12,6 +12,7 @@
 #include <ngx_http.h>
 
 #include "ngx_http_session_cursor.h"
+#include "ngx_http_session_json.h"
 #include "ngx_http_session_key.h"
 #include "ngx_http_session_route.h"
 
@@ -55,6 +56,8 @@ typedef struct {
     ngx_flag_t                  api;
     /* requests per key per minute, by NGX_HTTP_SESSION_CLASS_* */
     ngx_uint_t                  limits[NGX_HTTP_SESSION_NCLASSES];
+    /* the same in decimal, as X-RateLimit-Limit sends them */
+    ngx_str_t                   limit_text[NGX_HTTP_SESSION_NCLASSES];
     /* session lifetime, seconds */
     time_t                      ttl;
     time_t                      max_ttl;
@@ -71,9 +74,34 @@ typedef struct {
 } ngx_http_session_principal_t;
 
 
+/*
+ * Stage 2's check-and-increment; a cache hit in stage 1 does it under the
+ * same turn of the zone mutex as the lookup.
+ */
+typedef struct {
+    time_t                      now;
+    ngx_uint_t                  cls;
+    ngx_uint_t                  limit;
+    /* NGX_OK, NGX_BUSY or NGX_ERROR once taken, NGX_DECLINED before */
+    ngx_int_t                   rc;
+    ngx_uint_t                  remaining;
+    /* counters of other keys evicted to make room: the ALERT's count */
+    ngx_uint_t                  evicted;
+} ngx_http_session_take_t;
+
+
+/* "Retry-After" and three X-RateLimit values, formatted by hand */
+#define NGX_HTTP_SESSION_RL_BUF_LEN  (4 * NGX_HTTP_SESSION_DECIMAL_MAX)
+
+
 typedef struct {
     ngx_http_session_principal_t  principal;
     ngx_http_session_route_t      route;
+    ngx_http_session_take_t       take;
+
+    /* the header for a fixed error body, which stays in static memory */
+    ngx_buf_t                     err_buf;
+    u_char                        rl_buf[NGX_HTTP_SESSION_RL_BUF_LEN];
 
     ngx_uint_t                    cache_generation;
     /* ngx_http_session_err_e of the answer when a stage refuses */

@@ -56,11 +56,26 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
 };
 
 
+/* a fixed error as it is sent, rendered once per process */
+typedef struct {
+    ngx_str_t   body;
+    ngx_str_t   status_line;
+} ngx_http_session_err_sent_t;
+
+
+static size_t ngx_http_session_error_len(ngx_uint_t status,
+    ngx_str_t *message);
+static u_char *ngx_http_session_error_render(u_char *p, ngx_uint_t status,
+    ngx_str_t *message);
+static ngx_buf_t *ngx_http_session_error_fixed(ngx_http_session_ctx_t *ctx,
+    ngx_http_session_err_e err);
+static ngx_int_t ngx_http_session_send(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *status_line, ngx_buf_t *b);
 static ngx_int_t ngx_http_session_error_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_error_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_session_error_set_json(ngx_http_request_t *r,
-    off_t len);
+    ngx_str_t *status_line, off_t len);
 static ngx_int_t ngx_http_session_error_too_large(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_str_t *message);
 static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
@@ -70,6 +85,15 @@ static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
+
+/*
+ * The bodies of the fixed errors never change: they are rendered once,
+ * into memory that lives as long as the process (a failed reload must
+ * not leave them in a destroyed cycle's pool), and sent from there.
+ */
+static ngx_http_session_err_sent_t  ngx_http_session_errors_sent[
+                                                NGX_HTTP_SESSION_ERR_LAST];
+static u_char                      *ngx_http_session_errors_rendered;
 
 
 ngx_http_session_ctx_t *
@@ -96,11 +120,55 @@ ngx_http_session_get_ctx(ngx_http_request_t *r)
 ngx_int_t
 ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
 {
-    ngx_http_session_err_t  *e;
+    ngx_buf_t                    *b;
+    ngx_table_elt_t              *h;
+    ngx_http_session_ctx_t       *ctx;
+    ngx_http_session_err_sent_t  *e;
 
-    e = &ngx_http_session_errors[err];
+    ctx = ngx_http_session_get_ctx(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
 
-    return ngx_http_session_error_message(r, e->status, &e->message);
+    e = &ngx_http_session_errors_sent[err];
+
+    if (ngx_http_session_errors[err].status == NGX_HTTP_SERVICE_UNAVAILABLE) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        h->hash = 1;
+        ngx_str_set(&h->key, "Retry-After");
+        ngx_str_set(&h->value, "1");
+    }
+
+    b = ngx_http_session_error_fixed(ctx, err);
+
+    return ngx_http_session_send(r, ngx_http_session_errors[err].status,
+                                 &e->status_line, b);
+}
+
+
+/* a buffer header in ctx over the static body: nothing is allocated */
+
+static ngx_buf_t *
+ngx_http_session_error_fixed(ngx_http_session_ctx_t *ctx,
+    ngx_http_session_err_e err)
+{
+    ngx_buf_t  *b;
+
+    b = &ctx->err_buf;
+
+    ngx_memzero(b, sizeof(ngx_buf_t));
+
+    b->pos = ngx_http_session_errors_sent[err].body.data;
+    b->last = b->pos + ngx_http_session_errors_sent[err].body.len;
+    b->start = b->pos;
+    b->end = b->last;
+    b->memory = 1;
+
+    return b;
 }
 
 
@@ -160,6 +228,14 @@ ngx_int_t
 ngx_http_session_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_buf_t *b)
 {
+    return ngx_http_session_send(r, status, NULL, b);
+}
+
+
+static ngx_int_t
+ngx_http_session_send(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *status_line, ngx_buf_t *b)
+{
     ngx_int_t                rc;
     ngx_chain_t              out;
     ngx_http_session_ctx_t  *ctx;
@@ -184,7 +260,9 @@ ngx_http_session_send_json(ngx_http_request_t *r, ngx_uint_t status,
 
     r->headers_out.status = status;
 
-    if (ngx_http_session_error_set_json(r, b->last - b->pos) != NGX_OK) {
+    if (ngx_http_session_error_set_json(r, status_line, b->last - b->pos)
+        != NGX_OK)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
@@ -208,33 +286,91 @@ ngx_buf_t *
 ngx_http_session_error_body(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *message)
 {
-    size_t       len;
-    u_char      *p;
-    ngx_buf_t   *b;
-    const char  *reason;
+    ngx_buf_t  *b;
 
-    reason = ngx_http_session_reason((unsigned) status);
-
-    len = sizeof("{\"statusCode\": , \"error\": \"\", \"message\": \"\"}") - 1
-          + NGX_INT_T_LEN + ngx_strlen(reason)
-          + ngx_http_session_json_escape(NULL, message->data, message->len);
-
-    b = ngx_create_temp_buf(r->pool, len);
+    b = ngx_create_temp_buf(r->pool,
+                            ngx_http_session_error_len(status, message));
     if (b == NULL) {
         return NULL;
     }
 
-    p = ngx_sprintf(b->last, "{\"statusCode\": %ui, \"error\": \"%s\", "
-                    "\"message\": \"", status, reason);
-    p += ngx_http_session_json_escape(p, message->data, message->len);
-    *p++ = '"';
-    *p++ = '}';
-
-    b->last = p;
+    b->last = ngx_http_session_error_render(b->last, status, message);
     b->last_buf = (r == r->main) ? 1 : 0;
     b->last_in_chain = 1;
 
     return b;
+}
+
+
+/* the one renderer of error bodies, and how long its output is */
+
+static size_t
+ngx_http_session_error_len(ngx_uint_t status, ngx_str_t *message)
+{
+    return sizeof("{\"statusCode\": , \"error\": \"\", \"message\": \"\"}")
+           - 1 + NGX_INT_T_LEN
+           + ngx_strlen(ngx_http_session_reason((unsigned) status))
+           + ngx_http_session_json_escape(NULL, message->data, message->len);
+}
+
+
+static u_char *
+ngx_http_session_error_render(u_char *p, ngx_uint_t status,
+    ngx_str_t *message)
+{
+    p = ngx_sprintf(p, "{\"statusCode\": %ui, \"error\": \"%s\", "
+                    "\"message\": \"", status,
+                    ngx_http_session_reason((unsigned) status));
+    p += ngx_http_session_json_escape(p, message->data, message->len);
+    *p++ = '"';
+    *p++ = '}';
+
+    return p;
+}
+
+
+ngx_int_t
+ngx_http_session_error_init(ngx_log_t *log)
+{
+    size_t                        len;
+    u_char                       *p;
+    ngx_uint_t                    i;
+    const char                   *line;
+    ngx_http_session_err_t       *e;
+    ngx_http_session_err_sent_t  *sent;
+
+    if (ngx_http_session_errors_rendered) {
+        return NGX_OK;
+    }
+
+    len = 0;
+
+    for (i = 0; i < NGX_HTTP_SESSION_ERR_LAST; i++) {
+        e = &ngx_http_session_errors[i];
+        len += ngx_http_session_error_len(e->status, &e->message);
+    }
+
+    p = ngx_alloc(len, log);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_session_errors_rendered = p;
+
+    for (i = 0; i < NGX_HTTP_SESSION_ERR_LAST; i++) {
+        e = &ngx_http_session_errors[i];
+        sent = &ngx_http_session_errors_sent[i];
+
+        sent->body.data = p;
+        p = ngx_http_session_error_render(p, e->status, &e->message);
+        sent->body.len = p - sent->body.data;
+
+        line = ngx_http_session_status_line((unsigned) e->status);
+        sent->status_line.data = (u_char *) line;
+        sent->status_line.len = line ? ngx_strlen(line) : 0;
+    }
+
+    return NGX_OK;
 }
 
 
@@ -255,20 +391,28 @@ ngx_http_session_error_filter_init(ngx_conf_t *cf)
 
 
 static ngx_int_t
-ngx_http_session_error_set_json(ngx_http_request_t *r, off_t len)
+ngx_http_session_error_set_json(ngx_http_request_t *r,
+    ngx_str_t *status_line, off_t len)
 {
     const char  *line;
 
     /*
      * nginx's own status lines differ for some codes ("405 Not Allowed"):
-     * the API's reason phrase, from a static table, no allocation.
+     * the API's reason phrase, from a static table, no allocation; the
+     * fixed errors come with theirs looked up already.
      */
 
-    line = ngx_http_session_status_line((unsigned) r->headers_out.status);
+    if (status_line && status_line->len) {
+        r->headers_out.status_line = *status_line;
 
-    if (line) {
-        r->headers_out.status_line.data = (u_char *) line;
-        r->headers_out.status_line.len = ngx_strlen(line);
+    } else {
+        line = ngx_http_session_status_line(
+                                        (unsigned) r->headers_out.status);
+
+        if (line) {
+            r->headers_out.status_line.data = (u_char *) line;
+            r->headers_out.status_line.len = ngx_strlen(line);
+        }
     }
 
     ngx_str_set(&r->headers_out.content_type, "application/json");
@@ -296,8 +440,9 @@ ngx_http_session_error_set_json(ngx_http_request_t *r, off_t len)
 static ngx_int_t
 ngx_http_session_error_header_filter(ngx_http_request_t *r)
 {
-    ngx_uint_t                    status;
+    ngx_int_t                     rc;
     ngx_str_t                     message;
+    ngx_uint_t                    status, err;
     ngx_buf_t                    *b;
     ngx_http_session_ctx_t       *ctx;
     ngx_http_session_srv_conf_t  *sscf;
@@ -318,6 +463,7 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
     }
 
     status = r->headers_out.status;
+    err = NGX_HTTP_SESSION_ERR_LAST;
 
     switch (status) {
 
@@ -328,40 +474,34 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
          * for every plain 400 it answers.
          */
         if (r->lingering_close) {
-            message =
-                ngx_http_session_errors[NGX_HTTP_SESSION_ERR_HEADER_TOO_LARGE]
-                .message;
+            err = NGX_HTTP_SESSION_ERR_HEADER_TOO_LARGE;
             break;
         }
 
-        message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_BAD_REQUEST]
-                  .message;
+        err = NGX_HTTP_SESSION_ERR_BAD_REQUEST;
         break;
 
     case NGX_HTTP_REQUEST_HEADER_TOO_LARGE:
         status = NGX_HTTP_BAD_REQUEST;
-        message =
-            ngx_http_session_errors[NGX_HTTP_SESSION_ERR_HEADER_TOO_LARGE]
-            .message;
+        err = NGX_HTTP_SESSION_ERR_HEADER_TOO_LARGE;
         break;
 
     case NGX_HTTP_REQUEST_ENTITY_TOO_LARGE:
-        if (ngx_http_session_error_too_large(r, ctx, &message) != NGX_OK) {
+        rc = ngx_http_session_error_too_large(r, ctx, &message);
+        if (rc == NGX_ERROR) {
             return NGX_ERROR;
         }
 
+        err = (ngx_uint_t) rc;
         break;
 
     case NGX_HTTP_NOT_ALLOWED:
         /* e.g. TRACE, which nginx refuses before choosing a location */
-        message =
-            ngx_http_session_errors[NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED]
-            .message;
+        err = NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED;
         break;
 
     case NGX_HTTP_REQUEST_URI_TOO_LARGE:
-        message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_URI_TOO_LONG]
-                  .message;
+        err = NGX_HTTP_SESSION_ERR_URI_TOO_LONG;
         break;
 
     default:
@@ -373,8 +513,7 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
 
         if (status >= NGX_HTTP_INTERNAL_SERVER_ERROR) {
             status = NGX_HTTP_INTERNAL_SERVER_ERROR;
-            message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_INTERNAL]
-                      .message;
+            err = NGX_HTTP_SESSION_ERR_INTERNAL;
             break;
         }
 
@@ -395,9 +534,16 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
         return NGX_ERROR;
     }
 
-    b = ngx_http_session_error_body(r, status, &message);
-    if (b == NULL) {
-        return NGX_ERROR;
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        b = ngx_http_session_error_fixed(ctx, err);
+        b->last_buf = 1;
+        b->last_in_chain = 1;
+
+    } else {
+        b = ngx_http_session_error_body(r, status, &message);
+        if (b == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     ctx->json_error = b;
@@ -406,7 +552,9 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
 
     ngx_http_clear_location(r);
 
-    if (ngx_http_session_error_set_json(r, b->last - b->pos) != NGX_OK) {
+    if (ngx_http_session_error_set_json(r, NULL, b->last - b->pos)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 
@@ -449,7 +597,9 @@ ngx_http_session_error_body_filter(ngx_http_request_t *r, ngx_chain_t *in)
 /*
  * 413 raised while the body was read: the route's own message in a
  * session_api location (the module's request body filter raises it
- * there), nginx's generic one elsewhere.
+ * there), nginx's generic one elsewhere.  Returns the fixed error to
+ * send, or NGX_HTTP_SESSION_ERR_LAST with *message built for an upload,
+ * or NGX_ERROR.
  */
 
 static ngx_int_t
@@ -462,11 +612,8 @@ ngx_http_session_error_too_large(ngx_http_request_t *r,
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
-    *message = ngx_http_session_errors[NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE]
-               .message;
-
     if (slcf == NULL || !slcf->api || r->method != NGX_HTTP_POST) {
-        return NGX_OK;
+        return NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE;
     }
 
     if (ctx == NULL) {
@@ -477,14 +624,11 @@ ngx_http_session_error_too_large(ngx_http_request_t *r,
     }
 
     if (route.id == NGX_HTTP_SESSION_ROUTE_SESSIONS) {
-        *message =
-            ngx_http_session_errors[NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE]
-            .message;
-        return NGX_OK;
+        return NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE;
     }
 
     if (route.id != NGX_HTTP_SESSION_ROUTE_IMAGES) {
-        return NGX_OK;
+        return NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE;
     }
 
     p = ngx_pnalloc(r->pool, sizeof("image exceeds  bytes") - 1
@@ -499,7 +643,7 @@ ngx_http_session_error_too_large(ngx_http_request_t *r,
                  .message, slcf->image_max_size)
                    - p;
 
-    return NGX_OK;
+    return NGX_HTTP_SESSION_ERR_LAST;
 }
 
 

@@ -71,11 +71,14 @@ ngx_int_t ngx_http_session_error_message(ngx_http_request_t *r,
 ngx_int_t ngx_http_session_send_json(ngx_http_request_t *r,
     ngx_uint_t status, ngx_buf_t *b);
 
-/* the JSON body of an error, allocated from r->pool */
+/* the JSON body of an error with any message, allocated from r->pool */
 ngx_buf_t *ngx_http_session_error_body(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *message);
 
 ngx_int_t ngx_http_session_error_filter_init(ngx_conf_t *cf);
+
+/* renders the fixed errors' bodies, once per process */
+ngx_int_t ngx_http_session_error_init(ngx_log_t *log);
 
 ngx_http_session_ctx_t *ngx_http_session_get_ctx(ngx_http_request_t *r);
 

@@ -5,12 +5,14 @@
 
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_json.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_window.h"
 
 
 static ngx_int_t ngx_http_session_limit_header(ngx_http_request_t *r,
-    const char *name, size_t len, ngx_uint_t value);
+    ngx_str_t *name, u_char *value, size_t len);
+static size_t ngx_http_session_limit_reset(time_t now, u_char *p);
 
 
 static const char  *ngx_http_session_class_names[] = {
@@ -18,74 +20,129 @@ static const char  *ngx_http_session_class_names[] = {
 };
 
 
-ngx_int_t
-ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
-{
-    time_t                         reset;
-    ngx_int_t                      rc;
-    ngx_uint_t                     cls, limit, remaining;
-    ngx_time_t                    *tp;
-    ngx_http_session_loc_conf_t   *slcf;
-    ngx_http_session_main_conf_t  *smcf;
+/*
+ * Output header names are never hashed nor looked up by nginx: a header
+ * is sent when its hash is not 0.  Static names, no copies.
+ */
+static ngx_str_t  ngx_http_session_rl_limit = ngx_string("X-RateLimit-Limit");
+static ngx_str_t  ngx_http_session_rl_remaining =
+    ngx_string("X-RateLimit-Remaining");
+static ngx_str_t  ngx_http_session_rl_reset = ngx_string("X-RateLimit-Reset");
+static ngx_str_t  ngx_http_session_retry_after = ngx_string("Retry-After");
 
-    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+void
+ngx_http_session_limit_prepare(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    ngx_uint_t                    cls;
+    ngx_http_session_loc_conf_t  *slcf;
+
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
     cls = ngx_http_session_route_class(&ctx->route, ctx->method);
-    limit = slcf->limits[cls];
 
+    ctx->take.cls = cls;
+    ctx->take.limit = slcf->limits[cls];
+    ctx->take.now = ngx_time();
+    ctx->take.rc = NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    u_char                        *p;
+    size_t                         len;
+    ngx_time_t                    *tp;
+    ngx_str_t                     *limit;
+    ngx_http_session_take_t       *take;
+    ngx_http_session_loc_conf_t   *slcf;
+    ngx_http_session_main_conf_t  *smcf;
+
+    take = &ctx->take;
     tp = ngx_timeofday();
 
-    rc = ngx_http_session_rate_take(smcf->shm_zone, ctx->principal.hash, cls,
-                                    limit, tp->sec, &remaining);
+    if (take->rc == NGX_DECLINED) {
+        /* not counted with the auth cache hit: after a database lookup */
 
-    if (rc == NGX_ERROR) {
+        smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+        take->now = tp->sec;
+        (void) ngx_http_session_rate_take(smcf->shm_zone,
+                                          ctx->principal.hash, take);
+    }
+
+    if (take->rc == NGX_ERROR) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
 
-    reset = ngx_http_session_window_reset(tp->sec);
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
-    if (ngx_http_session_limit_header(r, "X-RateLimit-Limit",
-                                      sizeof("X-RateLimit-Limit") - 1, limit)
-        != NGX_OK
-        || ngx_http_session_limit_header(r, "X-RateLimit-Remaining",
-                                         sizeof("X-RateLimit-Remaining") - 1,
-                                         remaining)
-           != NGX_OK
-        || ngx_http_session_limit_header(r, "X-RateLimit-Reset",
-                                         sizeof("X-RateLimit-Reset") - 1,
-                                         (ngx_uint_t) reset)
-           != NGX_OK)
+    /* the limit's text was written with the configuration */
+    limit = &slcf->limit_text[take->cls];
+
+    if (ngx_http_session_limit_header(r, &ngx_http_session_rl_limit,
+                                      limit->data, limit->len)
+        != NGX_OK)
     {
-        ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-        return NGX_DECLINED;
+        goto failed;
     }
 
-    if (rc == NGX_OK) {
+    p = ctx->rl_buf;
+    len = ngx_http_session_decimal(p, take->remaining) - p;
+
+    if (ngx_http_session_limit_header(r, &ngx_http_session_rl_remaining,
+                                      p, len)
+        != NGX_OK)
+    {
+        goto failed;
+    }
+
+    p += len;
+    len = ngx_http_session_limit_reset(take->now, p);
+
+    if (ngx_http_session_limit_header(r, &ngx_http_session_rl_reset, p, len)
+        != NGX_OK)
+    {
+        goto failed;
+    }
+
+    if (take->rc == NGX_OK) {
         return NGX_OK;
     }
 
-    if (ngx_http_session_limit_header(r, "Retry-After",
-                                      sizeof("Retry-After") - 1,
-                        ngx_http_session_window_retry_after(tp->sec, tp->msec))
+    /* the instant of the count: take->now is this second */
+
+    p += len;
+    len = ngx_http_session_decimal(p,
+                   ngx_http_session_window_retry_after(take->now, tp->msec))
+          - p;
+
+    if (ngx_http_session_limit_header(r, &ngx_http_session_retry_after,
+                                      p, len)
         != NGX_OK)
     {
-        ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-        return NGX_DECLINED;
+        goto failed;
     }
 
     ctx->err = NGX_HTTP_SESSION_ERR_RATE_LIMITED;
+
+    return NGX_DECLINED;
+
+failed:
+
+    ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
 
     return NGX_DECLINED;
 }
 
 
 static ngx_int_t
-ngx_http_session_limit_header(ngx_http_request_t *r, const char *name,
-    size_t len, ngx_uint_t value)
+ngx_http_session_limit_header(ngx_http_request_t *r, ngx_str_t *name,
+    u_char *value, size_t len)
 {
-    u_char           *p;
     ngx_table_elt_t  *h;
 
     h = ngx_list_push(&r->headers_out.headers);
@@ -93,16 +150,59 @@ ngx_http_session_limit_header(ngx_http_request_t *r, const char *name,
         return NGX_ERROR;
     }
 
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN);
-    if (p == NULL) {
-        return NGX_ERROR;
+    h->hash = 1;
+    h->key = *name;
+    h->value.data = value;
+    h->value.len = len;
+
+    return NGX_OK;
+}
+
+
+/*
+ * X-RateLimit-Reset of the window of now, copied to p.  The text changes
+ * once a minute: a worker keeps the last one (a copy goes out with each
+ * request, which may be answered in a later minute).
+ */
+
+static size_t
+ngx_http_session_limit_reset(time_t now, u_char *p)
+{
+    static size_t   len;
+    static time_t   start = 1, reset;
+    static u_char   text[NGX_HTTP_SESSION_DECIMAL_MAX];
+
+    if (now < start || now >= reset) {
+        start = ngx_http_session_window_start(now);
+        reset = start + NGX_HTTP_SESSION_WINDOW_SECONDS;
+        len = ngx_http_session_decimal(text, (uint64_t) reset) - text;
     }
 
-    h->hash = 1;
-    h->key.data = (u_char *) name;
-    h->key.len = len;
-    h->value.data = p;
-    h->value.len = ngx_sprintf(p, "%ui", value) - p;
+    ngx_memcpy(p, text, len);
+
+    return len;
+}
+
+
+/* the text of each class's limit, for X-RateLimit-Limit */
+
+ngx_int_t
+ngx_http_session_limit_texts(ngx_conf_t *cf,
+    ngx_http_session_loc_conf_t *slcf)
+{
+    u_char      *p;
+    ngx_uint_t   c;
+
+    for (c = 0; c < NGX_HTTP_SESSION_NCLASSES; c++) {
+        p = ngx_pnalloc(cf->pool, NGX_HTTP_SESSION_DECIMAL_MAX);
+        if (p == NULL) {
+            return NGX_ERROR;
+        }
+
+        slcf->limit_text[c].data = p;
+        slcf->limit_text[c].len = ngx_http_session_decimal(p, slcf->limits[c])
+                                  - p;
+    }
 
     return NGX_OK;
 }

@@ -13,11 +13,23 @@
 
 
 /*
- * Counts the request and adds the X-RateLimit-* headers.  NGX_OK:
- * admitted; NGX_DECLINED: refused, ctx->err says how to answer.
+ * Fills ctx->take (class, limit, now) once the route is known, so that
+ * an auth cache hit can count the request under the same mutex turn.
+ */
+void ngx_http_session_limit_prepare(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+
+/*
+ * Counts the request (unless stage 1 already did) and adds the
+ * X-RateLimit-* headers.  NGX_OK: admitted; NGX_DECLINED: refused,
+ * ctx->err says how to answer.
  */
 ngx_int_t ngx_http_session_limit(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
+
+/* slcf->limit_text from slcf->limits, when the configuration is merged */
+ngx_int_t ngx_http_session_limit_texts(ngx_conf_t *cf,
+    ngx_http_session_loc_conf_t *slcf);
 
 char *ngx_http_session_limits(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

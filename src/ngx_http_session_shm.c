@@ -80,6 +80,11 @@ static void ngx_http_session_shm_delete(ngx_http_session_zone_ctx_t *ctx,
 static ngx_uint_t ngx_http_session_shm_evict(
     ngx_http_session_zone_ctx_t *ctx, ngx_http_session_shm_tree_t *t,
     ngx_uint_t n);
+static void ngx_http_session_rate_take_locked(
+    ngx_http_session_zone_ctx_t *ctx, u_char *hash,
+    ngx_http_session_take_t *take);
+static void ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
+    ngx_http_session_take_t *take);
 static void ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
 
@@ -219,7 +224,8 @@ ngx_http_session_shm_tree_init(ngx_http_session_shm_tree_t *t)
 
 ngx_int_t
 ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
-    ngx_http_session_principal_t *p, ngx_uint_t *generation)
+    ngx_http_session_principal_t *p, ngx_uint_t *generation,
+    ngx_http_session_take_t *take)
 {
     ngx_int_t                      rc;
     ngx_http_session_shm_t        *sh;
@@ -247,12 +253,29 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
         ngx_queue_remove(&an->sn.queue);
         ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
 
-        ngx_memcpy(p->project_id, an->project_id, NGX_HTTP_SESSION_UUID_LEN);
-        ngx_memcpy(p->account_id, an->account_id, NGX_HTTP_SESSION_UUID_LEN);
         rc = an->status;
+
+        /* stage 2 of an admitted key, without a second turn of the mutex */
+
+        if (rc == NGX_HTTP_SESSION_AUTH_VALID && take) {
+            ngx_http_session_rate_take_locked(ctx, p->hash, take);
+        }
+
+        /* a refused request goes no further than stage 2: no ids needed */
+
+        if (take == NULL || take->rc != NGX_BUSY) {
+            ngx_memcpy(p->project_id, an->project_id,
+                       NGX_HTTP_SESSION_UUID_LEN);
+            ngx_memcpy(p->account_id, an->account_id,
+                       NGX_HTTP_SESSION_UUID_LEN);
+        }
     }
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    if (take && take->rc != NGX_DECLINED) {
+        ngx_http_session_rate_alert(zone, take);
+    }
 
     return rc;
 }
@@ -397,23 +420,37 @@ ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone)
 
 ngx_int_t
 ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
-    ngx_uint_t cls, ngx_uint_t limit, time_t now, ngx_uint_t *remaining)
+    ngx_http_session_take_t *take)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ngx_http_session_rate_take_locked(ctx, hash, take);
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    ngx_http_session_rate_alert(zone, take);
+
+    return take->rc;
+}
+
+
+static void
+ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_http_session_take_t *take)
 {
     uint32_t                       minute;
-    ngx_int_t                      rc;
     ngx_uint_t                     evicted;
     ngx_http_session_shm_t        *sh;
     ngx_http_session_counter_t    *c;
-    ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_rate_node_t  *rn;
 
-    ctx = zone->data;
     sh = ctx->sh;
-    minute = (uint32_t) (ngx_http_session_window_start(now)
+    minute = (uint32_t) (ngx_http_session_window_start(take->now)
                          / NGX_HTTP_SESSION_WINDOW_SECONDS);
     evicted = 0;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    take->evicted = 0;
 
     ngx_http_session_rate_expire(ctx, minute);
 
@@ -440,14 +477,10 @@ ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
         }
 
         if (rn == NULL) {
-            ngx_shmtx_unlock(&ctx->shpool->mutex);
-
-            ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                          "session_limit_zone \"%V\" is too small to hold "
-                          "one rate counter", &zone->shm.name);
-
             /* never let a key through unlimited */
-            return NGX_ERROR;
+            take->remaining = 0;
+            take->rc = NGX_ERROR;
+            return;
         }
 
         ngx_memzero(rn->counters, sizeof(rn->counters));
@@ -458,22 +491,22 @@ ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
         ngx_queue_insert_head(&sh->rate.lru, &rn->sn.queue);
     }
 
-    c = &rn->counters[cls];
+    c = &rn->counters[take->cls];
 
     if (c->minute != minute) {
         c->minute = minute;
         c->count = 0;
     }
 
-    if (c->count >= limit) {
+    if (c->count >= take->limit) {
         /* a refused request is not counted */
-        *remaining = 0;
-        rc = NGX_BUSY;
+        take->remaining = 0;
+        take->rc = NGX_BUSY;
 
     } else {
         c->count++;
-        *remaining = limit - c->count;
-        rc = NGX_OK;
+        take->remaining = take->limit - c->count;
+        take->rc = NGX_OK;
     }
 
     if (evicted) {
@@ -481,26 +514,34 @@ ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
 
         /* one ALERT a second, counting every eviction since the last */
 
-        if (sh->last_full_alert == now) {
-            evicted = 0;
-
-        } else {
-            sh->last_full_alert = now;
-            evicted = sh->evictions - sh->evictions_alerted;
+        if (sh->last_full_alert != take->now) {
+            sh->last_full_alert = take->now;
+            take->evicted = sh->evictions - sh->evictions_alerted;
             sh->evictions_alerted = sh->evictions;
         }
     }
+}
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
 
-    if (evicted) {
+/* the ALERTs of a take, written once the mutex is released */
+
+static void
+ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
+    ngx_http_session_take_t *take)
+{
+    if (take->rc == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is too small to hold "
+                      "one rate counter", &zone->shm.name);
+        return;
+    }
+
+    if (take->evicted) {
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
                       "session_limit_zone \"%V\" is full: evicted the "
                       "counters of %ui least recently used keys, make the "
-                      "zone larger", &zone->shm.name, evicted);
+                      "zone larger", &zone->shm.name, take->evicted);
     }
-
-    return rc;
 }
 
 

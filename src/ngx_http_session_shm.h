@@ -23,10 +23,14 @@ ngx_shm_zone_t *ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name,
 
 /*
  * NGX_HTTP_SESSION_AUTH_* on a fresh hit, NGX_DECLINED on a miss; in both
- * cases *generation is what ngx_http_session_auth_cache_put() needs.
+ * cases *generation is what ngx_http_session_auth_cache_put() needs.  On
+ * a hit that is NGX_HTTP_SESSION_AUTH_VALID, and when take is not NULL,
+ * it also does what ngx_http_session_rate_take() does, under the same
+ * turn of the mutex; take->rc stays NGX_DECLINED otherwise.
  */
 ngx_int_t ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
-    ngx_http_session_principal_t *p, ngx_uint_t *generation);
+    ngx_http_session_principal_t *p, ngx_uint_t *generation,
+    ngx_http_session_take_t *take);
 
 /*
  * Stores an outcome unless an invalidation arrived since generation was
@@ -43,13 +47,14 @@ void ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
 void ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone);
 
 /*
- * Counts one request of class cls against limit in the current window,
- * checking and incrementing in one locked step.  NGX_OK: admitted;
- * NGX_BUSY: over the limit, not counted; NGX_ERROR: no room even after
- * eviction.  *remaining is what is left after this request.
+ * Counts one request of class take->cls against take->limit in the window
+ * of take->now, checking and incrementing in one locked step; sets and
+ * returns take->rc: NGX_OK: admitted; NGX_BUSY: over the limit, not
+ * counted; NGX_ERROR: no room even after eviction.  take->remaining is
+ * what is left after this request.
  */
 ngx_int_t ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
-    ngx_uint_t cls, ngx_uint_t limit, time_t now, ngx_uint_t *remaining);
+    ngx_http_session_take_t *take);
 
 /* how many keys have counters now */
 ngx_uint_t ngx_http_session_rate_keys(ngx_shm_zone_t *zone);

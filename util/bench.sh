@@ -27,6 +27,14 @@
 #                        and worker memory; see its header)
 #   BENCH_KEEP           keep the temporary directory (nginx.conf,
 #                        error.log); it is always kept after a failure
+#   BENCH_DB_CONNECTIONS session_db_connections per worker (default 4);
+#                        pgbench runs with workers x this many clients
+#   BENCH_PGBENCH        0 skips the database scenarios (POST and GET
+#                        /api/v1/sessions against pgbench); default 1
+#   BENCH_DB_WRK_CONNECTIONS  wrk connections in those (default: as many
+#                        as pgbench has clients)
+#   BENCH_INSTRUCTIONS   0 skips the instruction counts of
+#                        util/bench-ir.sh (valgrind); default 1
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -42,6 +50,10 @@ CONNS=${BENCH_CONNECTIONS:-50}
 ROUNDS=${BENCH_ROUNDS:-3}
 WORKERS=${BENCH_WORKERS:-2}
 CAPACITY_KEYS=${BENCH_CAPACITY_KEYS:-100000}
+DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
+PGBENCH_ON=${BENCH_PGBENCH:-1}
+DB_WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((WORKERS * DB_CONNS_PER_WORKER))}
+INSTRUCTIONS_ON=${BENCH_INSTRUCTIONS:-1}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
 
 die() {
@@ -122,6 +134,9 @@ cleanup() {
     # a database that outlives the bench keeps none of its rows
     if [ -n "$PROJECT" ] && [ -n "${BENCH_SESSION_DB:-}" ]; then
         psql -X -q -d "$DB" -c "
+            DELETE FROM sessions WHERE project_id = '$PROJECT';
+            DELETE FROM idempotency_keys WHERE project_id = '$PROJECT';
+            DELETE FROM monthly_usage WHERE account_id = '$ACCOUNT';
             DELETE FROM api_keys WHERE project_id = '$PROJECT';
             DELETE FROM projects WHERE id = '$PROJECT';
             DELETE FROM accounts WHERE id = '$ACCOUNT';" \
@@ -172,6 +187,7 @@ http {
     scgi_temp_path $W/scgi;
 
     session_db $(nginx_quote "$DB");
+    session_db_connections $DB_CONNS_PER_WORKER;
     session_limit_zone $zone;
 
     # nginx's own limiter on the same key, the Authorization header; its
@@ -195,14 +211,14 @@ http {
         }
 
         # the 429 path: class other (an unknown route), limit 1
-        location /limited/ {
+        location /sl/ {
             session_api;
             session_limits other=1;
         }
 
         # a content handler, not "return": return answers in the rewrite
         # phase, before limit_req (preaccess) would run
-        location /lr {
+        location /lr/ {
             limit_req zone=lr;
             limit_req_status 429;
             empty_gif;
@@ -262,8 +278,8 @@ SCENARIOS=(
     "401 malformed key|401|/api/v1/nope|MALFORMED"
     "401 unknown key (cached)|401|/api/v1/nope|UNKNOWN"
     "404 valid key (cached), limiter counting|404|/api/v1/nope|ADMIT"
-    "429 session_limits|429|/limited/x|LIMITED"
-    "429 limit_req|429|/lr|LR"
+    "429 session_limits|429|/sl/x|LIMITED"
+    "429 limit_req|429|/lr/x|LR"
 )
 
 declare -A KEY
@@ -378,10 +394,10 @@ inside() {
     expect_status 401 "malformed key" /api/v1/nope "${KEY[MALFORMED]}"
     expect_status 401 "unknown key" /api/v1/nope "${KEY[UNKNOWN]}"
     expect_status 404 "valid key" /api/v1/nope "${KEY[ADMIT]}"
-    expect_status 404 "session_limits, 1st" /limited/x "${KEY[LIMITED]}"
-    expect_status 429 "session_limits, 2nd" /limited/x "${KEY[LIMITED]}"
-    expect_status 200 "limit_req, 1st" /lr "${KEY[LR]}"
-    expect_status 429 "limit_req, 2nd" /lr "${KEY[LR]}"
+    expect_status 404 "session_limits, 1st" /sl/x "${KEY[LIMITED]}"
+    expect_status 429 "session_limits, 2nd" /sl/x "${KEY[LIMITED]}"
+    expect_status 200 "limit_req, 1st" /lr/x "${KEY[LR]}"
+    expect_status 429 "limit_req, 2nd" /lr/x "${KEY[LR]}"
 
     log "$((ROUNDS * ${#SCENARIOS[@]})) runs of $cmd_line on 127.0.0.1:$PORT," \
         "nginx with $WORKERS workers"
@@ -412,10 +428,16 @@ inside() {
         CPU[$name]=$(median <<<"${ALLCPU[$name]}")
     done
 
+    # POST and GET /api/v1/sessions against pgbench (functions below)
+    db_scenarios
+
     grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
         && die "the error log has alerts (above)"
 
     stop_nginx
+
+    # instructions per request under callgrind (util/bench-ir.sh)
+    instructions
 
     capacity
 
@@ -433,6 +455,215 @@ images() {
     BENCH_SESSION_DB=$DB BENCH_IMAGES_OUT="$W/images.md" \
         bash "$ROOT/util/bench-images.sh" \
         || die "the image benchmark failed"
+}
+
+
+# --- the database scenarios: the module against pgbench ----------------
+#
+# POST /api/v1/sessions and GET /api/v1/sessions?limit=20 with wrk, each
+# followed by pgbench running the statement the module sends for it
+# (bench/pgbench-create.sql, bench/pgbench-list.sql) against the same
+# PostgreSQL with as many clients as the module has connections
+# (worker_processes x session_db_connections).  The key's account is on
+# plan "unlimited" (no monthly quota) and /api/ allows 1000000000
+# requests a minute, so neither refuses anything.  p99 comes from wrk
+# --latency and from pgbench's per-transaction log (-l).
+
+DB_ALLRPS=()
+declare -A DBRPS
+declare -A DBP99
+
+# "1.23ms" / "456.78us" / "1.01s" -> milliseconds
+to_ms() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0;
+        if (v ~ /us$/) n /= 1000;
+        else if (v ~ /ms$/) n = n;
+        else if (v ~ /m$/) n *= 60000;
+        else if (v ~ /s$/) n *= 1000;
+        printf "%.2f", n }'
+}
+
+# duration "5s" (wrk's syntax) -> whole seconds for pgbench -T
+duration_s() {
+    local d=$1
+    case $d in
+        *ms) echo 1 ;;
+        *s) echo "${d%s}" ;;
+        *m) echo $(( ${d%m} * 60 )) ;;
+        *) echo "$d" ;;
+    esac
+}
+
+# db_wrk NAME STATUS PATH [LUA]: one wrk run with --latency
+db_wrk() {
+    local name=$1 want=$2 path=$3 lua=${4:-} out rps p99 total non2xx
+    local -a script=()
+
+    [ -n "$lua" ] && script=(-s "$ROOT/bench/$lua")
+
+    out=$(wrk -t"$THREADS" -c"$DB_WRK_CONNS" -d"$DURATION" --latency \
+              "${script[@]}" \
+              -H "Authorization: Bearer ${KEY[ADMIT]}" \
+              "http://127.0.0.1:$PORT$path" 2>&1) \
+        || { echo "$out" >&2; die "wrk failed ($name)"; }
+
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    total=$(awk '/requests in/ { print $1 }' <<<"$out")
+    non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $5 }' <<<"$out")
+
+    [ -n "$rps" ] && [ -n "$p99" ] \
+        || { echo "$out" >&2; die "no Requests/sec or p99 ($name)"; }
+    [ -z "$non2xx" ] || die "$name: $non2xx of $total answers were not $want"
+
+    p99=$(to_ms "$p99")
+    DBRPS[$name]+="$rps "
+    DBP99[$name]+="$p99 "
+    log "$name: $rps requests/s, p99 $p99 ms"
+}
+
+# db_pgbench NAME SCRIPT: one pgbench run, its p99 from the log
+db_pgbench() {
+    local name=$1 script=$2 out tps p99 clients jobs secs
+
+    clients=$((WORKERS * DB_CONNS_PER_WORKER))
+    jobs=$THREADS
+    [ "$jobs" -le "$clients" ] || jobs=$clients
+    secs=$(duration_s "$DURATION")
+
+    rm -f "$W"/pgb.*
+    out=$(cd "$W" && pgbench -n -M extended -c "$clients" -j "$jobs" \
+              -T "$secs" -l --log-prefix=pgb -f "$ROOT/bench/$script" \
+              -D project="$PROJECT" -D mode=long_poll -D ttl=3600 \
+              -D rows=21 "$DB" 2>&1) \
+        || { echo "$out" >&2; die "pgbench failed ($name)"; }
+
+    tps=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    if grep -Eq '^number of failed transactions: [1-9]' <<<"$out"; then
+        echo "$out" >&2
+        die "$name: pgbench transactions failed"
+    fi
+
+    # the third field of each log line is the latency in microseconds
+    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk '
+        { v[NR] = $1 }
+        END { if (NR == 0) exit 1;
+              i = int(NR * 0.99); if (i < NR * 0.99) i++;
+              printf "%.2f", v[i] / 1000 }') \
+        || die "$name: no pgbench transaction log"
+    rm -f "$W"/pgb.*
+
+    [ -n "$tps" ] || { echo "$out" >&2; die "no tps ($name)"; }
+
+    DBRPS[$name]+="$tps "
+    DBP99[$name]+="$p99 "
+    log "$name: $tps transactions/s, p99 $p99 ms ($clients clients)"
+}
+
+db_scenarios() {
+    [ "$PGBENCH_ON" != 0 ] || return 0
+    command -v pgbench >/dev/null 2>&1 \
+        || die "pgbench not found (package postgresql-contrib or postgresql)"
+
+    # what the two requests answer, once
+    local got
+    got=$(curl -s -o /dev/null -w '%{http_code}' -X POST \
+               -H "Authorization: Bearer ${KEY[ADMIT]}" \
+               -H 'Content-Type: application/json' \
+               -d '{"delivery_mode": "long_poll"}' \
+               "http://127.0.0.1:$PORT/api/v1/sessions")
+    [ "$got" = 201 ] || die "POST /api/v1/sessions answered $got, expected 201"
+    expect_status 200 "session list" "/api/v1/sessions?limit=20" "${KEY[ADMIT]}"
+
+    log "database scenarios: $ROUNDS rounds, pgbench with" \
+        "$((WORKERS * DB_CONNS_PER_WORKER)) clients"
+
+    # creates first, so that the lists read at least 20 sessions
+    for _ in $(seq "$ROUNDS"); do
+        db_wrk "POST /api/v1/sessions" 201 /api/v1/sessions create-session.lua
+        db_pgbench "pgbench session_create" pgbench-create.sql
+    done
+    for _ in $(seq "$ROUNDS"); do
+        db_wrk "GET /api/v1/sessions?limit=20" 200 "/api/v1/sessions?limit=20"
+        db_pgbench "pgbench session_list" pgbench-list.sql
+    done
+
+    local n
+    n=$(psql -X -At -d "$DB" -c \
+            "SELECT count(*) FROM sessions WHERE project_id = '$PROJECT'")
+
+    {
+        echo "| scenario | requests (transactions)/s, median of $ROUNDS | p99 ms, median | runs |"
+        echo "|---|---:|---:|---|"
+        for name in "POST /api/v1/sessions" "pgbench session_create" \
+                    "GET /api/v1/sessions?limit=20" "pgbench session_list"; do
+            printf '| %s | %.0f | %s | %s |\n' "$name" \
+                "$(median <<<"${DBRPS[$name]}")" \
+                "$(median <<<"${DBP99[$name]}")" \
+                "$(for v in ${DBRPS[$name]}; do printf '%s ' "${v%.*}"; done)"
+        done
+        local rc rl
+        rc=$(ratio "$(median <<<"${DBRPS["POST /api/v1/sessions"]}")" \
+                   "$(median <<<"${DBRPS["pgbench session_create"]}")")
+        rl=$(ratio "$(median <<<"${DBRPS["GET /api/v1/sessions?limit=20"]}")" \
+                   "$(median <<<"${DBRPS["pgbench session_list"]}")")
+        echo
+        echo "Goals (issue 4):"
+        echo "- POST /api/v1/sessions ≥ 0.7 × pgbench session_create: $rc ($(goal "$rc" 0.7))"
+        echo "- GET /api/v1/sessions?limit=20 ≥ 0.7 × pgbench session_list: $rl ($(goal "$rl" 0.7))"
+        echo
+        echo "The project held $n sessions at the end (the lists read the newest 21)."
+    } > "$W/db.md"
+}
+
+
+# --- instructions per request (callgrind) -------------------------------
+
+instructions() {
+    [ "$INSTRUCTIONS_ON" != 0 ] || return 0
+    if ! command -v valgrind >/dev/null 2>&1; then
+        log "valgrind not found: no instruction counts"
+        return 0
+    fi
+
+    log "instructions per request under callgrind (util/bench-ir.sh)"
+    : > "$W/ir.txt"
+    BENCH_SESSION_DB=$DB BENCH_NGINX=$NGINX IR_OUT="$W/ir.txt" \
+        bash "$ROOT/util/bench-ir.sh" >/dev/null \
+        || die "util/bench-ir.sh failed"
+
+    local name ir st lim base lr ours adm unk
+    {
+        echo "| scenario | instructions/request | of which the limiter's code |"
+        echo "|---|---:|---:|"
+        while IFS='|' read -r name ir st lim; do
+            printf '| %s | %s | %s |\n' "$name" "$ir" "$lim"
+        done < "$W/ir.txt"
+    } > "$W/ir.md"
+
+    ir_of() {
+        awk -F'|' -v n="$1" '$1 == n { print $2 }' "$W/ir.txt"
+    }
+    lim_of() {
+        awk -F'|' -v n="$1" '$1 == n { print $4 }' "$W/ir.txt"
+    }
+
+    ours=$(ir_of "429 session_limits")
+    lr=$(ir_of "429 limit_req")
+    adm=$(ir_of "404 valid key (cached), limiter counting")
+    unk=$(ir_of "401 unknown key (cached)")
+    lim=$(lim_of "404 valid key (cached), limiter counting")
+    local list list_lim
+    list=$(ir_of "200 GET /api/v1/sessions?limit=20 (a database query)")
+    list_lim=$(lim_of "200 GET /api/v1/sessions?limit=20 (a database query)")
+
+    {
+        echo
+        echo "- 429: limit_req / session_limits instructions: $(ratio "$lr" "$ours") (≥ 1.00 means ours takes no more)"
+        echo "- Limiter on an admitted request (404 valid key): its own code $lim of $adm instructions, $(awk -v a="$lim" -v b="$adm" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') % over the request without it; the whole difference to a 401 unknown key (same stage 1, no stage 2) is $((adm - unk)), $(awk -v a="$adm" -v b="$unk" 'BEGIN { printf "%.1f", 100 * (a - b) / b }') %"
+        echo "- Limiter on an admitted request that does an endpoint's work (GET /api/v1/sessions?limit=20, 20 sessions): $list_lim of $list instructions, $(awk -v a="$list_lim" -v b="$list" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') %"
+    } >> "$W/ir.md"
 }
 
 
@@ -517,6 +748,90 @@ runs_of() {
 }
 
 
+# the page's section on instruction counts
+ir_section() {
+    echo "## Instructions per request (callgrind)"
+    echo
+    if [ ! -f "$W/ir.md" ]; then
+        echo "Not measured in this run (BENCH_INSTRUCTIONS=0 or no valgrind)."
+        return 0
+    fi
+    cat <<'EOT'
+`util/bench-ir.sh`: one nginx process (`master_process off`) under
+valgrind's callgrind, the locations above, 2000 requests per scenario
+on one keep-alive connection after 200 of warm-up, counters zeroed in
+between; `session_auth_cache_ttl 1h` so that no database lookup falls
+inside a measured stretch.  The count is every user-space instruction
+of the process per request (event loop, parsing, the handler, filters,
+the `writev`), not the kernel's.  Unlike requests/s on a shared
+machine it repeats to within a few instructions, so it is the figure
+to compare the two 429 paths by.  "The limiter's code" is the
+inclusive count of `ngx_http_session_limit_prepare`,
+`ngx_http_session_rate_take_locked` (the check-and-increment under the
+zone mutex) and `ngx_http_session_limit` (its headers); nginx's header
+filter then spends some more writing those headers out.
+
+EOT
+    cat "$W/ir.md"
+    cat <<'EOT'
+
+How "the limiter's overhead on an admitted request" (issue 3, goal ≤ 5 %)
+is read: the stage cannot be switched off (the contract puts the three
+X-RateLimit headers on every answer from stage 2 on), and with a limit
+that never trips it does exactly the work it does with any other limit
+on an admitted request, so a run "with limits" against one "with a limit
+so high it never trips" differs by nothing.  The overhead is therefore
+the work stage 2 adds to an admitted request: its code's instructions
+against the rest of the request, and, as a cross-check that also counts
+the header filter's share, the difference between the admitted 404 and
+a cached 401 for an unknown key (the same stage 1 and a JSON error of
+the same size, no stage 2).  The 404 of an unknown route is the
+cheapest admitted request there is, so this is the worst case: on a
+request that does an endpoint's work the same few hundred instructions
+are a far smaller share (see docs/decisions.md).
+EOT
+}
+
+
+# the page's section on the database scenarios
+db_section() {
+    echo "## The database: the module against pgbench (issue 4)"
+    echo
+    if [ ! -f "$W/db.md" ]; then
+        echo "Not measured in this run (BENCH_PGBENCH=0)."
+        return 0
+    fi
+    cat <<EOT
+Each request of the module against pgbench running the statement the
+module sends for it, in turn, $ROUNDS rounds, on the same PostgreSQL:
+
+- \`POST /api/v1/sessions\`, body \`{"delivery_mode": "long_poll"}\`
+  (\`bench/create-session.lua\`), against
+  \`SELECT outcome, body, id::text FROM session_create(\$1, \$2, NULL, \$4)\`
+  (\`bench/pgbench-create.sql\`): the insert, the account's monthly
+  usage row and the JSON of the session, in one transaction;
+- \`GET /api/v1/sessions?limit=20\` against
+  \`SELECT body, created_us, id::text FROM session_list(\$1, NULL, NULL, NULL, 21)\`
+  (\`bench/pgbench-list.sql\`).
+
+wrk: \`wrk -t$THREADS -c$DB_WRK_CONNS -d$DURATION --latency\`: as many
+connections to nginx as its $WORKERS workers hold database connections
+($DB_CONNS_PER_WORKER each), so that both sides keep the same number of
+statements in flight and their p99s compare;
+pgbench: \`pgbench -n -M extended -c $((WORKERS * DB_CONNS_PER_WORKER)) -j $(( THREADS < WORKERS * DB_CONNS_PER_WORKER ? THREADS : WORKERS * DB_CONNS_PER_WORKER )) -T $(duration_s "$DURATION") -l\`,
+as many clients as the module has connections, each sending the next
+statement when the last one is answered (\`-M extended\`: unnamed
+statements with \$n parameters, as the module's \`PQsendQueryParams\`).
+p99 is wrk's (\`--latency\`) and, for pgbench, the 99th percentile of
+its per-transaction log; the key's account is on plan \`unlimited\` and
+the limits are 1000000000 a minute, so nothing is refused.  The rows
+are deleted at the end.
+
+EOT
+    cat "$W/db.md"
+}
+
+
 # bench/notes.md, kept by hand (what the figures were found to mean),
 # goes into the page as it is
 notes() {
@@ -533,6 +848,11 @@ cpu_of() {
 
 ratio() {
     awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+}
+
+
+goal() {
+    awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
 }
 
 
@@ -561,10 +881,6 @@ report() {
     r404=$(ratio "${RPS["404 valid key (cached), limiter counting"]}" "$base")
     r429=$(ratio "$ours" "$lr")
 
-    goal() {
-        awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
-    }
-
     {
         echo
         echo "Goals:"
@@ -581,6 +897,8 @@ report() {
 
     echo
     cat "$W/table.md" "$W/goals.md"
+    [ -f "$W/ir.md" ] && { echo; cat "$W/ir.md"; }
+    [ -f "$W/db.md" ] && { echo; cat "$W/db.md"; }
     echo
     [ -f "$W/images.md" ] && { cat "$W/images.md"; echo; }
 
@@ -615,27 +933,31 @@ hold across machines far better than the absolute figures.
 $(cat "$W/table.md")
 $(cat "$W/goals.md")
 
+$(ir_section)
+
+$(db_section)
+
 ## What each scenario measures
 
 | scenario | request | what runs |
 |---|---|---|
 | return 200 (baseline) | \`GET /ok\` | \`location = /ok { return 200; }\`: nginx alone |
 | 401 malformed key | \`GET /api/v1/nope\`, \`Authorization: Bearer sess_not-a-key\` | stage 1 up to the key syntax check: no hash, no shared memory, no database; the JSON 401 |
-| 401 unknown key (cached) | a well-formed key that does not exist | stage 1: SHA-256 of the key, a lookup in the shared auth cache (the database is asked once, the "invalid" answer is cached for \`session_auth_cache_ttl\`, 5 s, so about once per 5 s) |
+| 401 unknown key (cached) | a well-formed key that does not exist | stage 1: SHA-256 of the key (from the worker's memo after the first request), a lookup in the shared auth cache (the database is asked once, the "invalid" answer is cached for \`session_auth_cache_ttl\`, 5 s, so about once per 5 s) |
 | 404 valid key (cached), limiter counting | a valid key, limits of 1000000000 | stages 1 to 3: the auth cache hit, the rate-limit check-and-increment under the zone mutex (it never refuses), the three X-RateLimit headers, the route table, the JSON 404 |
-| 429 session_limits | a valid key over \`session_limits other=1\` | stages 1 and 2: the auth cache hit, the counter check under the mutex, four headers (with Retry-After), the JSON 429 |
-| 429 limit_req | \`limit_req zone=lr\` (burst 0), key \`\$http_authorization\` (the same header value shape, rate 1r/m), \`limit_req_status 429\` | nginx's own limiter refusing: its shared-memory lookup and nginx's built-in 429 page |
+| 429 session_limits | \`GET /sl/x\`, a valid key over \`session_limits other=1\` | stages 1 and 2: the key's hash (from the worker's memo), the auth cache hit and the counter check in one turn of the zone mutex, four headers (with Retry-After), the JSON 429 rendered at start-up |
+| 429 limit_req | \`GET /lr/x\` (a path of the same shape), \`limit_req zone=lr\` (burst 0), key \`\$http_authorization\` (the same header value shape, rate 1r/m), \`limit_req_status 429\` | nginx's own limiter refusing: its shared-memory lookup and nginx's built-in 429 page |
 
 The rate-limit stage cannot be switched off for a \`session_api\`
-location, so "the cost of the limiter" is read from two differences
-rather than measured alone:
+location (docs/decisions.md, (ac)), so "the cost of the limiter" is read
+from differences and from instruction counts (the section above) rather
+than measured alone:
 
-- *401 unknown key (cached)* → *404 valid key*: what the limiter (second
-  shared-memory lookup, the counter update under the same mutex, three
-  more headers) and the route table add to an authenticated request;
+- *401 unknown key (cached)* → *404 valid key*: what the limiter (the
+  counter update in the auth cache's turn of the zone mutex, three more
+  headers) adds to an authenticated request;
 - *404 valid key* against *return 200*: the whole module on an admitted
-  request, minus the endpoint itself (routes answer 404 or 501 until the
-  endpoints exist).
+  request, minus the endpoint itself.
 
 \`limit_req\` logs each refusal at \`error\` by default and our module logs
 none; the comparison sets \`limit_req_log_level info\` (below the

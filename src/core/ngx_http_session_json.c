@@ -131,6 +131,39 @@ ngx_http_session_json_escape(unsigned char *dst, const unsigned char *src,
 }
 
 
+unsigned char *
+ngx_http_session_decimal(unsigned char *dst, uint64_t n)
+{
+    size_t                 len;
+    unsigned char         *p;
+    static const uint64_t  pow10[NGX_HTTP_SESSION_DECIMAL_MAX - 1] = {
+        10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL,
+        10000000ULL, 100000000ULL, 1000000000ULL, 10000000000ULL,
+        100000000000ULL, 1000000000000ULL, 10000000000000ULL,
+        100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
+        100000000000000000ULL, 1000000000000000000ULL,
+        10000000000000000000ULL
+    };
+
+    /* count the digits, then write them from the last one back */
+
+    len = 1;
+
+    while (len < NGX_HTTP_SESSION_DECIMAL_MAX && n >= pow10[len - 1]) {
+        len++;
+    }
+
+    p = dst + len;
+
+    do {
+        *--p = (unsigned char) ('0' + n % 10);
+        n /= 10;
+    } while (n);
+
+    return dst + len;
+}
+
+
 const char *
 ngx_http_session_status_line(unsigned status)
 {

@@ -10,6 +10,7 @@
 
 
 #include <stddef.h>
+#include <stdint.h>
 
 
 /*
@@ -26,6 +27,17 @@
  */
 size_t ngx_http_session_json_escape(unsigned char *dst,
     const unsigned char *src, size_t len);
+
+/* the most digits ngx_http_session_decimal() writes */
+#define NGX_HTTP_SESSION_DECIMAL_MAX  20
+
+
+/*
+ * Writes n in decimal, without a sign or leading zeros, at dst, which
+ * must hold NGX_HTTP_SESSION_DECIMAL_MAX bytes; returns the end.  The hot
+ * paths' header values, without a printf.
+ */
+unsigned char *ngx_http_session_decimal(unsigned char *dst, uint64_t n);
 
 /* the standard reason phrase of an HTTP status, "Unknown" if none */
 const char *ngx_http_session_reason(unsigned status);

@@ -12,6 +12,17 @@
 static int ngx_http_session_is_hex(unsigned char c);
 
 
+/* a hex digit's lower-case form; 0 for every byte that is not one */
+static const unsigned char  ngx_http_session_hex_lower[256] = {
+    ['0'] = '0', ['1'] = '1', ['2'] = '2', ['3'] = '3', ['4'] = '4',
+    ['5'] = '5', ['6'] = '6', ['7'] = '7', ['8'] = '8', ['9'] = '9',
+    ['a'] = 'a', ['b'] = 'b', ['c'] = 'c', ['d'] = 'd', ['e'] = 'e',
+    ['f'] = 'f',
+    ['A'] = 'a', ['B'] = 'b', ['C'] = 'c', ['D'] = 'd', ['E'] = 'e',
+    ['F'] = 'f'
+};
+
+
 int
 ngx_http_session_prefix_valid(const unsigned char *prefix, size_t len)
 {
@@ -70,11 +81,17 @@ ngx_http_session_key_parse_header(const unsigned char *value, size_t len,
 }
 
 
+/* a byte repeated in every lane of a 64-bit word */
+#define ngx_http_session_lanes(c)  ((uint64_t) (c) * 0x0101010101010101ULL)
+#define NGX_HTTP_SESSION_HIGH      ngx_http_session_lanes(0x80)
+
+
 int
 ngx_http_session_key_check(const unsigned char *token, size_t len,
     const unsigned char *prefix)
 {
-    size_t  i;
+    size_t    i;
+    uint64_t  w, l, digit, letter, bad;
 
     if (len != NGX_HTTP_SESSION_KEY_LEN) {
         return NGX_HTTP_SESSION_KEY_MALFORMED;
@@ -86,13 +103,53 @@ ngx_http_session_key_check(const unsigned char *token, size_t len,
         return NGX_HTTP_SESSION_KEY_MALFORMED;
     }
 
-    for (i = NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1; i < len; i++) {
-        if (!ngx_http_session_is_hex(token[i])) {
-            return NGX_HTTP_SESSION_KEY_MALFORMED;
-        }
+    /*
+     * The 32 hex digits eight at a time, in the lanes of a word.  For a
+     * byte x below 0x80, x + (0x80 - lo) has its high bit set exactly when
+     * x >= lo, and x + (0x7f - hi) has it clear exactly when x <= hi; no
+     * lane carries into the next.  A lane is good when it is a digit, or a
+     * letter a-f once bit 0x20 is set; bad collects the others' high bits.
+     */
+
+    bad = 0;
+
+    for (i = NGX_HTTP_SESSION_KEY_PREFIX_LEN + 1;
+         i < NGX_HTTP_SESSION_KEY_LEN;
+         i += sizeof(uint64_t))
+    {
+        memcpy(&w, token + i, sizeof(uint64_t));
+
+        bad |= w & NGX_HTTP_SESSION_HIGH;
+        w &= ~NGX_HTTP_SESSION_HIGH;
+
+        digit = (w + ngx_http_session_lanes(0x80 - '0'))
+                & ~(w + ngx_http_session_lanes(0x7f - '9'));
+
+        l = w | ngx_http_session_lanes(0x20);
+        letter = (l + ngx_http_session_lanes(0x80 - 'a'))
+                 & ~(l + ngx_http_session_lanes(0x7f - 'f'));
+
+        bad |= ~(digit | letter) & NGX_HTTP_SESSION_HIGH;
     }
 
-    return NGX_HTTP_SESSION_KEY_OK;
+    return bad ? NGX_HTTP_SESSION_KEY_MALFORMED : NGX_HTTP_SESSION_KEY_OK;
+}
+
+
+void
+ngx_http_session_key_lower(const unsigned char *token, unsigned char *lower)
+{
+    size_t  i;
+
+    for (i = 0; i < NGX_HTTP_SESSION_KEY_PREFIX_LEN; i++) {
+        lower[i] = (unsigned char) (token[i] | 0x20);
+    }
+
+    lower[i] = '_';
+
+    for (i++; i < NGX_HTTP_SESSION_KEY_LEN; i++) {
+        lower[i] = ngx_http_session_hex_lower[token[i]];
+    }
 }
 
 
@@ -238,7 +295,27 @@ int
 ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
     size_t len)
 {
-    return CRYPTO_memcmp(a, b, len) == 0;
+    size_t    i;
+    uint64_t  acc, wa, wb;
+
+    /*
+     * Every byte is read and folded into acc whatever the others hold: no
+     * branch depends on the contents, eight bytes at a time.
+     */
+
+    acc = 0;
+
+    for (i = 0; i + sizeof(uint64_t) <= len; i += sizeof(uint64_t)) {
+        memcpy(&wa, a + i, sizeof(uint64_t));
+        memcpy(&wb, b + i, sizeof(uint64_t));
+        acc |= wa ^ wb;
+    }
+
+    for ( /* void */ ; i < len; i++) {
+        acc |= (uint64_t) (a[i] ^ b[i]);
+    }
+
+    return acc == 0;
 }
 
 

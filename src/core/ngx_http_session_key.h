@@ -41,6 +41,13 @@ int ngx_http_session_key_check(const unsigned char *token, size_t len,
     const unsigned char *prefix);
 
 /*
+ * The normalised (lower-case) form of a token that
+ * ngx_http_session_key_check() accepted, NGX_HTTP_SESSION_KEY_LEN bytes.
+ */
+void ngx_http_session_key_lower(const unsigned char *token,
+    unsigned char *lower);
+
+/*
  * SHA-256 of the lower-case form of a well-formed key of
  * NGX_HTTP_SESSION_KEY_LEN bytes; the key's hex digits may be in either
  * case and hash the same.

@@ -32,15 +32,13 @@ ngx_http_session_window_reset(time_t now)
 unsigned
 ngx_http_session_window_retry_after(time_t sec, unsigned msec)
 {
-    int64_t  left_ms;
+    /*
+     * The window ends on a whole second, end > sec, and the instant is
+     * sec + msec / 1000 with msec below 1000: rounded up, what is left is
+     * end - sec whatever msec is, and that is at least 1.
+     */
 
-    left_ms = (int64_t) ngx_http_session_window_reset(sec) * 1000
-              - ((int64_t) sec * 1000 + msec);
+    (void) msec;
 
-    if (left_ms <= 1000) {
-        return 1;
-    }
-
-    return (unsigned) ((left_ms + 999) / 1000);
+    return (unsigned) (ngx_http_session_window_reset(sec) - sec);
 }
-

@@ -9,6 +9,8 @@
  */
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -368,6 +370,68 @@ START_TEST(test_reason_every_status)
 END_TEST
 
 
+typedef struct {
+    uint64_t     n;
+    const char  *text;
+} ngx_http_session_decimal_vec_t;
+
+
+static const ngx_http_session_decimal_vec_t  decimal_vecs[] = {
+    { 0, "0" },
+    { 1, "1" },
+    { 9, "9" },
+    { 10, "10" },
+    { 60, "60" },
+    { 99, "99" },
+    { 100, "100" },
+    { 1000000000, "1000000000" },
+    { 1795000000, "1795000000" },
+    { 4294967295u, "4294967295" },
+    { 4294967296u, "4294967296" },
+    { 18446744073709551615u, "18446744073709551615" }
+};
+
+
+START_TEST(test_decimal)
+{
+    size_t                                 len;
+    unsigned char                         *end;
+    unsigned char                          buf[NGX_HTTP_SESSION_DECIMAL_MAX
+                                               + 1];
+    const ngx_http_session_decimal_vec_t  *v;
+
+    v = &decimal_vecs[_i];
+
+    memset(buf, 'x', sizeof(buf));
+    end = ngx_http_session_decimal(buf, v->n);
+    len = end - buf;
+
+    ck_assert_uint_eq(len, strlen(v->text));
+    ck_assert(memcmp(buf, v->text, len) == 0);
+    /* nothing written past the digits */
+    ck_assert_int_eq(buf[len], 'x');
+}
+END_TEST
+
+
+/* every value below 100000 against snprintf */
+START_TEST(test_decimal_against_printf)
+{
+    uint64_t        n;
+    unsigned char  *end;
+    unsigned char   buf[NGX_HTTP_SESSION_DECIMAL_MAX];
+    char            want[32];
+
+    for (n = 0; n < 100000; n++) {
+        end = ngx_http_session_decimal(buf, n);
+        snprintf(want, sizeof(want), "%llu", (unsigned long long) n);
+        ck_assert_uint_eq((size_t) (end - buf), strlen(want));
+        ck_assert(memcmp(buf, want, end - buf) == 0);
+    }
+}
+END_TEST
+
+
 Suite *
 make_json_suite(void)
 {
@@ -386,6 +450,11 @@ make_json_suite(void)
     tc = tcase_create("reason");
     tcase_add_loop_test(tc, test_reason, 0, NELTS(reason_vecs));
     tcase_add_loop_test(tc, test_reason_every_status, 100, 600);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("decimal");
+    tcase_add_loop_test(tc, test_decimal, 0, NELTS(decimal_vecs));
+    tcase_add_test(tc, test_decimal_against_printf);
     suite_add_tcase(s, tc);
 
     return s;
