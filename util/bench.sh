@@ -949,7 +949,7 @@ $(db_section)
 | 429 limit_req | \`GET /lr/x\` (a path of the same shape), \`limit_req zone=lr\` (burst 0), key \`\$http_authorization\` (the same header value shape, rate 1r/m), \`limit_req_status 429\` | nginx's own limiter refusing: its shared-memory lookup and nginx's built-in 429 page |
 
 The rate-limit stage cannot be switched off for a \`session_api\`
-location (docs/decisions.md, (ac)), so "the cost of the limiter" is read
+location (docs/decisions.md, (ay)), so "the cost of the limiter" is read
 from differences and from instruction counts (the section above) rather
 than measured alone:
 
