@@ -15,8 +15,6 @@
  *      a client that saw an answer finds it kept.
  */
 
-#include <openssl/evp.h>
-
 #include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
@@ -557,17 +555,13 @@ ngx_http_session_body_sha256(ngx_http_request_t *r, u_char *hash)
     ngx_chain_t   *cl;
     unsigned int   len;
 
-    md = EVP_MD_CTX_new();
+    md = ngx_http_session_sha256_init();
     if (md == NULL) {
         return NGX_ERROR;
     }
 
     rc = NGX_ERROR;
     chunk = NULL;
-
-    if (EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
-        goto done;
-    }
 
     cl = r->request_body ? r->request_body->bufs : NULL;
 
@@ -612,8 +606,6 @@ ngx_http_session_body_sha256(ngx_http_request_t *r, u_char *hash)
     }
 
 done:
-
-    EVP_MD_CTX_free(md);
 
     if (chunk) {
         ngx_pfree(r->pool, chunk);

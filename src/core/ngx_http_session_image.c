@@ -7,6 +7,7 @@
 #include <openssl/evp.h>
 
 #include "ngx_http_session_image.h"
+#include "ngx_http_session_key.h"
 
 
 typedef struct {
@@ -176,37 +177,18 @@ int
 ngx_http_session_image_sha256(const unsigned char *p, size_t len,
     unsigned char *digest)
 {
-    int                  ok;
-    unsigned int         n;
-    static EVP_MD_CTX   *ctx;
-    static const EVP_MD *md;
+    unsigned int   n;
+    EVP_MD_CTX    *ctx;
 
-    /* made once per process, as for the key hash */
-
-    if (md == NULL) {
-#if OPENSSL_VERSION_NUMBER >= 0x30000000L
-        md = EVP_MD_fetch(NULL, "SHA256", NULL);
-#else
-        md = EVP_sha256();
-#endif
-        if (md == NULL) {
-            return -1;
-        }
-    }
-
+    ctx = ngx_http_session_sha256_init();
     if (ctx == NULL) {
-        ctx = EVP_MD_CTX_new();
-        if (ctx == NULL) {
-            return -1;
-        }
+        return -1;
     }
 
     n = 0;
 
-    ok = EVP_DigestInit_ex(ctx, md, NULL) == 1
-         && EVP_DigestUpdate(ctx, p, len) == 1
-         && EVP_DigestFinal_ex(ctx, digest, &n) == 1
-         && n == NGX_HTTP_SESSION_IMAGE_SHA256_LEN;
-
-    return ok ? 0 : -1;
+    return (EVP_DigestUpdate(ctx, p, len) == 1
+            && EVP_DigestFinal_ex(ctx, digest, &n) == 1
+            && n == NGX_HTTP_SESSION_IMAGE_SHA256_LEN)
+           ? 0 : -1;
 }

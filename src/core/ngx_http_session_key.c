@@ -153,21 +153,19 @@ ngx_http_session_key_lower(const unsigned char *token, unsigned char *lower)
 }
 
 
-int
-ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
+/*
+ * The digest and its context are made once per process and reused:
+ * OpenSSL 3 looks the algorithm up in its providers on every
+ * EVP_sha256()-style call, which costs more than hashing 37 bytes.  The
+ * process is single-threaded and no digest is nested in another, so one
+ * context serves every SHA-256 of the module and of sessionctl.
+ */
+
+EVP_MD_CTX *
+ngx_http_session_sha256_init(void)
 {
-    int                  ok;
-    size_t               i;
-    unsigned int         n;
-    unsigned char        c, lower[NGX_HTTP_SESSION_KEY_LEN];
     static EVP_MD_CTX   *ctx;
     static const EVP_MD *md;
-
-    /*
-     * The digest and its context are made once per process and reused:
-     * OpenSSL 3 looks the algorithm up in its providers on every
-     * EVP_sha256()-style call, which costs more than hashing 37 bytes.
-     */
 
     if (md == NULL) {
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
@@ -176,15 +174,37 @@ ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
         md = EVP_sha256();
 #endif
         if (md == NULL) {
-            return -1;
+            return NULL;
         }
     }
 
     if (ctx == NULL) {
         ctx = EVP_MD_CTX_new();
         if (ctx == NULL) {
-            return -1;
+            return NULL;
         }
+    }
+
+    if (EVP_DigestInit_ex(ctx, md, NULL) != 1) {
+        return NULL;
+    }
+
+    return ctx;
+}
+
+
+int
+ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
+{
+    int             ok;
+    size_t          i;
+    unsigned int    n;
+    unsigned char   c, lower[NGX_HTTP_SESSION_KEY_LEN];
+    EVP_MD_CTX     *ctx;
+
+    ctx = ngx_http_session_sha256_init();
+    if (ctx == NULL) {
+        return -1;
     }
 
     for (i = 0; i < NGX_HTTP_SESSION_KEY_LEN; i++) {
@@ -194,8 +214,7 @@ ngx_http_session_key_hash(const unsigned char *token, unsigned char *hash)
 
     n = 0;
 
-    ok = EVP_DigestInit_ex(ctx, md, NULL) == 1
-         && EVP_DigestUpdate(ctx, lower, NGX_HTTP_SESSION_KEY_LEN) == 1
+    ok = EVP_DigestUpdate(ctx, lower, NGX_HTTP_SESSION_KEY_LEN) == 1
          && EVP_DigestFinal_ex(ctx, hash, &n) == 1
          && n == NGX_HTTP_SESSION_KEY_HASH_LEN;
 

@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <openssl/evp.h>
+
 
 #define NGX_HTTP_SESSION_KEY_PREFIX_LEN  4
 #define NGX_HTTP_SESSION_KEY_HEX_LEN     32
@@ -46,6 +48,9 @@ int ngx_http_session_key_check(const unsigned char *token, size_t len,
  */
 void ngx_http_session_key_lower(const unsigned char *token,
     unsigned char *lower);
+
+/* the process's SHA-256 context, ready for a new digest; NULL on failure */
+EVP_MD_CTX *ngx_http_session_sha256_init(void);
 
 /*
  * SHA-256 of the lower-case form of a well-formed key of
