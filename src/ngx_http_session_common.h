@@ -133,4 +133,26 @@ typedef struct {
 extern ngx_module_t  ngx_http_session_module;
 
 
+/* adds "name: value" to the answer's headers; NULL when out of memory */
+
+static ngx_inline ngx_table_elt_t *
+ngx_http_session_header_add(ngx_http_request_t *r, ngx_str_t *name,
+    u_char *value, size_t len)
+{
+    ngx_table_elt_t  *h;
+
+    h = ngx_list_push(&r->headers_out.headers);
+    if (h == NULL) {
+        return NULL;
+    }
+
+    h->hash = 1;
+    h->key = *name;
+    h->value.data = value;
+    h->value.len = len;
+
+    return h;
+}
+
+
 #endif /* _NGX_HTTP_SESSION_COMMON_H_INCLUDED_ */

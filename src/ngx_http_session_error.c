@@ -82,6 +82,10 @@ static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 
 
+/* a 503 asks for a retry in a second */
+static ngx_str_t  ngx_http_session_retry_after = ngx_string("Retry-After");
+
+
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
 static ngx_http_output_body_filter_pt    ngx_http_next_body_filter;
 static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
@@ -121,7 +125,6 @@ ngx_int_t
 ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
 {
     ngx_buf_t                    *b;
-    ngx_table_elt_t              *h;
     ngx_http_session_ctx_t       *ctx;
     ngx_http_session_err_sent_t  *e;
 
@@ -133,14 +136,12 @@ ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
     e = &ngx_http_session_errors_sent[err];
 
     if (ngx_http_session_errors[err].status == NGX_HTTP_SERVICE_UNAVAILABLE) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        if (ngx_http_session_header_add(r, &ngx_http_session_retry_after,
+                                        (u_char *) "1", 1)
+            == NULL)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Retry-After");
-        ngx_str_set(&h->value, "1");
     }
 
     b = ngx_http_session_error_fixed(ctx, err);
@@ -201,8 +202,7 @@ ngx_int_t
 ngx_http_session_error_message(ngx_http_request_t *r, ngx_uint_t status,
     ngx_str_t *message)
 {
-    ngx_buf_t        *b;
-    ngx_table_elt_t  *h;
+    ngx_buf_t  *b;
 
     b = ngx_http_session_error_body(r, status, message);
     if (b == NULL) {
@@ -210,14 +210,12 @@ ngx_http_session_error_message(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     if (status == NGX_HTTP_SERVICE_UNAVAILABLE) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
+        if (ngx_http_session_header_add(r, &ngx_http_session_retry_after,
+                                        (u_char *) "1", 1)
+            == NULL)
+        {
             return NGX_HTTP_INTERNAL_SERVER_ERROR;
         }
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Retry-After");
-        ngx_str_set(&h->value, "1");
     }
 
     return ngx_http_session_send_json(r, status, b);

@@ -17,6 +17,9 @@ static ngx_int_t ngx_http_session_method_not_allowed(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 
 
+static ngx_str_t  ngx_http_session_allow = ngx_string("Allow");
+
+
 ngx_int_t
 ngx_http_session_handler(ngx_http_request_t *r)
 {
@@ -148,18 +151,16 @@ static ngx_int_t
 ngx_http_session_method_not_allowed(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx)
 {
-    ngx_table_elt_t  *h;
+    u_char  *allow;
 
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
+    allow = (u_char *) ngx_http_session_route_allow(ctx->route.methods);
+
+    if (ngx_http_session_header_add(r, &ngx_http_session_allow, allow,
+                                    ngx_strlen(allow))
+        == NULL)
+    {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
-
-    h->hash = 1;
-    ngx_str_set(&h->key, "Allow");
-    h->value.data = (u_char *) ngx_http_session_route_allow(
-                                                        ctx->route.methods);
-    h->value.len = ngx_strlen(h->value.data);
 
     return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED);
 }

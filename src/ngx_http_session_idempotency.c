@@ -45,8 +45,8 @@ struct ngx_http_session_idem_s {
 };
 
 
-static ngx_table_elt_t *ngx_http_session_idem_header(ngx_http_request_t *r,
-    ngx_uint_t *n);
+static ngx_table_elt_t *ngx_http_session_idem_find(ngx_list_t *headers,
+    ngx_str_t *name, ngx_uint_t *n);
 static void ngx_http_session_idem_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_idem_claim(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
@@ -56,10 +56,11 @@ static ngx_int_t ngx_http_session_idem_replay(ngx_http_request_t *r,
     PGresult *res);
 static void ngx_http_session_idem_settled(ngx_http_session_db_query_t *q,
     PGresult *res);
-static ngx_table_elt_t *ngx_http_session_idem_location(
-    ngx_http_request_t *r);
-static ngx_int_t ngx_http_session_idem_push(ngx_http_request_t *r,
-    char *key, u_char *value, size_t len);
+
+
+static ngx_str_t  ngx_http_session_idem_key = ngx_string("Idempotency-Key");
+static ngx_str_t  ngx_http_session_idem_replayed =
+    ngx_string("Idempotent-Replayed");
 
 
 ngx_int_t
@@ -73,7 +74,8 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
     ngx_http_session_idem_t      *idem;
     ngx_http_session_loc_conf_t  *slcf;
 
-    h = ngx_http_session_idem_header(r, &n);
+    h = ngx_http_session_idem_find(&r->headers_in.headers,
+                                   &ngx_http_session_idem_key, &n);
 
     if (n == 0) {
         return NGX_DECLINED;
@@ -127,10 +129,11 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
 }
 
 
-/* the Idempotency-Key header and how many there are */
+/* the last header called name (any case) and how many there are */
 
 static ngx_table_elt_t *
-ngx_http_session_idem_header(ngx_http_request_t *r, ngx_uint_t *n)
+ngx_http_session_idem_find(ngx_list_t *headers, ngx_str_t *name,
+    ngx_uint_t *n)
 {
     ngx_uint_t        i;
     ngx_list_part_t  *part;
@@ -139,7 +142,7 @@ ngx_http_session_idem_header(ngx_http_request_t *r, ngx_uint_t *n)
     *n = 0;
     found = NULL;
 
-    part = &r->headers_in.headers.part;
+    part = &headers->part;
     h = part->elts;
 
     for (i = 0; /* void */; i++) {
@@ -154,10 +157,9 @@ ngx_http_session_idem_header(ngx_http_request_t *r, ngx_uint_t *n)
             i = 0;
         }
 
-        if (h[i].key.len == sizeof("Idempotency-Key") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Idempotency-Key",
-                               sizeof("Idempotency-Key") - 1)
-               == 0)
+        if (h[i].hash != 0
+            && h[i].key.len == name->len
+            && ngx_strncasecmp(h[i].key.data, name->data, name->len) == 0)
         {
             (*n)++;
             found = &h[i];
@@ -352,14 +354,17 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
 
         ngx_memcpy(p, PQgetvalue(res, 0, 3), len);
 
-        if (ngx_http_session_idem_push(r, "Location", p, len) != NGX_OK) {
+        if (ngx_http_session_header_add(r, &ngx_http_session_location, p,
+                                        len)
+            == NULL)
+        {
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
     }
 
-    if (ngx_http_session_idem_push(r, "Idempotent-Replayed",
-                                   (u_char *) "true", sizeof("true") - 1)
-        != NGX_OK)
+    if (ngx_http_session_header_add(r, &ngx_http_session_idem_replayed,
+                                    (u_char *) "true", sizeof("true") - 1)
+        == NULL)
     {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -389,7 +394,7 @@ ngx_http_session_idempotency_answer(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b)
 {
     u_char                       *st, *p;
-    ngx_uint_t                    keep;
+    ngx_uint_t                    keep, n;
     ngx_table_elt_t              *loc;
     ngx_http_session_idem_t      *idem;
     ngx_http_session_db_query_t  *q;
@@ -423,7 +428,8 @@ ngx_http_session_idempotency_answer(ngx_http_request_t *r,
         ngx_http_session_db_param(q, st, 0, 0);
         ngx_http_session_db_param(q, "application/json", 0, 0);
 
-        loc = ngx_http_session_idem_location(r);
+        loc = ngx_http_session_idem_find(&r->headers_out.headers,
+                                         &ngx_http_session_location, &n);
 
         p = NULL;
 
@@ -484,61 +490,6 @@ ngx_http_session_idem_settled(ngx_http_session_db_query_t *q, PGresult *res)
 
     ngx_http_finalize_request(r, ngx_http_session_send_json(r, idem->status,
                                                             idem->answer));
-}
-
-
-static ngx_table_elt_t *
-ngx_http_session_idem_location(ngx_http_request_t *r)
-{
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                return NULL;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash != 0
-            && h[i].key.len == sizeof("Location") - 1
-            && ngx_strncasecmp(h[i].key.data, (u_char *) "Location",
-                               sizeof("Location") - 1)
-               == 0)
-        {
-            return &h[i];
-        }
-    }
-}
-
-
-static ngx_int_t
-ngx_http_session_idem_push(ngx_http_request_t *r, char *key, u_char *value,
-    size_t len)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key.data = (u_char *) key;
-    h->key.len = ngx_strlen(key);
-    h->value.data = value;
-    h->value.len = len;
-
-    return NGX_OK;
 }
 
 

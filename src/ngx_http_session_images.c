@@ -45,14 +45,12 @@ static ngx_int_t ngx_http_session_image_send_bytes(ngx_http_request_t *r,
 static void ngx_http_session_image_clear(void *data);
 static u_char *ngx_http_session_image_uuid(ngx_http_request_t *r,
     const u_char *s, size_t len, ngx_int_t *rc);
-static ngx_int_t ngx_http_session_image_no_args(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_image_ids(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_db_query_t *q);
 static u_char *ngx_http_session_image_tags(ngx_http_request_t *r);
-static ngx_int_t ngx_http_session_image_outcome(ngx_http_request_t *r,
-    PGresult *res, ngx_uint_t status);
-static ngx_int_t ngx_http_session_image_refused(ngx_http_request_t *r,
-    const char *outcome);
+
+
+static ngx_str_t  ngx_http_session_etag = ngx_string("ETag");
 
 
 /* POST /api/v1/sessions/{sid}/images */
@@ -61,9 +59,8 @@ ngx_int_t
 ngx_http_session_image_upload(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx)
 {
-    u_char                       *pos;
     ngx_int_t                     rc;
-    ngx_str_t                     name, value;
+    ngx_str_t                     name;
     ngx_http_session_loc_conf_t  *slcf;
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
@@ -78,15 +75,9 @@ ngx_http_session_image_upload(ngx_http_request_t *r,
                                             &name);
     }
 
-    pos = r->args.data;
-
-    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-    if (rc == NGX_ERROR) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    if (rc == NGX_OK) {
-        return ngx_http_session_unknown_arg(r, &name);
+    rc = ngx_http_session_no_args(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* announced sizes are judged before a byte of the body is read */
@@ -284,13 +275,12 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     size_t               len;
     u_char              *p, *sid;
     char                *id;
-    ngx_table_elt_t     *h;
     ngx_http_request_t  *r;
 
     r = q->request;
     sid = q->data;
 
-    /* failures are logged once, by ngx_http_session_image_outcome() */
+    /* failures are logged once, by ngx_http_session_outcome() */
 
     if (res && PQresultStatus(res) == PGRES_TUPLES_OK
         && PQntuples(res) == 1 && PQnfields(res) == 3
@@ -301,23 +291,21 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
               + NGX_HTTP_SESSION_UUID_LEN + ngx_strlen(id);
 
         p = ngx_pnalloc(r->pool, len);
-        h = ngx_list_push(&r->headers_out.headers);
 
-        if (p == NULL || h == NULL) {
+        if (p == NULL
+            || ngx_http_session_header_add(r, &ngx_http_session_location, p,
+                                           len)
+               == NULL)
+        {
             ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
             return;
         }
 
         ngx_sprintf(p, "/api/v1/sessions/%s/images/%s", sid, id);
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Location");
-        h->value.data = p;
-        h->value.len = len;
     }
 
-    ngx_http_finalize_request(r, ngx_http_session_image_outcome(r, res,
+    ngx_http_finalize_request(r, ngx_http_session_outcome(r, res,
                                                           NGX_HTTP_CREATED));
 }
 
@@ -453,7 +441,7 @@ ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
         || PQnfields(res) != 4
         || ngx_strcmp(PQgetvalue(res, 0, 0), "ok") != 0)
     {
-        ngx_http_finalize_request(r, ngx_http_session_image_outcome(r, res,
+        ngx_http_finalize_request(r, ngx_http_session_outcome(r, res,
                                                                NGX_HTTP_OK));
         return;
     }
@@ -513,7 +501,7 @@ ngx_http_session_image_get(ngx_http_request_t *r,
     ngx_int_t                     rc;
     ngx_http_session_db_query_t  *q;
 
-    rc = ngx_http_session_image_no_args(r);
+    rc = ngx_http_session_no_args(r);
     if (rc != NGX_DECLINED) {
         return rc;
     }
@@ -540,7 +528,7 @@ static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
     ngx_http_finalize_request(q->request,
-                              ngx_http_session_image_outcome(q->request, res,
+                              ngx_http_session_outcome(q->request, res,
                                                              NGX_HTTP_OK));
 }
 
@@ -555,7 +543,7 @@ ngx_http_session_image_content(ngx_http_request_t *r,
     ngx_int_t                     rc;
     ngx_http_session_db_query_t  *q;
 
-    rc = ngx_http_session_image_no_args(r);
+    rc = ngx_http_session_no_args(r);
     if (rc != NGX_DECLINED) {
         return rc;
     }
@@ -644,7 +632,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
     /* binary results: text as its bytes (NUL-terminated by libpq) */
 
     if (ngx_strcmp(PQgetvalue(res, 0, 0), "ok") != 0) {
-        return ngx_http_session_image_refused(r, PQgetvalue(res, 0, 0));
+        return ngx_http_session_refused(r, PQgetvalue(res, 0, 0));
     }
 
     if (PQgetlength(res, 0, 2) != NGX_HTTP_SESSION_IMAGE_ETAG_LEN
@@ -661,19 +649,19 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
            | ((uint32_t) p[2] << 8) | (uint32_t) p[3];
 
     etag = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 2);
-    h = ngx_list_push(&r->headers_out.headers);
-
-    if (etag == NULL || h == NULL) {
+    if (etag == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
     ngx_sprintf(etag, "\"%*s\"", (size_t) NGX_HTTP_SESSION_IMAGE_ETAG_LEN,
                 PQgetvalue(res, 0, 2));
 
-    h->hash = 1;
-    ngx_str_set(&h->key, "ETag");
-    h->value.data = etag;
-    h->value.len = NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 2;
+    h = ngx_http_session_header_add(r, &ngx_http_session_etag, etag,
+                                    NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 2);
+    if (h == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
     r->headers_out.etag = h;
 
     if (PQgetvalue(res, 0, 4)[0]) {
@@ -761,30 +749,6 @@ ngx_http_session_image_uuid(ngx_http_request_t *r, const u_char *s,
     *rc = NGX_OK;
 
     return p;
-}
-
-
-/* NGX_DECLINED without a query string, else what answering returned */
-
-static ngx_int_t
-ngx_http_session_image_no_args(ngx_http_request_t *r)
-{
-    u_char     *pos;
-    ngx_int_t   rc;
-    ngx_str_t   name, value;
-
-    pos = r->args.data;
-
-    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-    if (rc == NGX_ERROR) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    if (rc == NGX_OK) {
-        return ngx_http_session_unknown_arg(r, &name);
-    }
-
-    return NGX_DECLINED;
 }
 
 
@@ -926,77 +890,4 @@ ngx_http_session_image_tags(ngx_http_request_t *r)
     *dst = '\0';
 
     return tags;
-}
-
-
-/* maps an (outcome, body) row to the answer */
-
-static ngx_int_t
-ngx_http_session_image_outcome(ngx_http_request_t *r, PGresult *res,
-    ngx_uint_t status)
-{
-    char       *outcome;
-    ngx_buf_t  *b;
-
-    if (res == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
-    }
-
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
-        || PQnfields(res) < 2)
-    {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session db: unexpected result: %s",
-                      PQresultErrorMessage(res));
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    outcome = PQgetvalue(res, 0, 0);
-
-    if (ngx_strcmp(outcome, "ok") != 0) {
-        return ngx_http_session_image_refused(r, outcome);
-    }
-
-    b = ngx_create_temp_buf(r->pool, PQgetlength(res, 0, 1));
-    if (b == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 1),
-                         PQgetlength(res, 0, 1));
-
-    return ngx_http_session_send_json(r, status, b);
-}
-
-
-static ngx_int_t
-ngx_http_session_image_refused(ngx_http_request_t *r, const char *outcome)
-{
-    ngx_http_session_err_e  err;
-
-    if (ngx_strcmp(outcome, "missing") == 0) {
-        err = NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
-
-    } else if (ngx_strcmp(outcome, "forbidden") == 0) {
-        err = NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
-
-    } else if (ngx_strcmp(outcome, "expired") == 0) {
-        err = NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
-
-    } else if (ngx_strcmp(outcome, "completed") == 0) {
-        err = NGX_HTTP_SESSION_ERR_SESSION_COMPLETED;
-
-    } else if (ngx_strcmp(outcome, "image_missing") == 0) {
-        err = NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
-
-    } else if (ngx_strcmp(outcome, "acknowledged") == 0) {
-        err = NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED;
-
-    } else {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session db: unexpected outcome \"%s\"", outcome);
-        err = NGX_HTTP_SESSION_ERR_INTERNAL;
-    }
-
-    return ngx_http_session_error(r, err);
 }

@@ -10,8 +10,6 @@
 #include "ngx_http_session_window.h"
 
 
-static ngx_int_t ngx_http_session_limit_header(ngx_http_request_t *r,
-    ngx_str_t *name, u_char *value, size_t len);
 static size_t ngx_http_session_limit_reset(time_t now, u_char *p);
 
 
@@ -83,9 +81,9 @@ ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     /* the limit's text was written with the configuration */
     limit = &slcf->limit_text[take->cls];
 
-    if (ngx_http_session_limit_header(r, &ngx_http_session_rl_limit,
+    if (ngx_http_session_header_add(r, &ngx_http_session_rl_limit,
                                       limit->data, limit->len)
-        != NGX_OK)
+        == NULL)
     {
         goto failed;
     }
@@ -93,9 +91,9 @@ ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     p = ctx->rl_buf;
     len = ngx_http_session_decimal(p, take->remaining) - p;
 
-    if (ngx_http_session_limit_header(r, &ngx_http_session_rl_remaining,
+    if (ngx_http_session_header_add(r, &ngx_http_session_rl_remaining,
                                       p, len)
-        != NGX_OK)
+        == NULL)
     {
         goto failed;
     }
@@ -103,8 +101,8 @@ ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     p += len;
     len = ngx_http_session_limit_reset(take->now, p);
 
-    if (ngx_http_session_limit_header(r, &ngx_http_session_rl_reset, p, len)
-        != NGX_OK)
+    if (ngx_http_session_header_add(r, &ngx_http_session_rl_reset, p, len)
+        == NULL)
     {
         goto failed;
     }
@@ -120,9 +118,9 @@ ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                    ngx_http_session_window_retry_after(take->now, tp->msec))
           - p;
 
-    if (ngx_http_session_limit_header(r, &ngx_http_session_retry_after,
+    if (ngx_http_session_header_add(r, &ngx_http_session_retry_after,
                                       p, len)
-        != NGX_OK)
+        == NULL)
     {
         goto failed;
     }
@@ -136,26 +134,6 @@ failed:
     ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
 
     return NGX_DECLINED;
-}
-
-
-static ngx_int_t
-ngx_http_session_limit_header(ngx_http_request_t *r, ngx_str_t *name,
-    u_char *value, size_t len)
-{
-    ngx_table_elt_t  *h;
-
-    h = ngx_list_push(&r->headers_out.headers);
-    if (h == NULL) {
-        return NGX_ERROR;
-    }
-
-    h->hash = 1;
-    h->key = *name;
-    h->value.data = value;
-    h->value.len = len;
-
-    return NGX_OK;
 }
 
 

@@ -28,10 +28,9 @@ static void ngx_http_session_one(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_listed(ngx_http_session_db_query_t *q,
     PGresult *res);
-static ngx_int_t ngx_http_session_outcome(ngx_http_request_t *r,
-    PGresult *res, ngx_uint_t status);
-static ngx_buf_t *ngx_http_session_copy(ngx_http_request_t *r,
-    const char *s, size_t len);
+
+
+ngx_str_t  ngx_http_session_location = ngx_string("Location");
 
 
 /* POST /api/v1/sessions */
@@ -39,9 +38,7 @@ static ngx_buf_t *ngx_http_session_copy(ngx_http_request_t *r,
 ngx_int_t
 ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
-    u_char     *pos;
-    ngx_int_t   rc;
-    ngx_str_t   name, value;
+    ngx_int_t  rc;
 
     /* stage 4 in its order: headers, query, body */
 
@@ -54,15 +51,9 @@ ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                       NGX_HTTP_SESSION_ERR_JSON_TOO_LARGE);
     }
 
-    pos = r->args.data;
-
-    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-    if (rc == NGX_ERROR) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (rc == NGX_OK) {
-        return ngx_http_session_unknown_arg(r, &name);
+    rc = ngx_http_session_no_args(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* a chunked body stops at the limit while it is read */
@@ -205,7 +196,6 @@ ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
     u_char              *p;
     char                *id;
     ngx_int_t            rc;
-    ngx_table_elt_t     *h;
     ngx_http_request_t  *r;
 
     r = q->request;
@@ -220,20 +210,18 @@ ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
         len = sizeof("/api/v1/sessions/") - 1 + ngx_strlen(id);
 
         p = ngx_pnalloc(r->pool, len);
-        h = ngx_list_push(&r->headers_out.headers);
 
-        if (p == NULL || h == NULL) {
+        if (p == NULL
+            || ngx_http_session_header_add(r, &ngx_http_session_location, p,
+                                           len)
+               == NULL)
+        {
             ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
             return;
         }
 
         ngx_sprintf(p, "/api/v1/sessions/%s", id);
-
-        h->hash = 1;
-        ngx_str_set(&h->key, "Location");
-        h->value.data = p;
-        h->value.len = len;
     }
 
     rc = ngx_http_session_outcome(r, res, NGX_HTTP_CREATED);
@@ -301,19 +289,12 @@ static ngx_int_t
 ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     u_char **sid)
 {
-    u_char     *pos, *p, uuid[16];
+    u_char     *p, uuid[16];
     ngx_int_t   rc;
-    ngx_str_t   name, value;
 
-    pos = r->args.data;
-
-    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-    if (rc == NGX_ERROR) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    if (rc == NGX_OK) {
-        return ngx_http_session_unknown_arg(r, &name);
+    rc = ngx_http_session_no_args(r);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     if (ngx_http_session_uuid_parse(ctx->route.sid, ctx->route.sid_len, uuid)
@@ -572,15 +553,32 @@ ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
 }
 
 
-/* maps a (outcome, body) row to the answer */
+/* the refusals a SQL function of src/sql/ answers with, by outcome */
 
-static ngx_int_t
+typedef struct {
+    const char              *outcome;
+    ngx_http_session_err_e   err;
+} ngx_http_session_refusal_t;
+
+
+static ngx_http_session_refusal_t  ngx_http_session_refusals[] = {
+    { "missing", NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND },
+    { "forbidden", NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN },
+    { "expired", NGX_HTTP_SESSION_ERR_SESSION_EXPIRED },
+    { "quota", NGX_HTTP_SESSION_ERR_QUOTA },
+    { "completed", NGX_HTTP_SESSION_ERR_SESSION_COMPLETED },
+    { "image_missing", NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND },
+    { "acknowledged", NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED },
+    { NULL, NGX_HTTP_SESSION_ERR_INTERNAL }
+};
+
+
+ngx_int_t
 ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
     ngx_uint_t status)
 {
-    char                    *outcome;
-    ngx_buf_t               *b;
-    ngx_http_session_ctx_t  *ctx;
+    char       *outcome;
+    ngx_buf_t  *b;
 
     if (res == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
@@ -597,34 +595,29 @@ ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
 
     outcome = PQgetvalue(res, 0, 0);
 
-    if (ngx_strcmp(outcome, "ok") == 0) {
-        b = ngx_http_session_copy(r, PQgetvalue(res, 0, 1),
-                                  PQgetlength(res, 0, 1));
-        if (b == NULL) {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        return ngx_http_session_send_json(r, status, b);
+    if (ngx_strcmp(outcome, "ok") != 0) {
+        return ngx_http_session_refused(r, outcome);
     }
 
-    if (ngx_strcmp(outcome, "missing") == 0) {
-        return ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    b = ngx_create_temp_buf(r->pool, PQgetlength(res, 0, 1));
+    if (b == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    if (ngx_strcmp(outcome, "forbidden") == 0) {
-        return ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN);
-    }
+    b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 1),
+                         PQgetlength(res, 0, 1));
 
-    if (ngx_strcmp(outcome, "expired") == 0) {
-        return ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_EXPIRED);
-    }
+    return ngx_http_session_send_json(r, status, b);
+}
 
-    if (ngx_strcmp(outcome, "quota") == 0) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_QUOTA);
-    }
+
+ngx_int_t
+ngx_http_session_refused(ngx_http_request_t *r, const char *outcome)
+{
+    ngx_http_session_ctx_t      *ctx;
+    ngx_http_session_refusal_t  *rf;
+
+    /* the plan's refusal names the delivery mode that was asked for */
 
     if (ngx_strcmp(outcome, "feature") == 0) {
         ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
@@ -635,23 +628,18 @@ ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
                        : NGX_HTTP_SESSION_ERR_PLAN_LONG_POLL);
     }
 
-    return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-}
-
-
-static ngx_buf_t *
-ngx_http_session_copy(ngx_http_request_t *r, const char *s, size_t len)
-{
-    ngx_buf_t  *b;
-
-    b = ngx_create_temp_buf(r->pool, len);
-    if (b == NULL) {
-        return NULL;
+    for (rf = ngx_http_session_refusals; rf->outcome; rf++) {
+        if (ngx_strcmp(outcome, rf->outcome) == 0) {
+            break;
+        }
     }
 
-    b->last = ngx_cpymem(b->last, s, len);
+    if (rf->outcome == NULL) {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: unexpected outcome \"%s\"", outcome);
+    }
 
-    return b;
+    return ngx_http_session_error(r, rf->err);
 }
 
 
@@ -834,6 +822,28 @@ ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
     value->len = dst - value->data;
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_session_no_args(ngx_http_request_t *r)
+{
+    u_char     *pos;
+    ngx_int_t   rc;
+    ngx_str_t   name, value;
+
+    pos = r->args.data;
+
+    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+    if (rc == NGX_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    return NGX_DECLINED;
 }
 
 

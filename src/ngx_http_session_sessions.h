@@ -6,6 +6,8 @@
 #define _NGX_HTTP_SESSION_SESSIONS_H_INCLUDED_
 
 
+#include <libpq-fe.h>
+
 #include "ngx_http_session_common.h"
 
 
@@ -21,6 +23,9 @@ ngx_int_t ngx_http_session_get(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 ngx_int_t ngx_http_session_complete(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
+
+/* the header name of a created resource's address */
+extern ngx_str_t  ngx_http_session_location;
 
 /*
  * The next "name=value" of the query string from *pos, both unescaped
@@ -46,6 +51,23 @@ char *ngx_http_session_project(ngx_http_request_t *r,
  */
 u_char *ngx_http_session_read_body(ngx_http_request_t *r, size_t max,
     size_t *len);
+
+/*
+ * Answers an (outcome, body) row of a SQL function of src/sql/: "ok"
+ * sends the body with status, anything else as ngx_http_session_refused().
+ */
+ngx_int_t ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
+    ngx_uint_t status);
+
+/* the error of a refusing outcome ("missing", "expired", ...) */
+ngx_int_t ngx_http_session_refused(ngx_http_request_t *r,
+    const char *outcome);
+
+/*
+ * For endpoints that take no query parameter: NGX_DECLINED when there is
+ * none, else the 400 for the first one (what sending it returned).
+ */
+ngx_int_t ngx_http_session_no_args(ngx_http_request_t *r);
 
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,
