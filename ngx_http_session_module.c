@@ -219,8 +219,34 @@ ngx_module_t  ngx_http_session_module = {
 static ngx_int_t
 ngx_http_session_postconfiguration(ngx_conf_t *cf)
 {
+    ngx_array_t                   *a;
+    ngx_http_handler_pt           *h;
+    ngx_http_core_main_conf_t     *cmcf;
+    ngx_http_session_main_conf_t  *smcf;
+
     if (ngx_http_session_error_init(cf->log) != NGX_OK) {
         return NGX_ERROR;
+    }
+
+    smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_session_module);
+
+    if (smcf->enabled) {
+        cmcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_core_module);
+        a = &cmcf->phases[NGX_HTTP_ACCESS_PHASE].handlers;
+
+        if (ngx_array_push(a) == NULL) {
+            return NGX_ERROR;
+        }
+
+        /*
+         * The phase engine runs a phase's handlers from the last pushed
+         * to the first: put in front, stages 1 and 2 run after every
+         * access check of nginx and of other modules.
+         */
+
+        h = a->elts;
+        ngx_memmove(&h[1], &h[0], (a->nelts - 1) * sizeof(ngx_http_handler_pt));
+        h[0] = ngx_http_session_access_handler;
     }
 
     return ngx_http_session_error_filter_init(cf);

@@ -72,12 +72,10 @@ ngx_http_session_auth_exit_process(void)
 ngx_int_t
 ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
-    ngx_int_t                      rc;
     ngx_uint_t                     n;
     ngx_list_part_t               *part;
     ngx_table_elt_t               *h, *auth;
     const u_char                  *token;
-    ngx_http_session_db_query_t   *q;
     ngx_http_session_main_conf_t  *smcf;
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
@@ -107,8 +105,8 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
         if (h[n].hash == ngx_http_session_auth_header_hash
             && h[n].key.len == sizeof("authorization") - 1
-            && ngx_strncmp(h[n].lowcase_key, "authorization",
-                           sizeof("authorization") - 1)
+            && ngx_memcmp(h[n].lowcase_key, "authorization",
+                          sizeof("authorization") - 1)
                == 0)
         {
             if (auth) {
@@ -142,11 +140,10 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     ngx_http_session_limit_prepare(r, ctx);
 
-    rc = ngx_http_session_auth_cache_get(smcf->shm_zone, &ctx->principal,
-                                         &ctx->cache_generation, &ctx->take);
-
-    switch (rc) {
-
+    switch (ngx_http_session_auth_cache_get(smcf->shm_zone, &ctx->principal,
+                                            &ctx->cache_generation,
+                                            &ctx->take))
+    {
     case NGX_HTTP_SESSION_AUTH_VALID:
         return NGX_OK;
 
@@ -159,8 +156,16 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return NGX_DECLINED;
 
     default:
-        break;
+        return NGX_BUSY;
     }
+}
+
+
+ngx_int_t
+ngx_http_session_auth_lookup(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    ngx_http_session_db_query_t  *q;
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "session auth: cache miss, asking the database");

@@ -10,10 +10,19 @@
 
 
 /*
- * NGX_OK: ctx->principal is set; NGX_AGAIN: a database lookup runs and
- * ngx_http_session_resume() follows; NGX_DECLINED: ctx->err says why not.
+ * From the Authorization header to the auth cache, with stage 2's count
+ * when the cache knows the key as valid.  NGX_OK: ctx->principal is set;
+ * NGX_DECLINED: ctx->err says why not; NGX_BUSY: the key is well formed,
+ * its hash is in ctx->principal, and only the database can tell.
  */
 ngx_int_t ngx_http_session_auth(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+
+/*
+ * After NGX_BUSY: asks the database.  NGX_AGAIN: the lookup runs and
+ * ngx_http_session_resume() follows; NGX_DECLINED: ctx->err says why not.
+ */
+ngx_int_t ngx_http_session_auth_lookup(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 
 /* seeds and wipes the per-worker memo of key hashes */

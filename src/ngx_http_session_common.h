@@ -94,6 +94,14 @@ typedef struct {
 #define NGX_HTTP_SESSION_RL_BUF_LEN  (4 * NGX_HTTP_SESSION_DECIMAL_MAX)
 
 
+/* how far the access-phase handler took a request (ctx->stage) */
+#define NGX_HTTP_SESSION_STAGE_NEW       0
+/* well formed, not in the auth cache: the database decides */
+#define NGX_HTTP_SESSION_STAGE_KEYED     1
+/* stages 1 and 2 passed, the rate-limit headers are set */
+#define NGX_HTTP_SESSION_STAGE_ADMITTED  2
+
+
 typedef struct {
     ngx_http_session_principal_t  principal;
     ngx_http_session_route_t      route;
@@ -102,11 +110,14 @@ typedef struct {
     /* the header for a fixed error body, which stays in static memory */
     ngx_buf_t                     err_buf;
     u_char                        rl_buf[NGX_HTTP_SESSION_RL_BUF_LEN];
+    u_char                        content_length[
+                                               NGX_HTTP_SESSION_DECIMAL_MAX];
 
     ngx_uint_t                    cache_generation;
     /* ngx_http_session_err_e of the answer when a stage refuses */
     ngx_uint_t                    err;
     ngx_uint_t                    method;
+    ngx_uint_t                    stage;
     ngx_uint_t                    delivery_mode;
     /* the project id, NUL-terminated, for query parameters */
     u_char                       *project;

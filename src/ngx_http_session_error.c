@@ -84,6 +84,8 @@ static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
 
 /* a 503 asks for a retry in a second */
 static ngx_str_t  ngx_http_session_retry_after = ngx_string("Retry-After");
+static ngx_str_t  ngx_http_session_content_length =
+    ngx_string("Content-Length");
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -261,6 +263,24 @@ ngx_http_session_send(ngx_http_request_t *r, ngx_uint_t status,
     if (ngx_http_session_error_set_json(r, status_line, b->last - b->pos)
         != NGX_OK)
     {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    /*
+     * Content-Length as a ready header: from content_length_n alone,
+     * nginx's header filter would format it with ngx_sprintf, the most
+     * expensive step of a small answer.  Filters that change the body
+     * (gzip, say) clear both, as they do for a proxied answer's.
+     */
+
+    r->headers_out.content_length = ngx_http_session_header_add(r,
+                                  &ngx_http_session_content_length,
+                                  ctx->content_length,
+                                  ngx_http_session_decimal(ctx->content_length,
+                                                      b->last - b->pos)
+                                  - ctx->content_length);
+
+    if (r->headers_out.content_length == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 

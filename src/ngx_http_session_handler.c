@@ -1,5 +1,13 @@
 /*
- * The content handler of session_api locations.
+ * The request pipeline of session_api locations.
+ *
+ * Stages 1 and 2 run in the access phase, as its last handler, so that
+ * the operator's allow/deny, auth_basic or auth_request have refused a
+ * request before it is counted, and a refusal (401, 403, 429) is sent
+ * from there without the phases that follow.  When the auth cache does
+ * not know the key, or the access phase did not run this handler (a
+ * subrequest, or "satisfy any" granted access first), the content handler
+ * takes the request from where it stands.
  */
 
 #include "ngx_http_session_handler.h"
@@ -11,8 +19,11 @@
 #include "ngx_http_session_sessions.h"
 
 
-static ngx_int_t ngx_http_session_pipeline(ngx_http_request_t *r,
+static ngx_http_session_ctx_t *ngx_http_session_start(ngx_http_request_t *r);
+static ngx_int_t ngx_http_session_admit(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_int_t rc);
+static ngx_int_t ngx_http_session_route(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
 static ngx_int_t ngx_http_session_method_not_allowed(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 
@@ -21,14 +32,120 @@ static ngx_str_t  ngx_http_session_allow = ngx_string("Allow");
 
 
 ngx_int_t
+ngx_http_session_access_handler(ngx_http_request_t *r)
+{
+    ngx_int_t                rc;
+    ngx_http_session_ctx_t  *ctx;
+
+    /*
+     * Only where this module's content handler serves (not in a location
+     * nested in a session_api one that serves something else).  With
+     * "satisfy any" an earlier handler may have refused: nginx answers
+     * that unless a later one grants, and this one never grants.
+     */
+
+    if (r->content_handler != ngx_http_session_handler || r->access_code) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ctx && ctx->stage != NGX_HTTP_SESSION_STAGE_NEW) {
+        return NGX_DECLINED;
+    }
+
+    ctx = ngx_http_session_start(r);
+    if (ctx == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    rc = ngx_http_session_auth(r, ctx);
+
+    if (rc == NGX_BUSY) {
+        ctx->stage = NGX_HTTP_SESSION_STAGE_KEYED;
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_session_admit(r, ctx, rc) == NGX_OK) {
+        ctx->stage = NGX_HTTP_SESSION_STAGE_ADMITTED;
+        return NGX_DECLINED;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_error(r, ctx->err));
+
+    return NGX_DONE;
+}
+
+
+ngx_int_t
 ngx_http_session_handler(ngx_http_request_t *r)
 {
     ngx_int_t                rc;
     ngx_http_session_ctx_t  *ctx;
 
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ctx == NULL || ctx->stage == NGX_HTTP_SESSION_STAGE_NEW) {
+        ctx = ngx_http_session_start(r);
+        if (ctx == NULL) {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        rc = ngx_http_session_auth(r, ctx);
+
+    } else if (ctx->stage == NGX_HTTP_SESSION_STAGE_ADMITTED) {
+        return ngx_http_session_route(r, ctx);
+
+    } else {
+        rc = NGX_BUSY;
+    }
+
+    if (rc == NGX_BUSY) {
+        rc = ngx_http_session_auth_lookup(r, ctx);
+
+        if (rc == NGX_AGAIN) {
+            /* the lookup's completion finalizes the request */
+            r->main->count++;
+            return NGX_DONE;
+        }
+    }
+
+    if (ngx_http_session_admit(r, ctx, rc) != NGX_OK) {
+        return ngx_http_session_error(r, ctx->err);
+    }
+
+    return ngx_http_session_route(r, ctx);
+}
+
+
+void
+ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ngx_http_session_admit(r, ctx, rc) != NGX_OK) {
+        rc = ngx_http_session_error(r, ctx->err);
+
+    } else {
+        rc = ngx_http_session_route(r, ctx);
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/* the request's context, with what stages 1 to 3 need to know of it */
+
+static ngx_http_session_ctx_t *
+ngx_http_session_start(ngx_http_request_t *r)
+{
+    ngx_http_session_ctx_t  *ctx;
+
     ctx = ngx_http_session_get_ctx(r);
     if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        return NULL;
     }
 
     if (r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD)) {
@@ -43,46 +160,35 @@ ngx_http_session_handler(ngx_http_request_t *r)
 
     (void) ngx_http_session_route_match(r->uri.data, r->uri.len, &ctx->route);
 
-    rc = ngx_http_session_auth(r, ctx);
-
-    if (rc == NGX_AGAIN) {
-        /* the lookup's completion finalizes the request */
-        r->main->count++;
-        return NGX_DONE;
-    }
-
-    return ngx_http_session_pipeline(r, ctx, rc);
+    return ctx;
 }
 
 
-void
-ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-    ngx_http_finalize_request(r, ngx_http_session_pipeline(r, ctx, rc));
-}
-
+/*
+ * Stage 1's outcome, then stage 2: NGX_OK with the rate-limit headers
+ * set, or NGX_DECLINED with ctx->err to answer.
+ */
 
 static ngx_int_t
-ngx_http_session_pipeline(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
+ngx_http_session_admit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     ngx_int_t rc)
 {
-    /* stage 1: authentication */
-
     if (rc != NGX_OK) {
-        return ngx_http_session_error(r, ctx->err);
+        return NGX_DECLINED;
     }
 
-    /* stage 2: rate limit; from here on every answer has the headers */
+    /* from here on every answer has the headers */
 
-    if (ngx_http_session_limit(r, ctx) != NGX_OK) {
-        return ngx_http_session_error(r, ctx->err);
-    }
+    return ngx_http_session_limit(r, ctx);
+}
 
-    /* stage 3: route */
+
+/* stage 3, then the endpoint */
+
+static ngx_int_t
+ngx_http_session_route(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    ngx_int_t  rc;
 
     if (ctx->route.id == NGX_HTTP_SESSION_ROUTE_NONE) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_ROUTE_NOT_FOUND);

@@ -10,6 +10,10 @@
 #include "ngx_http_session_common.h"
 
 
+/* stages 1 and 2, as the access phase's last handler */
+ngx_int_t ngx_http_session_access_handler(ngx_http_request_t *r);
+
+/* the content handler: from wherever the access phase left the request */
 ngx_int_t ngx_http_session_handler(ngx_http_request_t *r);
 
 /* continues the pipeline after an asynchronous stage 1 */

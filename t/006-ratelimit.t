@@ -605,6 +605,51 @@ $checks{resize} = sub {
                 "$name - the counter is intact");
 };
 
+# Stages 1 and 2 run after nginx's own access checks (allow/deny,
+# "satisfy"): a request they refuse is answered by them and not counted,
+# even when the auth cache knows the key (the fast path in the access
+# phase).  Where "satisfy any" grants access before the module's access
+# handler runs, the content handler does stages 1 and 2 itself; a location
+# nested in a session_api one that serves something else is left alone.
+$checks{access} = sub {
+    my ($name) = @_;
+    my $k = $KEYS[15];
+    my $forbidden = body(403, 'Forbidden', 'forbidden');
+
+    fresh_window(10);
+
+    # the key is now in the auth cache
+    admitted_ok(req('GET', '/api/v1/nope', $k), 404, 4, 3,
+                "$name - 1st, admitted");
+
+    for my $p ('/denied/v1/nope', '/any-deny/v1/nope') {
+        for my $i (1 .. 3) {
+            my $r = req('GET', $p, $k);
+            is($r->{status}, 403, "$name - $p $i - 403");
+            is($r->{content}, $forbidden, "$name - $p $i - body");
+            no_rl_ok($r, "$name - $p $i");
+        }
+    }
+
+    my $r = req('GET', '/any-allow/v1/nope');
+    is($r->{status}, 401, "$name - satisfy any, allowed, no key - 401");
+    no_rl_ok($r, "$name - satisfy any, allowed, no key");
+
+    admitted_ok(req('GET', '/any-allow/v1/nope', $k), 404, 4, 2,
+                "$name - satisfy any, allowed: counted by the content handler");
+
+    $r = req('GET', '/api/nested/pixel.gif');
+    is($r->{status}, 200, "$name - nested location, no key - 200");
+    is($r->{headers}{'content-type'}, 'image/gif',
+       "$name - nested location - its own answer");
+    no_rl_ok($r, "$name - nested location");
+
+    admitted_ok(req('GET', '/api/v1/nope', $k), 404, 4, 1,
+                "$name - the 403s were not counted");
+    admitted_ok(req('GET', '/api/v1/nope', $k), 404, 4, 0,
+                "$name - the last one admitted");
+};
+
 # z:32k holds about a hundred keys: 300 keys, each twice in a row (other=1:
 # 404 then 429).  The zone evicts the least recently used counters with an
 # ALERT, never crashes, and never lets a key through unlimited.
@@ -908,7 +953,52 @@ $::LIMITED
 
 
 
-=== TEST 8: 4 workers, 200 requests at once, other=50: exactly 50 admitted
+=== TEST 8: access checks first: allow/deny and satisfy refuse before stage 1, nothing counted; nested locations left alone
+--- config
+    session_limits other=4;
+
+    location /api/ {
+        session_api;
+
+        location /api/nested/ {
+            empty_gif;
+        }
+    }
+
+    location /denied/ {
+        session_api;
+        deny all;
+    }
+
+    location /any-deny/ {
+        session_api;
+        satisfy any;
+        deny all;
+    }
+
+    location /any-allow/ {
+        session_api;
+        satisfy any;
+        allow 127.0.0.1;
+        deny all;
+    }
+--- check: access
+--- request
+GET /denied/v1/nope
+--- more_headers eval
+"Authorization: Bearer $::KEYS[15]\n"
+--- error_code: 403
+--- response_headers
+Content-Type: application/json
+!X-RateLimit-Limit
+--- response_body eval
+main::body(403, 'Forbidden', 'forbidden')
+--- no_error_log
+[alert]
+
+
+
+=== TEST 9: 4 workers, 200 requests at once, other=50: exactly 50 admitted
 --- workers: 4
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
@@ -938,7 +1028,7 @@ worker_connections are not enough
 
 
 
-=== TEST 9: counters survive a reload (SIGHUP) that changes the limit
+=== TEST 10: counters survive a reload (SIGHUP) that changes the limit
 --- config
     location /api/ {
         session_api;
@@ -961,7 +1051,7 @@ X-RateLimit-Remaining: 14
 
 
 
-=== TEST 10: a reload that resizes the zone is refused, the old configuration keeps serving
+=== TEST 11: a reload that resizes the zone is refused, the old configuration keeps serving
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_limit_zone z:1m;
@@ -989,7 +1079,7 @@ qr/session_limit_zone "z" cannot change size from 1048576 to 2097152 on reload, 
 
 
 
-=== TEST 11: a full zone evicts least recently used counters with an ALERT, no crash
+=== TEST 12: a full zone evicts least recently used counters with an ALERT, no crash
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_limit_zone z:32k;
@@ -1017,7 +1107,7 @@ signal
 
 
 
-=== TEST 12: limits at the extremes (1 and 1000000000) are accepted
+=== TEST 13: limits at the extremes (1 and 1000000000) are accepted
 --- config
     location /api/ {
         session_api;
@@ -1036,7 +1126,7 @@ X-RateLimit-Remaining: 999999999
 
 
 
-=== TEST 13: session_limits without arguments
+=== TEST 14: session_limits without arguments
 --- config
     location /api/ {
         session_api;
@@ -1048,7 +1138,7 @@ qr/\[emerg\] .*invalid number of arguments in "session_limits" directive in \S+n
 
 
 
-=== TEST 14: session_limits with an unknown class
+=== TEST 15: session_limits with an unknown class
 --- config
     location /api/ {
         session_api;
@@ -1060,7 +1150,7 @@ qr/\[emerg\] .*invalid parameter "foo=1" in "session_limits".* in \S+nginx\.conf
 
 
 
-=== TEST 15: session_limits with a class in another case
+=== TEST 16: session_limits with a class in another case
 --- config
     location /api/ {
         session_api;
@@ -1072,7 +1162,7 @@ qr/\[emerg\] .*invalid parameter "Create=1" in "session_limits".* in \S+nginx\.c
 
 
 
-=== TEST 16: session_limits without "="
+=== TEST 17: session_limits without "="
 --- config
     location /api/ {
         session_api;
@@ -1084,7 +1174,7 @@ qr/\[emerg\] .*invalid parameter "create" in "session_limits".* in \S+nginx\.con
 
 
 
-=== TEST 17: session_limits create=0
+=== TEST 18: session_limits create=0
 --- config
     location /api/ {
         session_api;
@@ -1096,7 +1186,7 @@ qr/\[emerg\] .*"create=0".*"session_limits".*1 and 1000000000.* in \S+nginx\.con
 
 
 
-=== TEST 18: session_limits create=abc
+=== TEST 19: session_limits create=abc
 --- config
     location /api/ {
         session_api;
@@ -1108,7 +1198,7 @@ qr/\[emerg\] .*"create=abc".*"session_limits".* in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 19: session_limits with an empty value
+=== TEST 20: session_limits with an empty value
 --- config
     location /api/ {
         session_api;
@@ -1120,7 +1210,7 @@ qr/\[emerg\] .*"other=".*"session_limits".* in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 20: session_limits with a negative value
+=== TEST 21: session_limits with a negative value
 --- config
     location /api/ {
         session_api;
@@ -1132,7 +1222,7 @@ qr/\[emerg\] .*"list=-1".*"session_limits".* in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 21: session_limits over 1000000000
+=== TEST 22: session_limits over 1000000000
 --- config
     location /api/ {
         session_api;
@@ -1144,7 +1234,7 @@ qr/\[emerg\] .*"other=1000000001".*"session_limits".*1 and 1000000000.* in \S+ng
 
 
 
-=== TEST 22: session_limits with a value far past 64 bits
+=== TEST 23: session_limits with a value far past 64 bits
 --- config
     location /api/ {
         session_api;
@@ -1156,7 +1246,7 @@ qr/\[emerg\] .*"other=99999999999999999999999".*"session_limits".* in \S+nginx\.
 
 
 
-=== TEST 23: session_limits naming a class twice
+=== TEST 24: session_limits naming a class twice
 --- config
     location /api/ {
         session_api;
@@ -1168,7 +1258,7 @@ qr/\[emerg\] .*invalid parameter "create=2" in "session_limits".* in \S+nginx\.c
 
 
 
-=== TEST 24: session_limits twice in one block
+=== TEST 25: session_limits twice in one block
 --- config
     location /api/ {
         session_api;
@@ -1181,7 +1271,7 @@ qr/\[emerg\] .*"session_limits" directive is duplicate in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 25: session_limits twice at the http level
+=== TEST 26: session_limits twice at the http level
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_limits other=5;
@@ -1196,7 +1286,7 @@ qr/\[emerg\] .*"session_limits" directive is duplicate in \S+nginx\.conf:\d+/
 
 
 
-=== TEST 26: session_limit_zone too small
+=== TEST 27: session_limit_zone too small
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_limit_zone z:1k;

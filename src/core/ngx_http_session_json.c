@@ -145,9 +145,22 @@ ngx_http_session_decimal(unsigned char *dst, uint64_t n)
         10000000000000000000ULL
     };
 
+    /* most numbers sent are small: a remaining count, a Retry-After */
+
+    if (n < 100) {
+        if (n < 10) {
+            *dst = (unsigned char) ('0' + n);
+            return dst + 1;
+        }
+
+        dst[0] = (unsigned char) ('0' + n / 10);
+        dst[1] = (unsigned char) ('0' + n % 10);
+        return dst + 2;
+    }
+
     /* count the digits, then write them from the last one back */
 
-    len = 1;
+    len = 3;
 
     while (len < NGX_HTTP_SESSION_DECIMAL_MAX && n >= pow10[len - 1]) {
         len++;

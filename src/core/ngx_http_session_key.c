@@ -310,34 +310,6 @@ ngx_http_session_key_tree_key(const unsigned char *hash)
 }
 
 
-int
-ngx_http_session_equal(const unsigned char *a, const unsigned char *b,
-    size_t len)
-{
-    size_t    i;
-    uint64_t  acc, wa, wb;
-
-    /*
-     * Every byte is read and folded into acc whatever the others hold: no
-     * branch depends on the contents, eight bytes at a time.
-     */
-
-    acc = 0;
-
-    for (i = 0; i + sizeof(uint64_t) <= len; i += sizeof(uint64_t)) {
-        memcpy(&wa, a + i, sizeof(uint64_t));
-        memcpy(&wb, b + i, sizeof(uint64_t));
-        acc |= wa ^ wb;
-    }
-
-    for ( /* void */ ; i < len; i++) {
-        acc |= (uint64_t) (a[i] ^ b[i]);
-    }
-
-    return acc == 0;
-}
-
-
 static int
 ngx_http_session_is_hex(unsigned char c)
 {
