@@ -138,9 +138,11 @@ failed:
 
 
 /*
- * X-RateLimit-Reset of the window of now, copied to p.  The text changes
- * once a minute: a worker keeps the last one (a copy goes out with each
- * request, which may be answered in a later minute).
+ * X-RateLimit-Reset of the window of now, copied to p, which has room for
+ * NGX_HTTP_SESSION_DECIMAL_MAX bytes.  The text changes once a minute: a
+ * worker keeps the last one (a copy goes out with each request, which may
+ * be answered in a later minute).  The whole buffer is copied, a fixed
+ * size, whatever the text's length.
  */
 
 static size_t
@@ -156,7 +158,7 @@ ngx_http_session_limit_reset(time_t now, u_char *p)
         len = ngx_http_session_decimal(text, (uint64_t) reset) - text;
     }
 
-    ngx_memcpy(p, text, len);
+    ngx_memcpy(p, text, NGX_HTTP_SESSION_DECIMAL_MAX);
 
     return len;
 }

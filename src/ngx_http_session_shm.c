@@ -447,8 +447,7 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     ngx_http_session_rate_node_t  *rn;
 
     sh = ctx->sh;
-    minute = (uint32_t) (ngx_http_session_window_start(take->now)
-                         / NGX_HTTP_SESSION_WINDOW_SECONDS);
+    minute = (uint32_t) ngx_http_session_window_minute(take->now);
     evicted = 0;
     take->evicted = 0;
 

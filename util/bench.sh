@@ -14,11 +14,18 @@
 #                        throw-away one; the rows the bench adds are
 #                        deleted at the end
 #   BENCH_DURATION       one wrk run (default 5s)
-#   BENCH_THREADS        wrk threads (default 2)
+#   BENCH_THREADS        wrk threads (default 2; 1 when pinned)
+#   BENCH_PIN            1: the hot-path scenarios run one nginx worker
+#                        pinned to the last CPU and wrk pinned to CPU 0,
+#                        so that the worker is the bottleneck and what is
+#                        measured is its cost, not the client's; 0: both
+#                        float over all CPUs with BENCH_WORKERS workers.
+#                        Default 1 with 2 CPUs or more.
 #   BENCH_CONNECTIONS    wrk connections (default 50)
 #   BENCH_ROUNDS         runs of each scenario, the median is reported
 #                        (default 3)
-#   BENCH_WORKERS        nginx worker_processes (default 2)
+#   BENCH_WORKERS        nginx worker_processes (default 2; the hot-path
+#                        scenarios use 1 when pinned)
 #   BENCH_CAPACITY_KEYS  keys for the zone-capacity run (default 100000;
 #                        0 skips it)
 #   BENCH_OUT            the report (default docs/benchmarks.md; "-" for
@@ -47,7 +54,7 @@ SESSIONCTL=$ROOT/build/sessionctl
 DURATION=${BENCH_DURATION:-5s}
 THREADS=${BENCH_THREADS:-2}
 CONNS=${BENCH_CONNECTIONS:-50}
-ROUNDS=${BENCH_ROUNDS:-3}
+ROUNDS=${BENCH_ROUNDS:-5}
 WORKERS=${BENCH_WORKERS:-2}
 CAPACITY_KEYS=${BENCH_CAPACITY_KEYS:-100000}
 DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
@@ -55,6 +62,21 @@ PGBENCH_ON=${BENCH_PGBENCH:-1}
 DB_WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((WORKERS * DB_CONNS_PER_WORKER))}
 INSTRUCTIONS_ON=${BENCH_INSTRUCTIONS:-1}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
+
+NCPU=$(nproc)
+PIN=${BENCH_PIN:-$([ "$NCPU" -ge 2 ] && echo 1 || echo 0)}
+if [ "$PIN" = 1 ]; then
+    # wrk on CPU 0, the one worker on the last CPU
+    HOT_WORKERS=1
+    HOT_THREADS=${BENCH_THREADS:-1}
+    HOT_AFFINITY=1$(printf '%*s' $((NCPU - 1)) '' | tr ' ' 0)
+    CLIENT=(taskset -c 0)
+else
+    HOT_WORKERS=$WORKERS
+    HOT_THREADS=$THREADS
+    HOT_AFFINITY=
+    CLIENT=()
+fi
 
 die() {
     echo "bench.sh: $*" >&2
@@ -121,7 +143,7 @@ DB=
 PROJECT=
 ACCOUNT=
 PORT=
-cmd_line="wrk -t$THREADS -c$CONNS -d$DURATION"
+cmd_line="${CLIENT[*]}${CLIENT[*]:+ }wrk -t$HOT_THREADS -c$CONNS -d$DURATION"
 
 cleanup() {
     local rc=$?
@@ -160,13 +182,15 @@ ctl() {
 }
 
 
+# write_conf ZONE [WORKERS [AFFINITY]]
 write_conf() {
-    local zone=$1
+    local zone=$1 workers=${2:-$WORKERS} affinity=${3:-}
 
     cat > "$W/nginx.conf" <<EOF
 load_module $W/ngx_http_session_module.so;
 
-worker_processes $WORKERS;
+worker_processes $workers;
+${affinity:+worker_cpu_affinity $affinity;}
 master_process on;
 daemon on;
 pid $W/nginx.pid;
@@ -287,24 +311,29 @@ declare -A RPS
 declare -A LAT
 declare -A ALLRPS
 declare -A ALLCPU
+declare -A ALLUSR
+declare -A USR
 declare -A CPU
 
 CLK_TCK=$(getconf CLK_TCK)
 
-# user + system CPU ticks of nginx's worker processes so far
+# "user system": the CPU ticks of nginx's worker processes so far
 worker_ticks() {
-    local master pid sum=0 t
+    local master pid u=0 s=0 tu ts
     master=$(cat "$W/nginx.pid")
     for pid in $(pgrep -P "$master"); do
-        t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || echo 0)
-        sum=$((sum + t))
+        read -r tu ts < <(awk '{ print $14, $15 }' "/proc/$pid/stat" \
+                              2>/dev/null || echo 0 0)
+        u=$((u + tu))
+        s=$((s + ts))
     done
-    echo "$sum"
+    echo "$u $s"
 }
 
 # run_wrk NAME STATUS PATH KEY: one wrk run, its requests/s appended
 run_wrk() {
-    local name=$1 want=$2 path=$3 key=$4 out rps lat non2xx total t0 t1 cpu
+    local name=$1 want=$2 path=$3 key=$4
+    local out rps lat non2xx total t0 t1 cpu usr
     local -a hdr=()
 
     if [ "$key" != - ]; then
@@ -312,8 +341,8 @@ run_wrk() {
     fi
 
     t0=$(worker_ticks)
-    out=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" "${hdr[@]}" \
-              "http://127.0.0.1:$PORT$path" 2>&1) \
+    out=$("${CLIENT[@]}" wrk -t"$HOT_THREADS" -c"$CONNS" -d"$DURATION" \
+              "${hdr[@]}" "http://127.0.0.1:$PORT$path" 2>&1) \
         || { echo "$out" >&2; die "wrk failed ($name)"; }
     t1=$(worker_ticks)
 
@@ -338,14 +367,20 @@ run_wrk() {
         log "$name: $(grep 'socket errors' <<<"$out")"
     fi
 
-    # the workers' CPU time per request, in microseconds
-    cpu=$(awk -v d=$((t1 - t0)) -v hz="$CLK_TCK" -v n="$total" \
-              'BEGIN { printf "%.2f", d * 1000000 / hz / n }')
+    # the workers' CPU time per request, in microseconds: all of it, and
+    # the user part (the system calls are the same in every scenario:
+    # one recv and one writev per request)
+    read -r cpu usr < <(awk -v a="$t0" -v b="$t1" -v hz="$CLK_TCK" \
+                            -v n="$total" 'BEGIN {
+        split(a, x, " "); split(b, y, " ");
+        printf "%.2f %.3f\n", (y[1] + y[2] - x[1] - x[2]) * 1000000 / hz / n,
+                              (y[1] - x[1]) * 1000000 / hz / n }')
 
-    ALLRPS[$name]+="$rps "
     ALLCPU[$name]+="$cpu "
+    ALLUSR[$name]+="$usr "
     LAT[$name]+="$lat "
-    log "$name: $rps requests/s, latency $lat, worker CPU $cpu us/request"
+    log "$name: $rps requests/s, latency $lat, worker CPU $cpu us/request" \
+        "($usr user)"
 }
 
 
@@ -385,7 +420,7 @@ inside() {
     # limit_req's key has the shape of ours
     KEY[LR]=sess_$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 
-    write_conf bench:10m
+    write_conf bench:10m "$HOT_WORKERS" "$HOT_AFFINITY"
     start_nginx
 
     # what every scenario answers; the first request of the two limited
@@ -400,18 +435,28 @@ inside() {
     expect_status 429 "limit_req, 2nd" /lr/x "${KEY[LR]}"
 
     log "$((ROUNDS * ${#SCENARIOS[@]})) runs of $cmd_line on 127.0.0.1:$PORT," \
-        "nginx with $WORKERS workers"
+        "nginx with $HOT_WORKERS workers${HOT_AFFINITY:+ (affinity $HOT_AFFINITY)}"
 
     # warm-up (not reported): connections, caches, CPU frequency
-    wrk -t"$THREADS" -c"$CONNS" -d1s "http://127.0.0.1:$PORT/ok" >/dev/null
-    wrk -t"$THREADS" -c"$CONNS" -d1s -H "Authorization: Bearer ${KEY[ADMIT]}" \
+    "${CLIENT[@]}" wrk -t"$HOT_THREADS" -c"$CONNS" -d1s \
+        "http://127.0.0.1:$PORT/ok" >/dev/null
+    "${CLIENT[@]}" wrk -t"$HOT_THREADS" -c"$CONNS" -d1s \
+        -H "Authorization: Bearer ${KEY[ADMIT]}" \
         "http://127.0.0.1:$PORT/api/v1/nope" >/dev/null
 
-    # the scenarios in turn, ROUNDS times: drift of the machine's load is
-    # spread over all of them
-    local s name want path key
-    for _ in $(seq "$ROUNDS"); do
-        for s in "${SCENARIOS[@]}"; do
+    # the scenarios in turn, ROUNDS times, every other round backwards:
+    # drift of the machine's load is spread over all of them, and the two
+    # 429 scenarios, side by side, are compared round by round
+    local s name want path key round order
+    for round in $(seq "$ROUNDS"); do
+        order=("${SCENARIOS[@]}")
+        if [ $((round % 2)) = 0 ]; then
+            order=()
+            for ((i = ${#SCENARIOS[@]} - 1; i >= 0; i--)); do
+                order+=("${SCENARIOS[$i]}")
+            done
+        fi
+        for s in "${order[@]}"; do
             IFS='|' read -r name want path key <<<"$s"
             # the limited keys stay refused: a window that ended between
             # two runs would let one request through
@@ -426,15 +471,24 @@ inside() {
         IFS='|' read -r name want path key <<<"$s"
         RPS[$name]=$(median <<<"${ALLRPS[$name]}")
         CPU[$name]=$(median <<<"${ALLCPU[$name]}")
+        USR[$name]=$(median <<<"${ALLUSR[$name]}")
     done
-
-    # POST and GET /api/v1/sessions against pgbench (functions below)
-    db_scenarios
 
     grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
         && die "the error log has alerts (above)"
 
     stop_nginx
+
+    # POST and GET /api/v1/sessions against pgbench (functions below), with
+    # BENCH_WORKERS workers, unpinned: PostgreSQL needs the CPUs too
+    if [ "$PGBENCH_ON" != 0 ]; then
+        write_conf bench:10m
+        start_nginx
+        db_scenarios
+        grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
+            && die "the error log of the database scenarios has alerts"
+        stop_nginx
+    fi
 
     # instructions per request under callgrind (util/bench-ir.sh)
     instructions
@@ -661,7 +715,7 @@ instructions() {
     {
         echo
         echo "- 429: limit_req / session_limits instructions: $(ratio "$lr" "$ours") (≥ 1.00 means ours takes no more)"
-        echo "- Limiter on an admitted request (404 valid key): its own code $lim of $adm instructions, $(awk -v a="$lim" -v b="$adm" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') % over the request without it; the whole difference to a 401 unknown key (same stage 1, no stage 2) is $((adm - unk)), $(awk -v a="$adm" -v b="$unk" 'BEGIN { printf "%.1f", 100 * (a - b) / b }') %"
+        echo "- Limiter on an admitted request (404 valid key): its own code $lim of $adm instructions, $(awk -v a="$lim" -v b="$adm" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') % over the request without it; the whole difference to a 401 unknown key (same stage 1, no stage 2, answered in the access phase) is $((adm - unk)), $(awk -v a="$adm" -v b="$unk" 'BEGIN { printf "%.1f", 100 * (a - b) / b }') %"
         echo "- Limiter on an admitted request that does an endpoint's work (GET /api/v1/sessions?limit=20, 20 sessions): $list_lim of $list instructions, $(awk -v a="$list_lim" -v b="$list" 'BEGIN { printf "%.1f", 100 * a / (b - a) }') %"
     } >> "$W/ir.md"
 }
@@ -782,10 +836,13 @@ that never trips it does exactly the work it does with any other limit
 on an admitted request, so a run "with limits" against one "with a limit
 so high it never trips" differs by nothing.  The overhead is therefore
 the work stage 2 adds to an admitted request: its code's instructions
-against the rest of the request, and, as a cross-check that also counts
+against the rest of the request, and, as an upper bound that also counts
 the header filter's share, the difference between the admitted 404 and
 a cached 401 for an unknown key (the same stage 1 and a JSON error of
-the same size, no stage 2).  The 404 of an unknown route is the
+the same size, no stage 2).  That difference also holds nginx's
+post-access, pre-content and content phases, which an admitted request
+goes through and a refusal in the access phase does not
+(docs/decisions.md, (bc)).  The 404 of an unknown route is the
 cheapest admitted request there is, so this is the worst case: on a
 request that does an endpoint's work the same few hundred instructions
 are a far smaller share (see docs/decisions.md).
@@ -866,29 +923,38 @@ report() {
     machine="$(nproc) CPUs ($cpu), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r)"
 
     {
-        echo "| scenario | answer | requests/s (median of $ROUNDS) | × return 200 | runs (requests/s) | worker CPU µs/request (median) |"
-        echo "|---|---|---:|---:|---|---:|"
+        echo "| scenario | answer | requests/s (median of $ROUNDS) | × return 200 | runs (requests/s) | worker CPU µs/request (median) | of which user |"
+        echo "|---|---|---:|---:|---|---:|---:|"
         for s in "${SCENARIOS[@]}"; do
             IFS='|' read -r name want path key <<<"$s"
-            printf '| %s | %s | %.0f | %s | %s | %s |\n' "$name" "$want" \
-                "${RPS[$name]}" "$(ratio "${RPS[$name]}" "$base")" \
-                "$(runs_of "$name")" "${CPU[$name]}"
+            printf '| %s | %s | %.0f | %s | %s | %s | %s |\n' "$name" \
+                "$want" "${RPS[$name]}" "$(ratio "${RPS[$name]}" "$base")" \
+                "$(runs_of "$name")" "${CPU[$name]}" "${USR[$name]}"
         done
     } > "$W/table.md"
 
-    local r401 r404 r429
+    local r401 r404 r429 r429m pairs
     r401=$(ratio "${RPS["401 malformed key"]}" "$base")
     r404=$(ratio "${RPS["404 valid key (cached), limiter counting"]}" "$base")
-    r429=$(ratio "$ours" "$lr")
+    r429m=$(ratio "$ours" "$lr")
+
+    # the two 429 scenarios run next to each other in every round: the
+    # ratio of each round, and their median
+    pairs=$(paste -d' ' \
+                <(tr ' ' '\n' <<<"${ALLRPS["429 session_limits"]}" | grep .) \
+                <(tr ' ' '\n' <<<"${ALLRPS["429 limit_req"]}" | grep .) \
+            | awk '{ printf "%.2f ", $1 / $2 }')
+    r429=$(median <<<"$pairs")
+    r429=$(awk -v v="$r429" 'BEGIN { printf "%.2f", v }')
 
     {
         echo
         echo "Goals:"
         echo "- 401 (malformed key) ≥ 0.8 × return 200: $r401 ($(goal "$r401" 0.8))"
         echo "- 404 (valid cached key) ≥ 0.6 × return 200: $r404 ($(goal "$r404" 0.6))"
-        echo "- 429 session_limits ≥ 1.0 × 429 limit_req: $r429 ($(goal "$r429" 1.0))"
+        echo "- 429 session_limits ≥ 1.0 × 429 limit_req: $r429 ($(goal "$r429" 1.0)), the median of the $ROUNDS rounds' ratios ($(sed 's/ $//; s/ /, /g' <<<"$pairs")); the ratio of the two medians is $r429m"
         echo
-        echo "Worker CPU per request against return 200: 401 malformed $(ratio "${CPU["401 malformed key"]}" "${CPU["return 200 (baseline)"]}")×, 404 valid key $(ratio "${CPU["404 valid key (cached), limiter counting"]}" "${CPU["return 200 (baseline)"]}")×; 429 session_limits against 429 limit_req: $(ratio "$(cpu_of "429 session_limits")" "$(cpu_of "429 limit_req")")×."
+        echo "Worker CPU per request against return 200: 401 malformed $(ratio "${CPU["401 malformed key"]}" "${CPU["return 200 (baseline)"]}")×, 404 valid key $(ratio "${CPU["404 valid key (cached), limiter counting"]}" "${CPU["return 200 (baseline)"]}")×; 429 session_limits against 429 limit_req: $(ratio "$(cpu_of "429 session_limits")" "$(cpu_of "429 limit_req")")× (user time alone $(ratio "${USR["429 session_limits"]}" "${USR["429 limit_req"]}")×)."
         if [ "$CAPACITY_KEYS" -gt 0 ]; then
             echo
             echo "Zone capacity (session_limit_zone 10m): first zone-full ALERT in the round of $CAP_ROUND keys that ended with key $CAP_ALERT, $CAP_SENT keys sent in $CAP_SECONDS s ($CAP_STATUSES).$CAP_NOTE"
@@ -909,26 +975,35 @@ report() {
         *) OUT=$ROOT/$OUT ;;
     esac
 
+    local placement
+    if [ "$PIN" = 1 ]; then
+        placement="one nginx worker pinned to CPU $((NCPU - 1)) (\`worker_cpu_affinity $HOT_AFFINITY\`), wrk pinned to CPU 0 (\`taskset -c 0\`): the worker is the bottleneck, so requests/s is what the server can answer, not what the client can parse (a 429 with the contract's four headers costs wrk more to read than nginx's bare 429 page)"
+    else
+        placement="$WORKERS nginx workers and wrk sharing all CPUs (BENCH_PIN=0)"
+    fi
+
     cat > "$OUT" <<EOF
 # Benchmarks
 
 Written by \`make bench\` (\`bash util/bench.sh\`); run it again to
 refresh this page.  Every number here comes from the run below, on one
-machine, with wrk and nginx sharing its CPUs: compare the ratios, which
-hold across machines far better than the absolute figures.
+machine: compare the ratios, which hold across machines far better than
+the absolute figures.
 
 ## The run
 
 - Machine: $machine
-- nginx $("$NGINX" -v 2>&1 | sed 's/^nginx version: nginx\///'), $WORKERS worker processes, \`master_process on\`, \`access_log off\`,
+- nginx $("$NGINX" -v 2>&1 | sed 's/^nginx version: nginx\///'), \`master_process on\`, \`access_log off\`,
   \`keepalive_requests 1000000\`, error log at \`warn\`
+- Hot-path scenarios (the first table): $placement; the database
+  scenarios: $WORKERS workers and every client unpinned
 - PostgreSQL: $(psql -X -At -d "$DB" -c 'SHOW server_version' 2>/dev/null | sed 's/ .*//') on the same machine
   ($( [ -n "${BENCH_SESSION_DB:-}" ] && echo "given by BENCH_SESSION_DB" || echo "a throw-away pg_virtualenv cluster"))
 - Date: $(date -u +%Y-%m-%dT%H:%M:%SZ); load average before the run
   $LOAD_BEFORE, after $(cut -d' ' -f1-3 /proc/loadavg) (anything else
   running on the machine shows in the spread of the runs)
 - Each scenario: \`$cmd_line\` against \`http://127.0.0.1:PORT<path>\`,
-  $ROUNDS runs, taken in turn (scenario 1 … 6, then again), the median reported
+  $ROUNDS runs, taken in turn (scenario 1 … 6, then 6 … 1, and so on), the median reported
 
 $(cat "$W/table.md")
 $(cat "$W/goals.md")

@@ -134,44 +134,46 @@ ngx_http_session_json_escape(unsigned char *dst, const unsigned char *src,
 unsigned char *
 ngx_http_session_decimal(unsigned char *dst, uint64_t n)
 {
-    size_t                 len;
-    unsigned char         *p;
-    static const uint64_t  pow10[NGX_HTTP_SESSION_DECIMAL_MAX - 1] = {
-        10ULL, 100ULL, 1000ULL, 10000ULL, 100000ULL, 1000000ULL,
-        10000000ULL, 100000000ULL, 1000000000ULL, 10000000000ULL,
-        100000000000ULL, 1000000000000ULL, 10000000000000ULL,
-        100000000000000ULL, 1000000000000000ULL, 10000000000000000ULL,
-        100000000000000000ULL, 1000000000000000000ULL,
-        10000000000000000000ULL
-    };
+    size_t                len;
+    unsigned char        *p;
+    unsigned char         buf[NGX_HTTP_SESSION_DECIMAL_MAX];
+    static const char     pairs[] =
+        "0001020304050607080910111213141516171819"
+        "2021222324252627282930313233343536373839"
+        "4041424344454647484950515253545556575859"
+        "6061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
 
     /* most numbers sent are small: a remaining count, a Retry-After */
 
-    if (n < 100) {
-        if (n < 10) {
-            *dst = (unsigned char) ('0' + n);
-            return dst + 1;
-        }
-
-        dst[0] = (unsigned char) ('0' + n / 10);
-        dst[1] = (unsigned char) ('0' + n % 10);
-        return dst + 2;
+    if (n < 10) {
+        *dst = (unsigned char) ('0' + n);
+        return dst + 1;
     }
 
-    /* count the digits, then write them from the last one back */
+    /*
+     * Two digits per division, from the last pair back, into buf; then
+     * the digits to dst (a limit of 1000000000 leaves ten of them).
+     */
 
-    len = 3;
+    p = buf + sizeof(buf);
 
-    while (len < NGX_HTTP_SESSION_DECIMAL_MAX && n >= pow10[len - 1]) {
-        len++;
+    while (n >= 100) {
+        p -= 2;
+        memcpy(p, &pairs[(n % 100) * 2], 2);
+        n /= 100;
     }
 
-    p = dst + len;
+    if (n >= 10) {
+        p -= 2;
+        memcpy(p, &pairs[n * 2], 2);
 
-    do {
-        *--p = (unsigned char) ('0' + n % 10);
-        n /= 10;
-    } while (n);
+    } else {
+        *--p = (unsigned char) ('0' + n);
+    }
+
+    len = buf + sizeof(buf) - p;
+    memcpy(dst, p, len);
 
     return dst + len;
 }

@@ -118,6 +118,41 @@ START_TEST(test_window_reset)
 END_TEST
 
 
+START_TEST(test_window_minute)
+{
+    const ngx_http_session_window_vec_t  *v;
+
+    v = &window_vecs[_i];
+
+    ck_assert_msg(ngx_http_session_window_minute(v->now) * 60 == v->start,
+                  "minute(%lld): got %lld, expected %lld",
+                  (long long) v->now,
+                  (long long) ngx_http_session_window_minute(v->now),
+                  (long long) v->start / 60);
+}
+END_TEST
+
+
+/* the window number against the window's start, either side of 1970 */
+START_TEST(test_window_minute_every_second)
+{
+    time_t  now;
+
+    now = (time_t) _i - 3 * NGX_HTTP_SESSION_WINDOW_SECONDS;
+
+    ck_assert_int_eq(ngx_http_session_window_minute(now)
+                     * NGX_HTTP_SESSION_WINDOW_SECONDS,
+                     ngx_http_session_window_start(now));
+
+    now += MINUTE0;
+
+    ck_assert_int_eq(ngx_http_session_window_minute(now)
+                     * NGX_HTTP_SESSION_WINDOW_SECONDS,
+                     ngx_http_session_window_start(now));
+}
+END_TEST
+
+
 /*
  * Every second of three consecutive minutes: the start is a multiple of
  * 60 at most 59 s back, the reset is the next multiple strictly ahead,
@@ -220,6 +255,9 @@ make_window_suite(void)
     tcase_add_loop_test(tc, test_window_reset, 0, NELTS(window_vecs));
     tcase_add_loop_test(tc, test_window_every_second, 0,
                         3 * NGX_HTTP_SESSION_WINDOW_SECONDS);
+    tcase_add_loop_test(tc, test_window_minute, 0, NELTS(window_vecs));
+    tcase_add_loop_test(tc, test_window_minute_every_second, 0,
+                        6 * NGX_HTTP_SESSION_WINDOW_SECONDS);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("retry_after");
