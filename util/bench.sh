@@ -376,6 +376,7 @@ run_wrk() {
         printf "%.2f %.3f\n", (y[1] + y[2] - x[1] - x[2]) * 1000000 / hz / n,
                               (y[1] - x[1]) * 1000000 / hz / n }')
 
+    ALLRPS[$name]+="$rps "
     ALLCPU[$name]+="$cpu "
     ALLUSR[$name]+="$usr "
     LAT[$name]+="$lat "
