@@ -7,7 +7,7 @@
 #
 # Everything is local and bounded: a throw-away PostgreSQL (pg_virtualenv,
 # as util/test.sh does), nginx on a free loopback port, each wrk run
-# BENCH_DURATION long; the whole run takes about two and a half minutes.
+# BENCH_DURATION long; the whole run takes about eight minutes.
 #
 # Environment:
 #   BENCH_SESSION_DB     use this (migrated or not) database instead of a
@@ -28,6 +28,9 @@
 #                        scenarios use 1 when pinned)
 #   BENCH_CAPACITY_KEYS  keys for the zone-capacity run (default 100000;
 #                        0 skips it)
+#   BENCH_PAIRS          extra runs of the two 429 scenarios side by side,
+#                        in alternating order (default 10), for the 429
+#                        goal's ratio; BENCH_PAIR_DURATION each (3s)
 #   BENCH_OUT            the report (default docs/benchmarks.md; "-" for
 #                        none)
 #   BENCH_IMAGES         0 skips util/bench-images.sh (image uploads
@@ -62,6 +65,8 @@ PGBENCH_ON=${BENCH_PGBENCH:-1}
 DB_WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((WORKERS * DB_CONNS_PER_WORKER))}
 INSTRUCTIONS_ON=${BENCH_INSTRUCTIONS:-1}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
+PAIRS=${BENCH_PAIRS:-10}
+PAIR_DURATION=${BENCH_PAIR_DURATION:-3s}
 
 NCPU=$(nproc)
 PIN=${BENCH_PIN:-$([ "$NCPU" -ge 2 ] && echo 1 || echo 0)}
@@ -311,40 +316,38 @@ declare -A RPS
 declare -A LAT
 declare -A ALLRPS
 declare -A ALLCPU
-declare -A ALLUSR
-declare -A USR
 declare -A CPU
 
-CLK_TCK=$(getconf CLK_TCK)
-
-# "user system": the CPU ticks of nginx's worker processes so far
-worker_ticks() {
-    local master pid u=0 s=0 tu ts
+# nanoseconds nginx's worker processes have run on a CPU so far (the
+# scheduler's own count, /proc/PID/schedstat: exact, where the user and
+# system times of /proc/PID/stat are sampled at the clock tick)
+worker_ns() {
+    local master pid sum=0 t
     master=$(cat "$W/nginx.pid")
     for pid in $(pgrep -P "$master"); do
-        read -r tu ts < <(awk '{ print $14, $15 }' "/proc/$pid/stat" \
-                              2>/dev/null || echo 0 0)
-        u=$((u + tu))
-        s=$((s + ts))
+        t=$(awk '{ print $1 }' "/proc/$pid/schedstat" 2>/dev/null || echo 0)
+        sum=$((sum + t))
     done
-    echo "$u $s"
+    echo "$sum"
 }
 
-# run_wrk NAME STATUS PATH KEY: one wrk run, its requests/s appended
+
+# run_wrk NAME STATUS PATH KEY [DURATION]: one wrk run, its requests/s,
+# latency and worker CPU per request appended to the lists of NAME
 run_wrk() {
-    local name=$1 want=$2 path=$3 key=$4
-    local out rps lat non2xx total t0 t1 cpu usr
+    local name=$1 want=$2 path=$3 key=$4 duration=${5:-$DURATION}
+    local out rps lat non2xx total t0 t1 cpu
     local -a hdr=()
 
     if [ "$key" != - ]; then
         hdr=(-H "Authorization: Bearer ${KEY[$key]}")
     fi
 
-    t0=$(worker_ticks)
-    out=$("${CLIENT[@]}" wrk -t"$HOT_THREADS" -c"$CONNS" -d"$DURATION" \
+    t0=$(worker_ns)
+    out=$("${CLIENT[@]}" wrk -t"$HOT_THREADS" -c"$CONNS" -d"$duration" \
               "${hdr[@]}" "http://127.0.0.1:$PORT$path" 2>&1) \
         || { echo "$out" >&2; die "wrk failed ($name)"; }
-    t1=$(worker_ticks)
+    t1=$(worker_ns)
 
     rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
     lat=$(awk '$1 == "Latency" { print $2 }' <<<"$out")
@@ -367,21 +370,14 @@ run_wrk() {
         log "$name: $(grep 'socket errors' <<<"$out")"
     fi
 
-    # the workers' CPU time per request, in microseconds: all of it, and
-    # the user part (the system calls are the same in every scenario:
-    # one recv and one writev per request)
-    read -r cpu usr < <(awk -v a="$t0" -v b="$t1" -v hz="$CLK_TCK" \
-                            -v n="$total" 'BEGIN {
-        split(a, x, " "); split(b, y, " ");
-        printf "%.2f %.3f\n", (y[1] + y[2] - x[1] - x[2]) * 1000000 / hz / n,
-                              (y[1] - x[1]) * 1000000 / hz / n }')
+    # the workers' CPU time per request, in microseconds
+    cpu=$(awk -v d=$((t1 - t0)) -v n="$total" \
+              'BEGIN { printf "%.2f", d / 1000 / n }')
 
     ALLRPS[$name]+="$rps "
     ALLCPU[$name]+="$cpu "
-    ALLUSR[$name]+="$usr "
     LAT[$name]+="$lat "
-    log "$name: $rps requests/s, latency $lat, worker CPU $cpu us/request" \
-        "($usr user)"
+    log "$name: $rps requests/s, latency $lat, worker CPU $cpu us/request"
 }
 
 
@@ -468,11 +464,27 @@ inside() {
         done
     done
 
+    # the two 429 paths once more, PAIRS times next to each other, which
+    # one first alternating: the machine drifts by more than the two
+    # differ, so the goal's ratio is taken pair by pair
+    local p
+    for p in $(seq "$PAIRS"); do
+        order=("429 session_limits|429|/sl/x|LIMITED"
+               "429 limit_req|429|/lr/x|LR")
+        if [ $((p % 2)) = 0 ]; then
+            order=("${order[1]}" "${order[0]}")
+        fi
+        for s in "${order[@]}"; do
+            IFS='|' read -r name want path key <<<"$s"
+            status_of "$path" "${KEY[$key]}" >/dev/null
+            run_wrk "pair: $name" "$want" "$path" "$key" "$PAIR_DURATION"
+        done
+    done
+
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r name want path key <<<"$s"
         RPS[$name]=$(median <<<"${ALLRPS[$name]}")
         CPU[$name]=$(median <<<"${ALLCPU[$name]}")
-        USR[$name]=$(median <<<"${ALLUSR[$name]}")
     done
 
     grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
@@ -793,6 +805,16 @@ capacity() {
 }
 
 
+# pair_ratios A B [LIST]: the ratio A/B of each pair of runs, from the
+# lists of requests/s (ALLRPS, or the one named)
+pair_ratios() {
+    local -n list=${3:-ALLRPS}
+    paste -d' ' <(tr ' ' '\n' <<<"${list[$1]}" | grep .) \
+                <(tr ' ' '\n' <<<"${list[$2]}" | grep .) \
+        | awk '{ printf "%.2f ", $1 / $2 }'
+}
+
+
 # the requests/s of each run, whole numbers
 runs_of() {
     local v out=
@@ -924,38 +946,38 @@ report() {
     machine="$(nproc) CPUs ($cpu), $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), Linux $(uname -r)"
 
     {
-        echo "| scenario | answer | requests/s (median of $ROUNDS) | × return 200 | runs (requests/s) | worker CPU µs/request (median) | of which user |"
-        echo "|---|---|---:|---:|---|---:|---:|"
+        echo "| scenario | answer | requests/s (median of $ROUNDS) | × return 200 | runs (requests/s) | worker CPU µs/request (median) |"
+        echo "|---|---|---:|---:|---|---:|"
         for s in "${SCENARIOS[@]}"; do
             IFS='|' read -r name want path key <<<"$s"
-            printf '| %s | %s | %.0f | %s | %s | %s | %s |\n' "$name" \
-                "$want" "${RPS[$name]}" "$(ratio "${RPS[$name]}" "$base")" \
-                "$(runs_of "$name")" "${CPU[$name]}" "${USR[$name]}"
+            printf '| %s | %s | %.0f | %s | %s | %s |\n' "$name" "$want" \
+                "${RPS[$name]}" "$(ratio "${RPS[$name]}" "$base")" \
+                "$(runs_of "$name")" "${CPU[$name]}"
         done
     } > "$W/table.md"
 
-    local r401 r404 r429 r429m pairs
+    local r401 r404 r429 r429m pairs cpairs c429
     r401=$(ratio "${RPS["401 malformed key"]}" "$base")
     r404=$(ratio "${RPS["404 valid key (cached), limiter counting"]}" "$base")
     r429m=$(ratio "$ours" "$lr")
 
-    # the two 429 scenarios run next to each other in every round: the
-    # ratio of each round, and their median
-    pairs=$(paste -d' ' \
-                <(tr ' ' '\n' <<<"${ALLRPS["429 session_limits"]}" | grep .) \
-                <(tr ' ' '\n' <<<"${ALLRPS["429 limit_req"]}" | grep .) \
-            | awk '{ printf "%.2f ", $1 / $2 }')
+    # the two 429 scenarios ran next to each other in every round and in
+    # the extra pairs: the ratio of each pair, and their median
+    pairs="$(pair_ratios "429 session_limits" "429 limit_req") $(pair_ratios "pair: 429 session_limits" "pair: 429 limit_req")"
     r429=$(median <<<"$pairs")
     r429=$(awk -v v="$r429" 'BEGIN { printf "%.2f", v }')
+    cpairs="$(pair_ratios "429 limit_req" "429 session_limits" ALLCPU) $(pair_ratios "pair: 429 limit_req" "pair: 429 session_limits" ALLCPU)"
+    c429=$(awk -v v="$(median <<<"$cpairs")" 'BEGIN { printf "%.2f", v }')
 
     {
         echo
         echo "Goals:"
         echo "- 401 (malformed key) ≥ 0.8 × return 200: $r401 ($(goal "$r401" 0.8))"
         echo "- 404 (valid cached key) ≥ 0.6 × return 200: $r404 ($(goal "$r404" 0.6))"
-        echo "- 429 session_limits ≥ 1.0 × 429 limit_req: $r429 ($(goal "$r429" 1.0)), the median of the $ROUNDS rounds' ratios ($(sed 's/ $//; s/ /, /g' <<<"$pairs")); the ratio of the two medians is $r429m"
+        echo "- 429 session_limits ≥ 1.0 × 429 limit_req: $r429 ($(goal "$r429" 1.0)): the median of the requests/s ratios of $(wc -w <<<"$pairs") pairs of runs side by side (the $ROUNDS rounds above, then $PAIRS more of $PAIR_DURATION): $(tr -s ' ' <<<"$pairs" | sed 's/^ //; s/ $//; s/ /, /g'); the ratio of the two medians in the table is $r429m"
+        echo "- Worker CPU per request, limit_req / session_limits, pair by pair: median $c429 (above 1.00: ours costs less)"
         echo
-        echo "Worker CPU per request against return 200: 401 malformed $(ratio "${CPU["401 malformed key"]}" "${CPU["return 200 (baseline)"]}")×, 404 valid key $(ratio "${CPU["404 valid key (cached), limiter counting"]}" "${CPU["return 200 (baseline)"]}")×; 429 session_limits against 429 limit_req: $(ratio "$(cpu_of "429 session_limits")" "$(cpu_of "429 limit_req")")× (user time alone $(ratio "${USR["429 session_limits"]}" "${USR["429 limit_req"]}")×)."
+        echo "Worker CPU per request against return 200: 401 malformed $(ratio "${CPU["401 malformed key"]}" "${CPU["return 200 (baseline)"]}")×, 404 valid key $(ratio "${CPU["404 valid key (cached), limiter counting"]}" "${CPU["return 200 (baseline)"]}")×; 429 session_limits against 429 limit_req: $(ratio "$(cpu_of "429 session_limits")" "$(cpu_of "429 limit_req")")×."
         if [ "$CAPACITY_KEYS" -gt 0 ]; then
             echo
             echo "Zone capacity (session_limit_zone 10m): first zone-full ALERT in the round of $CAP_ROUND keys that ended with key $CAP_ALERT, $CAP_SENT keys sent in $CAP_SECONDS s ($CAP_STATUSES).$CAP_NOTE"
