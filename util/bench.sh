@@ -29,8 +29,8 @@
 #   BENCH_CAPACITY_KEYS  keys for the zone-capacity run (default 100000;
 #                        0 skips it)
 #   BENCH_PAIRS          extra runs of the two 429 scenarios side by side,
-#                        in alternating order (default 10), for the 429
-#                        goal's ratio; BENCH_PAIR_DURATION each (3s)
+#                        in alternating order (default 30), for the 429
+#                        goal's ratio; BENCH_PAIR_DURATION each (1s)
 #   BENCH_OUT            the report (default docs/benchmarks.md; "-" for
 #                        none)
 #   BENCH_IMAGES         0 skips util/bench-images.sh (image uploads
@@ -65,8 +65,8 @@ PGBENCH_ON=${BENCH_PGBENCH:-1}
 DB_WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((WORKERS * DB_CONNS_PER_WORKER))}
 INSTRUCTIONS_ON=${BENCH_INSTRUCTIONS:-1}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
-PAIRS=${BENCH_PAIRS:-10}
-PAIR_DURATION=${BENCH_PAIR_DURATION:-3s}
+PAIRS=${BENCH_PAIRS:-30}
+PAIR_DURATION=${BENCH_PAIR_DURATION:-1s}
 
 NCPU=$(nproc)
 PIN=${BENCH_PIN:-$([ "$NCPU" -ge 2 ] && echo 1 || echo 0)}
