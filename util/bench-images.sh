@@ -46,6 +46,8 @@ log() {
     echo "bench-images.sh: $*" >&2
 }
 
+. "$ROOT/util/bench-lib.sh"
+
 [ -n "$DB" ] || die "set BENCH_SESSION_DB (util/bench.sh does)"
 command -v wrk >/dev/null 2>&1 || die "wrk not found"
 [ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
@@ -62,23 +64,13 @@ BLOB=bench_images_blob_$$
 cleanup() {
     local rc=$?
 
-    if [ -n "$NGINX_UP" ] && [ -f "$W/nginx.pid" ]; then
-        "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
-        sleep 0.5
-    fi
+    nginx_down
 
     psql -X -q -d "$DB" -c "DROP TABLE IF EXISTS $BLOB" >/dev/null 2>&1 \
         || true
 
     if [ -n "$PROJECT" ]; then
-        psql -X -q -d "$DB" -c "
-            DELETE FROM webhook_outbox WHERE project_id = '$PROJECT';
-            DELETE FROM sessions WHERE project_id = '$PROJECT';
-            DELETE FROM api_keys WHERE project_id = '$PROJECT';
-            DELETE FROM projects WHERE id = '$PROJECT';
-            DELETE FROM monthly_usage WHERE account_id = '$ACCOUNT';
-            DELETE FROM accounts WHERE id = '$ACCOUNT';" \
-            >/dev/null 2>&1 || true
+        delete_rows "$PROJECT" "$ACCOUNT"
     fi
 
     if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
@@ -91,45 +83,6 @@ cleanup() {
 }
 
 trap cleanup EXIT
-
-ctl() {
-    "$SESSIONCTL" --json -d "$DB" "$@"
-}
-
-json_field() {
-    perl -MJSON::PP -e '
-        local $/; my $j = JSON::PP->new->decode(<STDIN>);
-        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
-        print $j->{$ARGV[0]};' "$1"
-}
-
-nginx_quote() {
-    local v=$1
-    v=${v//\\/\\\\}
-    v=${v//\"/\\\"}
-    printf '"%s"' "$v"
-}
-
-free_port() {
-    perl -MIO::Socket::INET -e '
-        for (1 .. 200) {
-            my $p = 20000 + int(rand(20000));
-            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
-                                          LocalPort => $p, Listen => 1,
-                                          ReuseAddr => 1) or next;
-            close $s;
-            print "$p\n";
-            exit 0;
-        }
-        exit 1;'
-}
-
-median() {
-    tr ' ' '\n' | grep . | sort -g | awk '
-        { v[NR] = $1 }
-        END { if (NR % 2) print v[(NR + 1) / 2];
-              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
-}
 
 # a file of N bytes that passes as a PNG: the signature, then random bytes
 image_file() {
@@ -158,11 +111,7 @@ http {
     access_log off;
     keepalive_requests 1000000;
 
-    client_body_temp_path $W/body;
-    proxy_temp_path $W/proxy;
-    fastcgi_temp_path $W/fastcgi;
-    uwsgi_temp_path $W/uwsgi;
-    scgi_temp_path $W/scgi;
+$(nginx_temp_paths)
 
     session_db $(nginx_quote "$DB");
     session_limit_zone bench_images:10m;
@@ -182,20 +131,6 @@ http {
     }
 }
 EOF
-}
-
-start_nginx() {
-    : > "$W/error.log"
-    "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
-        || { cat "$W/error.log" >&2; die "nginx did not start"; }
-    NGINX_UP=1
-
-    local i
-    for i in $(seq 50); do
-        curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
-        sleep 0.1
-    done
-    die "nginx does not answer on 127.0.0.1:$PORT"
 }
 
 # the summed VmRSS of the workers, kB
@@ -403,14 +338,6 @@ rss_run
 
 grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
     && die "the error log has alerts (above)"
-
-ratio() {
-    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
-}
-
-goal() {
-    awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
-}
 
 report() {
     local l o b r growth

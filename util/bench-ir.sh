@@ -48,6 +48,8 @@ log() {
     echo "bench-ir.sh: $*" >&2
 }
 
+. "$ROOT/util/bench-lib.sh"
+
 [ -n "$DB" ] || die "set BENCH_SESSION_DB"
 command -v valgrind >/dev/null 2>&1 || die "valgrind not found"
 command -v callgrind_control >/dev/null 2>&1 \
@@ -68,13 +70,7 @@ cleanup() {
     fi
 
     if [ -n "$PROJECT" ]; then
-        psql -X -q -d "$DB" -c "
-            DELETE FROM sessions WHERE project_id = '$PROJECT';
-            DELETE FROM monthly_usage WHERE account_id = '$ACCOUNT';
-            DELETE FROM api_keys WHERE project_id = '$PROJECT';
-            DELETE FROM projects WHERE id = '$PROJECT';
-            DELETE FROM accounts WHERE id = '$ACCOUNT';" \
-            >/dev/null 2>&1 || true
+        delete_rows "$PROJECT" "$ACCOUNT"
     fi
 
     if [ -n "$W" ]; then
@@ -86,38 +82,6 @@ cleanup() {
     fi
 
     exit "$rc"
-}
-
-ctl() {
-    "$SESSIONCTL" --json -d "$DB" "$@"
-}
-
-json_field() {
-    perl -MJSON::PP -e '
-        local $/; my $j = JSON::PP->new->decode(<STDIN>);
-        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
-        print $j->{$ARGV[0]};' "$1"
-}
-
-nginx_quote() {
-    local v=$1
-    v=${v//\\/\\\\}
-    v=${v//\"/\\\"}
-    printf '"%s"' "$v"
-}
-
-free_port() {
-    perl -MIO::Socket::INET -e '
-        for (1 .. 200) {
-            my $p = 20000 + int(rand(20000));
-            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
-                                          LocalPort => $p, Listen => 1,
-                                          ReuseAddr => 1) or next;
-            close $s;
-            print "$p\n";
-            exit 0;
-        }
-        exit 1;'
 }
 
 "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "sessionctl migrate failed"
@@ -152,11 +116,7 @@ http {
     access_log off;
     keepalive_requests 1000000;
 
-    client_body_temp_path $W/body;
-    proxy_temp_path $W/proxy;
-    fastcgi_temp_path $W/fastcgi;
-    uwsgi_temp_path $W/uwsgi;
-    scgi_temp_path $W/scgi;
+$(nginx_temp_paths)
 
     session_db $(nginx_quote "$DB");
     session_db_connections 1;

@@ -92,6 +92,8 @@ log() {
     echo "bench.sh: $*" >&2
 }
 
+. "$ROOT/util/bench-lib.sh"
+
 
 # libpq conninfo value: bare when safe, else single-quoted (as test.sh)
 conninfo_value() {
@@ -103,40 +105,6 @@ conninfo_value() {
         v=${v//\'/\\\'}
         printf "'%s'" "$v"
     fi
-}
-
-
-# a double-quoted nginx string
-nginx_quote() {
-    local v=$1
-    v=${v//\\/\\\\}
-    v=${v//\"/\\\"}
-    printf '"%s"' "$v"
-}
-
-
-free_port() {
-    perl -MIO::Socket::INET -e '
-        for (1 .. 200) {
-            my $p = 20000 + int(rand(20000));
-            next if -e "/var/run/postgresql/.s.PGSQL.$p"
-                    || -e "/tmp/.s.PGSQL.$p";
-            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
-                                          LocalPort => $p, Listen => 1,
-                                          ReuseAddr => 1) or next;
-            close $s;
-            print "$p\n";
-            exit 0;
-        }
-        exit 1;'
-}
-
-
-json_field() {
-    perl -MJSON::PP -e '
-        local $/; my $j = JSON::PP->new->decode(<STDIN>);
-        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
-        print $j->{$ARGV[0]};' "$1"
 }
 
 
@@ -153,21 +121,11 @@ cmd_line="${CLIENT[*]}${CLIENT[*]:+ }wrk -t$HOT_THREADS -c$CONNS -d$DURATION"
 cleanup() {
     local rc=$?
 
-    if [ -n "$NGINX_UP" ] && [ -f "$W/nginx.pid" ]; then
-        "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
-        sleep 0.5
-    fi
+    nginx_down
 
     # a database that outlives the bench keeps none of its rows
     if [ -n "$PROJECT" ] && [ -n "${BENCH_SESSION_DB:-}" ]; then
-        psql -X -q -d "$DB" -c "
-            DELETE FROM sessions WHERE project_id = '$PROJECT';
-            DELETE FROM idempotency_keys WHERE project_id = '$PROJECT';
-            DELETE FROM monthly_usage WHERE account_id = '$ACCOUNT';
-            DELETE FROM api_keys WHERE project_id = '$PROJECT';
-            DELETE FROM projects WHERE id = '$PROJECT';
-            DELETE FROM accounts WHERE id = '$ACCOUNT';" \
-            >/dev/null 2>&1 || true
+        delete_rows "$PROJECT" "$ACCOUNT"
     fi
 
     if [ -n "$W" ]; then
@@ -179,11 +137,6 @@ cleanup() {
     fi
 
     exit "$rc"
-}
-
-
-ctl() {
-    "$SESSIONCTL" --json -d "$DB" "$@"
 }
 
 
@@ -209,11 +162,7 @@ http {
     access_log off;
     keepalive_requests 1000000;
 
-    client_body_temp_path $W/body;
-    proxy_temp_path $W/proxy;
-    fastcgi_temp_path $W/fastcgi;
-    uwsgi_temp_path $W/uwsgi;
-    scgi_temp_path $W/scgi;
+$(nginx_temp_paths)
 
     session_db $(nginx_quote "$DB");
     session_db_connections $DB_CONNS_PER_WORKER;
@@ -255,32 +204,6 @@ http {
     }
 }
 EOF
-}
-
-
-start_nginx() {
-    : > "$W/error.log"
-    "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
-        || { cat "$W/error.log" >&2; die "nginx did not start"; }
-    NGINX_UP=1
-
-    local i
-    for i in $(seq 50); do
-        curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
-        sleep 0.1
-    done
-    die "nginx does not answer on 127.0.0.1:$PORT"
-}
-
-
-stop_nginx() {
-    "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
-    local i
-    for i in $(seq 50); do
-        [ -f "$W/nginx.pid" ] || break
-        sleep 0.1
-    done
-    NGINX_UP=
 }
 
 
@@ -378,14 +301,6 @@ run_wrk() {
     ALLCPU[$name]+="$cpu "
     LAT[$name]+="$lat "
     log "$name: $rps requests/s, latency $lat, worker CPU $cpu us/request"
-}
-
-
-median() {
-    tr ' ' '\n' | grep . | sort -g | awk '
-        { v[NR] = $1 }
-        END { if (NR % 2) print v[(NR + 1) / 2];
-              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 
@@ -923,16 +838,6 @@ notes() {
 
 cpu_of() {
     printf '%s' "${CPU[$1]}"
-}
-
-
-ratio() {
-    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
-}
-
-
-goal() {
-    awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
 }
 
 

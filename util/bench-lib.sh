@@ -1,0 +1,126 @@
+# Shell functions shared by util/bench.sh, util/bench-ir.sh and
+# util/bench-images.sh; sourced, not run.  The caller defines die() and
+# sets what a function names: NGINX, SESSIONCTL, DB, W (the scratch
+# directory), PORT, NGINX_UP.
+
+# a double-quoted nginx string
+nginx_quote() {
+    local v=$1
+    v=${v//\\/\\\\}
+    v=${v//\"/\\\"}
+    printf '"%s"' "$v"
+}
+
+
+# a free loopback port, away from a PostgreSQL socket of the same number
+free_port() {
+    perl -MIO::Socket::INET -e '
+        for (1 .. 200) {
+            my $p = 20000 + int(rand(20000));
+            next if -e "/var/run/postgresql/.s.PGSQL.$p"
+                    || -e "/tmp/.s.PGSQL.$p";
+            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+                                          LocalPort => $p, Listen => 1,
+                                          ReuseAddr => 1) or next;
+            close $s;
+            print "$p\n";
+            exit 0;
+        }
+        exit 1;'
+}
+
+
+# json_field NAME: the field of the JSON object on standard input
+json_field() {
+    perl -MJSON::PP -e '
+        local $/; my $j = JSON::PP->new->decode(<STDIN>);
+        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
+        print $j->{$ARGV[0]};' "$1"
+}
+
+
+# sessionctl --json against the bench's database
+ctl() {
+    "$SESSIONCTL" --json -d "$DB" "$@"
+}
+
+
+# the median of the numbers on standard input (spaces or new lines)
+median() {
+    tr ' ' '\n' | grep . | sort -g | awk '
+        { v[NR] = $1 }
+        END { if (NR % 2) print v[(NR + 1) / 2];
+              else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+
+ratio() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'
+}
+
+
+goal() {
+    awk -v v="$1" -v g="$2" 'BEGIN { print (v >= g) ? "met" : "NOT met" }'
+}
+
+
+# the temp paths of an nginx.conf's http{} block, all under $W
+nginx_temp_paths() {
+    printf '    client_body_temp_path %s/body;\n' "$W"
+    local t
+    for t in proxy fastcgi uwsgi scgi; do
+        printf '    %s_temp_path %s/%s;\n' "$t" "$W" "$t"
+    done
+}
+
+
+# nginx from $W/nginx.conf (master and daemon), until /ok answers
+start_nginx() {
+    : > "$W/error.log"
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
+        || { cat "$W/error.log" >&2; die "nginx did not start"; }
+    NGINX_UP=1
+
+    local i
+    for i in $(seq 50); do
+        curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
+        sleep 0.1
+    done
+    die "nginx does not answer on 127.0.0.1:$PORT"
+}
+
+
+stop_nginx() {
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
+    local i
+    for i in $(seq 50); do
+        [ -f "$W/nginx.pid" ] || break
+        sleep 0.1
+    done
+    NGINX_UP=
+}
+
+
+# on the way out: nginx stopped if it runs, whatever state it is in
+nginx_down() {
+    if [ -n "$NGINX_UP" ] && [ -f "$W/nginx.pid" ]; then
+        "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
+        sleep 0.5
+    fi
+}
+
+
+# delete_rows PROJECT ACCOUNT: what a bench added to a database that
+# outlives it
+delete_rows() {
+    [ -n "$1" ] || return 0
+    psql -X -q -d "$DB" -c "
+        DELETE FROM webhook_outbox WHERE project_id = '$1';
+        DELETE FROM idempotency_keys WHERE project_id = '$1';
+        DELETE FROM sessions WHERE project_id = '$1';
+        DELETE FROM monthly_usage WHERE account_id = '$2';
+        DELETE FROM api_keys WHERE project_id = '$1';
+        DELETE FROM projects WHERE id = '$1';
+        DELETE FROM accounts WHERE id = '$2';" \
+        >/dev/null 2>&1 || true
+}
