@@ -15,6 +15,7 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
+#include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_listen.h"
 #include "ngx_http_session_log.h"
@@ -93,6 +94,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
     { ngx_string("session_api"),
       NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
       ngx_http_session_api,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_status"),
+      NGX_HTTP_LOC_CONF|NGX_CONF_NOARGS,
+      ngx_http_session_status,
       NGX_HTTP_LOC_CONF_OFFSET,
       0,
       NULL },
@@ -247,6 +255,15 @@ ngx_http_session_postconfiguration(ngx_conf_t *cf)
         h = a->elts;
         ngx_memmove(&h[1], &h[0], (a->nelts - 1) * sizeof(ngx_http_handler_pt));
         h[0] = ngx_http_session_access_handler;
+
+        /* session_status counts the answers of session_api locations */
+
+        h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        *h = ngx_http_session_status_log;
     }
 
     return ngx_http_session_error_filter_init(cf);
@@ -270,6 +287,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
      *     smcf->shm_zone = NULL;
      *     smcf->key_prefix = { 0, NULL };
      *     smcf->api_file = { 0, NULL };
+     *     smcf->status_file = { 0, NULL };
      *     smcf->enabled = 0;
      */
 
@@ -302,6 +320,14 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     if (!smcf->enabled) {
+        if (smcf->status_file.data) {
+            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                          "\"session_status\" in %V:%ui needs a "
+                          "\"session_api\" location in the same http block",
+                          &smcf->status_file, smcf->status_line);
+            return NGX_CONF_ERROR;
+        }
+
         return NGX_CONF_OK;
     }
 
@@ -743,6 +769,10 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
 
 #endif
     ngx_http_session_auth_init_process();
+
+    if (ngx_http_session_status_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     if (ngx_http_session_db_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;

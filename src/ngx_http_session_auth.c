@@ -10,6 +10,7 @@
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
+#include "ngx_http_session_stats.h"
 
 
 /*
@@ -145,17 +146,21 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                             &ctx->take))
     {
     case NGX_HTTP_SESSION_AUTH_VALID:
+        ngx_http_session_stat(auth_hits, 1);
         return NGX_OK;
 
     case NGX_HTTP_SESSION_AUTH_INVALID:
+        ngx_http_session_stat(auth_hits, 1);
         ctx->err = NGX_HTTP_SESSION_ERR_KEY_INVALID;
         return NGX_DECLINED;
 
     case NGX_HTTP_SESSION_AUTH_SUSPENDED:
+        ngx_http_session_stat(auth_hits, 1);
         ctx->err = NGX_HTTP_SESSION_ERR_SUSPENDED;
         return NGX_DECLINED;
 
     default:
+        ngx_http_session_stat(auth_misses, 1);
         return NGX_BUSY;
     }
 }

@@ -42,6 +42,10 @@ typedef struct {
     ngx_str_t                   api_file;
     ngx_uint_t                  api_line;
 
+    /* where the first "session_status" stands */
+    ngx_str_t                   status_file;
+    ngx_uint_t                  status_line;
+
     unsigned                    enabled:1;
 } ngx_http_session_main_conf_t;
 

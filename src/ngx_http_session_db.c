@@ -10,6 +10,7 @@
  */
 
 #include "ngx_http_session_db.h"
+#include "ngx_http_session_stats.h"
 
 
 #define NGX_HTTP_SESSION_DB_CLOSED       0
@@ -895,6 +896,7 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
     /* no connection that could answer soon: do not make the client wait */
 
     if (alive == 0 || pool->nwaiting >= pool->max_waiting) {
+        ngx_http_session_stat(db_failures, 1);
         return NGX_DECLINED;
     }
 
@@ -1074,6 +1076,13 @@ ngx_http_session_db_complete(ngx_http_session_db_query_t *q, PGresult *res)
 
     q->done = 1;
     q->conn = NULL;
+
+    if (res) {
+        ngx_http_session_stat(db_queries, 1);
+
+    } else {
+        ngx_http_session_stat(db_failures, 1);
+    }
 
     if (q->timeout.timer_set) {
         ngx_del_timer(&q->timeout);

@@ -4,6 +4,7 @@
 
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_idempotency.h"
+#include "ngx_http_session_status.h"
 #include "ngx_http_session_json.h"
 
 
@@ -52,7 +53,9 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
     { 409, ngx_string("session is completed") },
     { 404, ngx_string("image not found") },
     { 409, ngx_string("image is already acknowledged") },
-    { 400, ngx_string("acknowledged must be true or false") }
+    { 400, ngx_string("acknowledged must be true or false") },
+    /* session_status, not an API route */
+    { 400, ngx_string("format must be json or prometheus") }
 };
 
 
@@ -460,7 +463,7 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
 {
     ngx_int_t                     rc;
     ngx_str_t                     message;
-    ngx_uint_t                    status, err;
+    ngx_uint_t                    status, err, status_location;
     ngx_buf_t                    *b;
     ngx_http_session_ctx_t       *ctx;
     ngx_http_session_srv_conf_t  *sscf;
@@ -470,8 +473,10 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
+    status_location = (r->content_handler == ngx_http_session_status_handler);
+
     sscf = ngx_http_get_module_srv_conf(r, ngx_http_session_module);
-    if (sscf == NULL || !sscf->api) {
+    if ((sscf == NULL || !sscf->api) && !status_location) {
         return ngx_http_next_header_filter(r);
     }
 
@@ -525,7 +530,9 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
     default:
         slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
-        if (status < NGX_HTTP_BAD_REQUEST || slcf == NULL || !slcf->api) {
+        if (status < NGX_HTTP_BAD_REQUEST
+            || ((slcf == NULL || !slcf->api) && !status_location))
+        {
             return ngx_http_next_header_filter(r);
         }
 

@@ -7,6 +7,7 @@
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_json.h"
 #include "ngx_http_session_shm.h"
+#include "ngx_http_session_stats.h"
 #include "ngx_http_session_window.h"
 
 
@@ -126,6 +127,8 @@ ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     }
 
     ctx->err = NGX_HTTP_SESSION_ERR_RATE_LIMITED;
+
+    ngx_http_session_stat(rate_limited, 1);
 
     return NGX_DECLINED;
 

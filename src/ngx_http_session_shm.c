@@ -56,6 +56,7 @@ typedef struct {
     ngx_uint_t                    evictions;
     ngx_uint_t                    evictions_alerted;
     time_t                        last_full_alert;
+    ngx_http_session_stats_t      stats;
 } ngx_http_session_shm_t;
 
 
@@ -170,7 +171,12 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ctx = shm_zone->data;
 
     if (octx) {
-        /* a reload: keep the cache and the counters */
+        /*
+         * A reload: keep the cache and the counters.  nginx hands over a
+         * zone only to the module that made it (the zone's tag is the
+         * module's address), so the layout is this build's: a rebuilt
+         * module loaded from another path gets a fresh zone.
+         */
         ctx->sh = octx->sh;
         ctx->shpool = octx->shpool;
         return NGX_OK;
@@ -189,6 +195,8 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     }
 
     ctx->shpool->data = ctx->sh;
+
+    ctx->sh->stats.started = ngx_time();
 
     ngx_http_session_shm_tree_init(&ctx->sh->auth);
     ngx_http_session_shm_tree_init(&ctx->sh->rate);
@@ -722,4 +730,35 @@ ngx_http_session_shm_evict(ngx_http_session_zone_ctx_t *ctx,
     }
 
     return freed;
+}
+
+
+ngx_http_session_stats_t *
+ngx_http_session_shm_stats(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    return &ctx->sh->stats;
+}
+
+
+void
+ngx_http_session_shm_figures(ngx_shm_zone_t *zone,
+    ngx_http_session_zone_figures_t *f)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    f->size = ctx->size;
+    f->free = ctx->shpool->pfree * ngx_pagesize;
+    f->auth_entries = ctx->sh->auth.n;
+    f->keys = ctx->sh->rate.n;
+    f->evictions = ctx->sh->evictions;
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
 }

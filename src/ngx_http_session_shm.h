@@ -8,6 +8,7 @@
 
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_stats.h"
 
 
 #define NGX_HTTP_SESSION_ZONE_MIN_SIZE  (8 * ngx_pagesize)
@@ -58,6 +59,23 @@ ngx_int_t ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
 
 /* how many keys have counters now */
 ngx_uint_t ngx_http_session_rate_keys(ngx_shm_zone_t *zone);
+
+
+/* what session_status tells of the zone, read under its mutex */
+typedef struct {
+    size_t                      size;
+    /* bytes in whole free pages */
+    size_t                      free;
+    ngx_uint_t                  auth_entries;
+    /* keys with rate counters */
+    ngx_uint_t                  keys;
+    /* counters evicted to make room since the zone began */
+    ngx_uint_t                  evictions;
+} ngx_http_session_zone_figures_t;
+
+ngx_http_session_stats_t *ngx_http_session_shm_stats(ngx_shm_zone_t *zone);
+void ngx_http_session_shm_figures(ngx_shm_zone_t *zone,
+    ngx_http_session_zone_figures_t *f);
 
 
 #endif /* _NGX_HTTP_SESSION_SHM_H_INCLUDED_ */

@@ -19,6 +19,7 @@
 #include "ngx_http_session_sweep.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_sql.h"
+#include "ngx_http_session_stats.h"
 
 
 /* sessions marked per statement, and statements in a row */
@@ -212,6 +213,14 @@ ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
         swept = ngx_atoi((u_char *) PQgetvalue(res, 0, 0),
                          PQgetlength(res, 0, 0));
         more = PQgetvalue(res, 0, 1)[0] == 't';
+
+        if (PQgetvalue(res, 0, 2)[0] == 't') {
+            ngx_http_session_stat(sweeps, 1);
+        }
+
+        if (swept > 0) {
+            ngx_http_session_stat(expired, swept);
+        }
 
         if (sw->failing) {
             ngx_log_error(NGX_LOG_NOTICE, sw->log, 0,

@@ -1,0 +1,447 @@
+/*
+ * session_status: the node's counters and the zone's figures, as JSON or
+ * in Prometheus's text format.  No key, no rate limit: operators protect
+ * the location with allow/deny.
+ */
+
+#include "ngx_http_session_status.h"
+#include "ngx_http_session_error.h"
+#include "ngx_http_session_handler.h"
+#include "ngx_http_session_sessions.h"
+#include "ngx_http_session_shm.h"
+
+
+#define NGX_HTTP_SESSION_STATUS_JSON        0
+#define NGX_HTTP_SESSION_STATUS_PROMETHEUS  1
+
+/* room for one line of output: a name, a label, a 64-bit number */
+#define NGX_HTTP_SESSION_STATUS_LINE        160
+
+
+typedef struct {
+    ngx_atomic_uint_t                 status[NGX_HTTP_SESSION_NSTATUS];
+    ngx_atomic_uint_t                 rate_limited;
+    ngx_atomic_uint_t                 auth_hits;
+    ngx_atomic_uint_t                 auth_misses;
+    ngx_atomic_uint_t                 db_queries;
+    ngx_atomic_uint_t                 db_failures;
+    ngx_atomic_uint_t                 sweeps;
+    ngx_atomic_uint_t                 expired;
+    time_t                            started;
+    ngx_str_t                         zone;
+    ngx_http_session_zone_figures_t   fig;
+} ngx_http_session_status_t;
+
+
+static ngx_int_t ngx_http_session_status_format(ngx_http_request_t *r,
+    ngx_uint_t *format);
+static void ngx_http_session_status_read(ngx_http_request_t *r,
+    ngx_http_session_status_t *st);
+static u_char *ngx_http_session_status_json(u_char *p,
+    ngx_http_session_status_t *st);
+static u_char *ngx_http_session_status_prometheus(u_char *p,
+    ngx_http_session_status_t *st);
+static u_char *ngx_http_session_status_metric(u_char *p, const char *name,
+    const char *type, const char *help, ngx_atomic_uint_t value);
+static ngx_int_t ngx_http_session_status_send(ngx_http_request_t *r,
+    ngx_buf_t *b, ngx_uint_t format);
+
+
+ngx_http_session_stats_t  *ngx_http_session_stats;
+
+
+static ngx_uint_t  ngx_http_session_status_codes[] = {
+    NGX_HTTP_SESSION_STATUS_CODES
+};
+
+static ngx_str_t  ngx_http_session_status_allow = ngx_string("Allow");
+static ngx_str_t  ngx_http_session_status_cache =
+    ngx_string("Cache-Control");
+
+
+/* session_status; */
+
+char *
+ngx_http_session_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_session_main_conf_t  *smcf;
+
+    clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+
+    if (clcf->handler == ngx_http_session_status_handler) {
+        return "is duplicate";
+    }
+
+    if (clcf->handler == ngx_http_session_handler) {
+        return "cannot be used in a \"session_api\" location";
+    }
+
+    clcf->handler = ngx_http_session_status_handler;
+
+    smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_session_module);
+
+    if (smcf->status_file.data == NULL) {
+        smcf->status_file = cf->conf_file->file.name;
+        smcf->status_line = cf->conf_file->line;
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+ngx_int_t
+ngx_http_session_status_init_process(ngx_cycle_t *cycle)
+{
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+
+    if (smcf && smcf->shm_zone) {
+        ngx_http_session_stats = ngx_http_session_shm_stats(smcf->shm_zone);
+    }
+
+    return NGX_OK;
+}
+
+
+/* the log phase: every answer of a session_api location, by status */
+
+ngx_int_t
+ngx_http_session_status_log(ngx_http_request_t *r)
+{
+    ngx_uint_t  i, status;
+
+    if (r->content_handler != ngx_http_session_handler
+        || ngx_http_session_stats == NULL)
+    {
+        return NGX_OK;
+    }
+
+    status = r->err_status ? r->err_status : r->headers_out.status;
+
+    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
+        if (ngx_http_session_status_codes[i] == status) {
+            break;
+        }
+    }
+
+    ngx_http_session_stat_add(&ngx_http_session_stats->status[i], 1);
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_session_status_handler(ngx_http_request_t *r)
+{
+    u_char                     *p;
+    ngx_int_t                   rc;
+    ngx_buf_t                  *b;
+    ngx_uint_t                  format;
+    ngx_http_session_status_t   st;
+
+    if (!(r->method & (NGX_HTTP_GET | NGX_HTTP_HEAD))) {
+        if (ngx_http_session_header_add(r, &ngx_http_session_status_allow,
+                                        (u_char *) "GET, HEAD",
+                                        sizeof("GET, HEAD") - 1)
+            == NULL)
+        {
+            return NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
+        return ngx_http_session_error(r,
+                                     NGX_HTTP_SESSION_ERR_METHOD_NOT_ALLOWED);
+    }
+
+    rc = ngx_http_session_status_format(r, &format);
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    ngx_http_session_status_read(r, &st);
+
+    /* a line per figure and per status, with room to spare */
+    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 32)
+                                     * NGX_HTTP_SESSION_STATUS_LINE * 2);
+    if (b == NULL) {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    p = (format == NGX_HTTP_SESSION_STATUS_JSON)
+        ? ngx_http_session_status_json(b->pos, &st)
+        : ngx_http_session_status_prometheus(b->pos, &st);
+
+    b->last = p;
+
+    if (ngx_http_session_header_add(r, &ngx_http_session_status_cache,
+                                    (u_char *) "no-store",
+                                    sizeof("no-store") - 1)
+        == NULL)
+    {
+        return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    return ngx_http_session_status_send(r, b, format);
+}
+
+
+/*
+ * NGX_DECLINED with *format set, or what sending a 400 returned.
+ * "format=json" or "format=prometheus" decides; without it, an Accept
+ * that names text/plain or OpenMetrics (what Prometheus sends) and not
+ * JSON gets the text format, anything else JSON.
+ */
+
+static ngx_int_t
+ngx_http_session_status_format(ngx_http_request_t *r, ngx_uint_t *format)
+{
+    u_char           *pos;
+    ngx_int_t         rc;
+    ngx_str_t         name, value, *accept;
+    ngx_uint_t        given;
+    ngx_table_elt_t  *h;
+
+    *format = NGX_HTTP_SESSION_STATUS_JSON;
+    given = 0;
+    pos = r->args.data;
+
+    for ( ;; ) {
+        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+
+        if (rc == NGX_DONE) {
+            break;
+        }
+
+        if (rc == NGX_ERROR) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        if (name.len != sizeof("format") - 1
+            || ngx_strncmp(name.data, "format", name.len) != 0)
+        {
+            return ngx_http_session_unknown_arg(r, &name);
+        }
+
+        if (value.len == sizeof("json") - 1
+            && ngx_strncmp(value.data, "json", value.len) == 0)
+        {
+            *format = NGX_HTTP_SESSION_STATUS_JSON;
+
+        } else if (value.len == sizeof("prometheus") - 1
+                   && ngx_strncmp(value.data, "prometheus", value.len) == 0)
+        {
+            *format = NGX_HTTP_SESSION_STATUS_PROMETHEUS;
+
+        } else {
+            return ngx_http_session_error(r,
+                                          NGX_HTTP_SESSION_ERR_STATUS_FORMAT);
+        }
+
+        given = 1;
+    }
+
+    if (given) {
+        return NGX_DECLINED;
+    }
+
+#if (NGX_HTTP_HEADERS)
+
+    h = r->headers_in.accept;
+    if (h == NULL) {
+        return NGX_DECLINED;
+    }
+
+    accept = &h->value;
+
+    if ((ngx_strlcasestrn(accept->data, accept->data + accept->len,
+                          (u_char *) "text/plain", sizeof("text/plain") - 2)
+         || ngx_strlcasestrn(accept->data, accept->data + accept->len,
+                             (u_char *) "application/openmetrics-text",
+                             sizeof("application/openmetrics-text") - 2))
+        && ngx_strlcasestrn(accept->data, accept->data + accept->len,
+                            (u_char *) "application/json",
+                            sizeof("application/json") - 2)
+           == NULL)
+    {
+        *format = NGX_HTTP_SESSION_STATUS_PROMETHEUS;
+    }
+
+#endif
+
+    return NGX_DECLINED;
+}
+
+
+static void
+ngx_http_session_status_read(ngx_http_request_t *r,
+    ngx_http_session_status_t *st)
+{
+    ngx_uint_t                     i;
+    ngx_http_session_stats_t      *s;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+    s = ngx_http_session_shm_stats(smcf->shm_zone);
+
+    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS; i++) {
+        st->status[i] = s->status[i];
+    }
+
+    st->rate_limited = s->rate_limited;
+    st->auth_hits = s->auth_hits;
+    st->auth_misses = s->auth_misses;
+    st->db_queries = s->db_queries;
+    st->db_failures = s->db_failures;
+    st->sweeps = s->sweeps;
+    st->expired = s->expired;
+    st->started = s->started;
+    st->zone = smcf->shm_zone->shm.name;
+
+    ngx_http_session_shm_figures(smcf->shm_zone, &st->fig);
+}
+
+
+static u_char *
+ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
+{
+    ngx_uint_t         i;
+    ngx_atomic_uint_t  total;
+
+    total = 0;
+
+    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS; i++) {
+        total += st->status[i];
+    }
+
+    p = ngx_sprintf(p, "{\"counters_since\": %T, \"requests\": "
+                    "{\"total\": %uA, \"by_status\": {", st->started, total);
+
+    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
+        p = ngx_sprintf(p, "\"%ui\": %uA, ",
+                        ngx_http_session_status_codes[i], st->status[i]);
+    }
+
+    p = ngx_sprintf(p, "\"other\": %uA}}, ", st->status[i]);
+
+    return ngx_sprintf(p,
+                   "\"rate_limited\": %uA, "
+                   "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
+                   "\"entries\": %ui}, "
+                   "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
+                   "\"expiry_sweep\": {\"runs\": %uA, "
+                   "\"sessions_expired\": %uA}, "
+                   "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
+                   "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
+                   st->rate_limited, st->auth_hits, st->auth_misses,
+                   st->fig.auth_entries, st->db_queries, st->db_failures,
+                   st->sweeps, st->expired, &st->zone, st->fig.size,
+                   st->fig.free, st->fig.keys, st->fig.evictions);
+}
+
+
+static u_char *
+ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
+{
+    ngx_uint_t  i;
+
+    p = ngx_sprintf(p, "# HELP session_api_requests_total Answers of "
+                    "session_api locations, by status.\n"
+                    "# TYPE session_api_requests_total counter\n");
+
+    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
+        p = ngx_sprintf(p, "session_api_requests_total{status=\"%ui\"} %uA\n",
+                        ngx_http_session_status_codes[i], st->status[i]);
+    }
+
+    p = ngx_sprintf(p, "session_api_requests_total{status=\"other\"} %uA\n",
+                    st->status[i]);
+
+    p = ngx_http_session_status_metric(p, "rate_limited_total", "counter",
+                            "Requests refused with 429 rate limit exceeded.",
+                            st->rate_limited);
+    p = ngx_http_session_status_metric(p, "auth_cache_hits_total", "counter",
+                            "Keys the shared auth cache answered for.",
+                            st->auth_hits);
+    p = ngx_http_session_status_metric(p, "auth_cache_misses_total",
+                            "counter", "Keys looked up in the database.",
+                            st->auth_misses);
+    p = ngx_http_session_status_metric(p, "auth_cache_entries", "gauge",
+                            "Keys in the shared auth cache.",
+                            st->fig.auth_entries);
+    p = ngx_http_session_status_metric(p, "db_queries_total", "counter",
+                            "Statements PostgreSQL answered.",
+                            st->db_queries);
+    p = ngx_http_session_status_metric(p, "db_failures_total", "counter",
+                            "Statements without an answer (no connection, "
+                            "timeout): 503.", st->db_failures);
+    p = ngx_http_session_status_metric(p, "expiry_sweeps_total", "counter",
+                            "Expiry sweeps run by this node.", st->sweeps);
+    p = ngx_http_session_status_metric(p, "sessions_expired_total",
+                            "counter", "Sessions this node's sweeps expired.",
+                            st->expired);
+    p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
+                            "Size of session_limit_zone.", st->fig.size);
+    p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",
+                            "Bytes in free pages of session_limit_zone.",
+                            st->fig.free);
+    p = ngx_http_session_status_metric(p, "zone_keys", "gauge",
+                            "Keys with rate-limit counters.", st->fig.keys);
+    p = ngx_http_session_status_metric(p, "zone_evictions_total", "counter",
+                            "Counters evicted from a full zone.",
+                            st->fig.evictions);
+
+    return ngx_http_session_status_metric(p, "counters_start_time_seconds",
+                            "gauge", "When these counters began (Unix time).",
+                            (ngx_atomic_uint_t) st->started);
+}
+
+
+static u_char *
+ngx_http_session_status_metric(u_char *p, const char *name, const char *type,
+    const char *help, ngx_atomic_uint_t value)
+{
+    return ngx_sprintf(p, "# HELP session_api_%s %s\n"
+                       "# TYPE session_api_%s %s\n"
+                       "session_api_%s %uA\n",
+                       name, help, name, type, name, value);
+}
+
+
+static ngx_int_t
+ngx_http_session_status_send(ngx_http_request_t *r, ngx_buf_t *b,
+    ngx_uint_t format)
+{
+    ngx_int_t    rc;
+    ngx_chain_t  out;
+
+    if (format == NGX_HTTP_SESSION_STATUS_JSON) {
+        return ngx_http_session_send_json(r, NGX_HTTP_OK, b);
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
+
+    r->headers_out.status = NGX_HTTP_OK;
+    ngx_str_set(&r->headers_out.content_type,
+                "text/plain; version=0.0.4; charset=utf-8");
+    r->headers_out.content_type_len = r->headers_out.content_type.len;
+    r->headers_out.content_type_lowcase = NULL;
+    r->headers_out.content_length_n = b->last - b->pos;
+
+    rc = ngx_http_send_header(r);
+
+    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
+        return rc;
+    }
+
+    b->last_buf = (r == r->main) ? 1 : 0;
+    b->last_in_chain = 1;
+
+    out.buf = b;
+    out.next = NULL;
+
+    return ngx_http_output_filter(r, &out);
+}
