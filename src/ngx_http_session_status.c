@@ -54,6 +54,9 @@ static ngx_uint_t  ngx_http_session_status_codes[] = {
     NGX_HTTP_SESSION_STATUS_CODES
 };
 
+/* the counter of each status from 100 to 599, one lookup per answer */
+static u_char      ngx_http_session_status_slot[500];
+
 static ngx_str_t  ngx_http_session_status_allow = ngx_string("Allow");
 static ngx_str_t  ngx_http_session_status_cache =
     ngx_string("Cache-Control");
@@ -93,7 +96,16 @@ ngx_http_session_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 ngx_int_t
 ngx_http_session_status_init_process(ngx_cycle_t *cycle)
 {
+    ngx_uint_t                     i;
     ngx_http_session_main_conf_t  *smcf;
+
+    ngx_memset(ngx_http_session_status_slot, NGX_HTTP_SESSION_NSTATUS - 1,
+               sizeof(ngx_http_session_status_slot));
+
+    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
+        ngx_http_session_status_slot[ngx_http_session_status_codes[i] - 100] =
+            (u_char) i;
+    }
 
     smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
 
@@ -120,11 +132,9 @@ ngx_http_session_status_log(ngx_http_request_t *r)
 
     status = r->err_status ? r->err_status : r->headers_out.status;
 
-    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
-        if (ngx_http_session_status_codes[i] == status) {
-            break;
-        }
-    }
+    i = (status >= 100 && status < 600)
+        ? ngx_http_session_status_slot[status - 100]
+        : NGX_HTTP_SESSION_NSTATUS - 1;
 
     ngx_http_session_stat_add(&ngx_http_session_stats->status[i], 1);
 
