@@ -20,6 +20,9 @@ use Test::Nginx::Socket 'no_plan';
 use HTTP::Tiny ();
 use IO::Select ();
 use IO::Socket::INET ();
+use IO::Socket::UNIX ();
+use POSIX ();
+use Socket qw(SOCK_STREAM);
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest;
@@ -27,6 +30,7 @@ use SessionTest;
 our $TAG = sprintf 't012-%d-%d', $$, time;
 
 our (%KEY, %PROJECT, %SID);
+our ($RELAY_PORT, $RELAY_PID);
 
 for my $name (qw(MAIN OTHER)) {
     my $f = fixture(plan => 'pro', name => "$TAG-$name");
@@ -462,6 +466,190 @@ $checks{disconnect} = sub {
     is_deeply(ids($r->{json}{images}), [ $up->{id} ],
               "$name - with the image");
 };
+
+# a reload: the old worker answers its waiting polls at once (as at the
+# timeout) instead of holding them, and exits
+$checks{reload} = sub {
+    my ($name) = @_;
+
+    my $sid = create($KEY{MAIN})->{id};
+    my $p = poll_send($sid, '?timeout=30');
+
+    ok(!poll_answered($p, 0.5), "$name - the poll waits");
+
+    my $pidfile = "$Test::Nginx::Util::ServRoot/logs/nginx.pid";
+    open my $fh, '<', $pidfile or die "$pidfile: $!";
+    chomp(my $master = <$fh>);
+    close $fh;
+
+    ok(kill('HUP', $master), "$name - reload");
+
+    my $r = poll_answer($p, 15);
+    is($r->{status}, 200, "$name - 200");
+    is_deeply($r->{json}{images}, [], "$name - no image");
+    cmp_ok($r->{elapsed}, '<', 5, "$name - within a second or two of the"
+           . ' reload, not at the timeout');
+
+    # the new worker serves polls
+    my $q = poll_send($sid, '?timeout=20');
+    my ($up) = wait_until(10, 0.2, sub {
+        my $u = api('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN},
+                    $PNG, { 'Content-Type' => 'image/png' });
+        $u->{status} == 201 ? $u : undef;
+    });
+    $r = poll_answer($q, 10);
+    is($r->{status}, 200, "$name - a poll after the reload is woken");
+};
+
+# the database goes away while a poll waits: the notification of an
+# upload made meanwhile is lost, the poll answers at its timeout (503:
+# it cannot read), and once the database is back a poll gets the image
+$checks{outage} = sub {
+    my ($name) = @_;
+
+    unless (defined $RELAY_PID) {
+        Test::More::pass("$name - skipped: no relay to the database");
+        return;
+    }
+
+    my $sid = create($KEY{MAIN})->{id};
+    my $p = poll_send($sid, '?timeout=3');
+
+    ok(!poll_answered($p, 0.5), "$name - the poll waits");
+
+    relay_stop($RELAY_PID);
+    undef $RELAY_PID;
+
+    my $iid = sql_upload($sid);
+
+    my $r = poll_answer($p, 10);
+    is($r->{status}, 503, "$name - 503 at the timeout");
+    is($r->{json}{message}, 'database unavailable', "$name - message");
+    cmp_ok($r->{elapsed}, '>=', 2.9, "$name - not before the timeout");
+    like($r->{headers}{'x-ratelimit-limit'} // '', qr/^\d+$/,
+         "$name - with the rate-limit headers");
+
+    ($RELAY_PORT, $RELAY_PID) = relay_start($RELAY_PORT);
+
+    my ($back) = wait_until(15, 0.2, sub {
+        my $x = api('GET', "/api/v1/sessions/$sid/poll?timeout=0",
+                    $KEY{MAIN});
+        $x->{status} == 200 ? $x : undef;
+    });
+
+    ok($back, "$name - the database is back");
+    is_deeply(ids($back->{json}{images}), [ $iid ],
+              "$name - the image uploaded during the outage");
+};
+
+
+# A TCP relay on 127.0.0.1 to the test database (as in t/009): killing
+# it cuts every connection of nginx to PostgreSQL, LISTEN included.
+sub upstream_addr {
+    my $c = db_conninfo();
+
+    return () if $c =~ m{^\w+://};
+
+    my $host = $c =~ /(?:^|\s)host\s*=\s*'?([^'\s]+)/ ? $1
+               : $ENV{PGHOST} // '/var/run/postgresql';
+
+    return () if $host =~ /,/;
+
+    return ($host, conninfo_port($c));
+}
+
+sub relay_start {
+    my ($port) = @_;
+
+    my ($host, $pgport) = upstream_addr() or return;
+
+    my $ls = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                   LocalPort => $port // 0, Listen => 64,
+                                   ReuseAddr => 1, Proto => 'tcp')
+        or die "relay: listen: $!";
+
+    $port = $ls->sockport;
+
+    my $pid = fork;
+    die "relay: fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        local $SIG{TERM} = sub { POSIX::_exit(0) };
+
+        my $sel = IO::Select->new($ls);
+        my $parent = getppid;
+        my %peer;
+
+        for (;;) {
+            POSIX::_exit(0) if getppid != $parent;
+
+            for my $fh ($sel->can_read(1)) {
+                if ($fh == $ls) {
+                    my $c = $ls->accept or next;
+                    my $u = $host =~ m{^/}
+                        ? IO::Socket::UNIX->new(
+                              Peer => "$host/.s.PGSQL.$pgport",
+                              Type => SOCK_STREAM)
+                        : IO::Socket::INET->new(PeerAddr => $host,
+                                                PeerPort => $pgport,
+                                                Proto => 'tcp');
+                    if (!$u) {
+                        close $c;
+                        next;
+                    }
+
+                    $peer{"$c"} = $u;
+                    $peer{"$u"} = $c;
+                    $sel->add($c, $u);
+                    next;
+                }
+
+                my $other = $peer{"$fh"} or next;
+                my $n = sysread $fh, my $buf, 65536;
+
+                if (!$n) {
+                    $sel->remove($fh, $other);
+                    delete @peer{"$fh", "$other"};
+                    close $fh;
+                    close $other;
+                    next;
+                }
+
+                for (my $off = 0; $off < $n; ) {
+                    my $w = syswrite $other, $buf, $n - $off, $off;
+                    last unless defined $w;
+                    $off += $w;
+                }
+            }
+        }
+    }
+
+    close $ls;
+
+    return ($port, $pid);
+}
+
+sub relay_stop {
+    my ($pid) = @_;
+
+    kill 'KILL', $pid;
+    waitpid $pid, 0;
+}
+
+($RELAY_PORT, $RELAY_PID) = relay_start();
+our $RELAY_DB = db_conninfo();
+
+if (defined $RELAY_PORT) {
+    $RELAY_DB =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
+    $RELAY_DB .= " host=127.0.0.1 port=$RELAY_PORT";
+}
+
+$ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($RELAY_DB);
+
+END {
+    local $?;
+    relay_stop($RELAY_PID) if $RELAY_PID;
+}
 
 
 # --- blocks -------------------------------------------------------------
@@ -932,3 +1120,27 @@ qr/\[emerg\] .*"session_poll_timeout" directive is not allowed here in \S+nginx\
 --- timeout: 3
 --- no_error_log
 [error]
+
+
+
+=== TEST 35: a reload: the old worker answers its waiting polls at once
+--- check: reload
+--- request eval
+"GET /api/v1/sessions/$::SID{EMPTY}/poll?timeout=0"
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 36: the database goes away while a poll waits: 503 at the timeout
+--- http_config
+    session_db $TEST_NGINX_RELAY_DB_CONF;
+    session_db_timeout 1s;
+--- check: outage
+--- request eval
+"GET /api/v1/sessions/$::SID{EMPTY}/poll?timeout=0"
+--- error_code: 200
+--- no_error_log
+[alert]
