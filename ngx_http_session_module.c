@@ -19,6 +19,7 @@
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_listen.h"
 #include "ngx_http_session_log.h"
+#include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sweep.h"
 
@@ -32,6 +33,8 @@
  * when freed (see ngx_http_session_init_process())
  */
 #define NGX_HTTP_SESSION_MMAP_THRESHOLD     (512 * 1024)
+/* the longest long poll: past it proxies and clients give up anyway */
+#define NGX_HTTP_SESSION_POLL_MAX_LIMIT     3600
 /* PostgreSQL holds at most 1 GB in a field, protocol overhead included */
 #define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
@@ -63,6 +66,10 @@ static char *ngx_http_session_sweep_interval_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_image_max_size_check(ngx_conf_t *cf,
     void *post, void *data);
+static char *ngx_http_session_poll_timeout_check(ngx_conf_t *cf,
+    void *post, void *data);
+static char *ngx_http_session_poll_max_check(ngx_conf_t *cf, void *post,
+    void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
@@ -86,6 +93,14 @@ static ngx_conf_post_t  ngx_http_session_positive_sec_post = {
 
 static ngx_conf_post_t  ngx_http_session_image_max_size_post = {
     ngx_http_session_image_max_size_check
+};
+
+static ngx_conf_post_t  ngx_http_session_poll_timeout_post = {
+    ngx_http_session_poll_timeout_check
+};
+
+static ngx_conf_post_t  ngx_http_session_poll_max_post = {
+    ngx_http_session_poll_max_check
 };
 
 
@@ -160,6 +175,20 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_session_loc_conf_t, image_max_size),
       &ngx_http_session_image_max_size_post },
+
+    { ngx_string("session_poll_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, poll_timeout),
+      &ngx_http_session_poll_timeout_post },
+
+    { ngx_string("session_poll_max_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_sec_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, poll_max_timeout),
+      &ngx_http_session_poll_max_post },
 
     { ngx_string("session_webhook_allow_private"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
@@ -399,6 +428,8 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->ttl = NGX_CONF_UNSET;
     slcf->max_ttl = NGX_CONF_UNSET;
     slcf->image_max_size = NGX_CONF_UNSET;
+    slcf->poll_timeout = NGX_CONF_UNSET;
+    slcf->poll_max_timeout = NGX_CONF_UNSET;
 
     return slcf;
 }
@@ -451,6 +482,18 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_off_value(conf->image_max_size, prev->image_max_size,
                              NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX);
+
+    ngx_conf_merge_sec_value(conf->poll_timeout, prev->poll_timeout, 30);
+    ngx_conf_merge_sec_value(conf->poll_max_timeout, prev->poll_max_timeout,
+                             60);
+
+    if (conf->poll_timeout > conf->poll_max_timeout) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "\"session_poll_timeout\" %T must not be greater "
+                           "than \"session_poll_max_timeout\" %T",
+                           conf->poll_timeout, conf->poll_max_timeout);
+        return NGX_CONF_ERROR;
+    }
 
     if (conf->api) {
         /*
@@ -721,6 +764,37 @@ ngx_http_session_image_max_size_check(ngx_conf_t *cf, void *post, void *data)
 }
 
 
+/*
+ * A long poll waits 0 s (answers at once) up to an hour; the largest
+ * wait allowed is at least a second.
+ */
+
+static char *
+ngx_http_session_poll_timeout_check(ngx_conf_t *cf, void *post, void *data)
+{
+    time_t  *sec = data;
+
+    if (*sec > NGX_HTTP_SESSION_POLL_MAX_LIMIT) {
+        return "must not be greater than 3600s";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_poll_max_check(ngx_conf_t *cf, void *post, void *data)
+{
+    time_t  *sec = data;
+
+    if (*sec == 0 || *sec > NGX_HTTP_SESSION_POLL_MAX_LIMIT) {
+        return "must be between 1s and 3600s";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static char *
 ngx_http_session_positive_sec(ngx_conf_t *cf, void *post, void *data)
 {
@@ -778,6 +852,10 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    if (ngx_http_session_poll_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (ngx_http_session_listen_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -791,6 +869,7 @@ ngx_http_session_exit_process(ngx_cycle_t *cycle)
 {
     ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
+    ngx_http_session_poll_exit_process(cycle);
     ngx_http_session_db_exit_process(cycle);
     ngx_http_session_auth_exit_process();
 }

@@ -19,6 +19,7 @@
 
 typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
 typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
+typedef struct ngx_http_session_poll_s      ngx_http_session_poll_t;
 
 
 typedef struct {
@@ -67,6 +68,9 @@ typedef struct {
     time_t                      max_ttl;
     /* the largest image an upload may carry, bytes */
     off_t                       image_max_size;
+    /* long poll: the wait without "timeout", and the largest, seconds */
+    time_t                      poll_timeout;
+    time_t                      poll_max_timeout;
 } ngx_http_session_loc_conf_t;
 
 
@@ -128,6 +132,8 @@ typedef struct {
     ngx_http_session_db_query_t  *query;
     /* a POST with an Idempotency-Key */
     ngx_http_session_idem_t      *idem;
+    /* a long poll */
+    ngx_http_session_poll_t      *poll;
 
     /* the body of an error that nginx raised, rendered as JSON */
     ngx_buf_t                    *json_error;

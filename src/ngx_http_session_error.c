@@ -54,6 +54,9 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
     { 404, ngx_string("image not found") },
     { 409, ngx_string("image is already acknowledged") },
     { 400, ngx_string("acknowledged must be true or false") },
+    { 410, ngx_string("all images are acknowledged") },
+    /* "timeout must be an integer between 0 and <max>" */
+    { 400, ngx_string("timeout must be an integer between 0 and ") },
     /* session_status, not an API route */
     { 400, ngx_string("format must be json or prometheus") }
 };

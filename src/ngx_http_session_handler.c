@@ -16,6 +16,7 @@
 #include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_images.h"
 #include "ngx_http_session_limit.h"
+#include "ngx_http_session_poll.h"
 #include "ngx_http_session_sessions.h"
 
 
@@ -245,6 +246,9 @@ ngx_http_session_dispatch(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     case NGX_HTTP_SESSION_ROUTE_IMAGE_CONTENT:
         return ngx_http_session_image_content(r, ctx);
+
+    case NGX_HTTP_SESSION_ROUTE_POLL:
+        return ngx_http_session_poll(r, ctx);
 
     default:
         return ngx_http_session_error(r,

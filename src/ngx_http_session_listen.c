@@ -2,12 +2,16 @@
  * The LISTEN connection.  Payloads on session_auth:
  *   "key:<64 hex of the key's SHA-256>"  a key was deleted
  *   "account:<uuid>"                     an account was suspended/activated
+ * and on session_events, for the long polls of this worker:
+ *   "uploaded:<uuid>", "completed:<uuid>", "expired:<uuid>"
  * While the connection is down notifications are lost, so every
- * (re)connection empties the auth cache once LISTEN is in effect.
+ * (re)connection empties the auth cache once LISTEN is in effect, and
+ * every waiting long poll reads its session again.
  */
 
 #include "ngx_http_session_listen.h"
 #include "ngx_http_session_db.h"
+#include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
 
@@ -15,6 +19,8 @@
 static void ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc,
+    PGnotify *n);
+static void ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc,
     PGnotify *n);
 static ngx_int_t ngx_http_session_unhex(u_char *dst, const char *src,
     size_t len);
@@ -89,6 +95,9 @@ ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
                    "session listen: listening, auth cache emptied");
 
     ngx_http_session_auth_cache_flush(smcf->shm_zone);
+
+    /* a change may have come and gone unheard while this was down */
+    ngx_http_session_poll_wake_all();
 }
 
 
@@ -98,6 +107,11 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
     size_t                         len;
     u_char                         hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
     ngx_http_session_main_conf_t  *smcf = dc->data;
+
+    if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_EVENTS) == 0) {
+        ngx_http_session_listen_event(dc, n);
+        return;
+    }
 
     if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_AUTH) != 0) {
         return;
@@ -129,6 +143,35 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
                   "session listen: unexpected notification \"%s\"", n->extra);
 
     ngx_http_session_auth_cache_flush(smcf->shm_zone);
+}
+
+
+/* "<event>:<session id>": the session's long polls read again */
+
+static void
+ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc, PGnotify *n)
+{
+    u_char  *p, *colon;
+    size_t   len;
+
+    p = (u_char *) n->extra;
+    len = ngx_strlen(p);
+
+    colon = ngx_strlchr(p, p + len, ':');
+
+    if (colon == NULL) {
+        ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                      "session listen: unexpected notification \"%s\"",
+                      n->extra);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session listen: event \"%s\"", n->extra);
+
+    /* uploaded, completed and expired all mean "look again" */
+
+    ngx_http_session_poll_wake(colon + 1, p + len - colon - 1);
 }
 
 

@@ -569,6 +569,7 @@ static ngx_http_session_refusal_t  ngx_http_session_refusals[] = {
     { "completed", NGX_HTTP_SESSION_ERR_SESSION_COMPLETED },
     { "image_missing", NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND },
     { "acknowledged", NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED },
+    { "acknowledged_all", NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED },
     { NULL, NGX_HTTP_SESSION_ERR_INTERNAL }
 };
 

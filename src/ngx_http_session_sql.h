@@ -85,6 +85,14 @@
     " FROM image_content($1, $2, $3, $4, $5)"
 
 
+/*
+ * $1 project, $2 session id, $3 most images: (outcome, body, images), see
+ * src/sql/006_poll.sql
+ */
+#define NGX_HTTP_SESSION_SQL_POLL                                             \
+    "SELECT outcome, body, images FROM session_poll($1, $2, $3)"
+
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"

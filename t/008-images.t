@@ -1735,10 +1735,12 @@ $::EXPIRED
 
 
 
-=== TEST 70: poll stays 501 for now
+=== TEST 70: the session's poll answers (t/012-poll.t tests it)
 --- request eval
-"GET /api/v1/sessions/$::SID{OPEN}/poll"
---- error_code: 501
+"GET /api/v1/sessions/$::SID{OPEN}/poll?timeout=0"
+--- error_code: 200
+--- response_body_like chomp
+^\{"session": \{.*\}, "images": \[.*\]\}$
 --- no_error_log
 [error]
 
