@@ -42,6 +42,23 @@ sub api {
     return http_request('GET', $path, \%h, 10);
 }
 
+# Each worker empties the auth cache once its LISTEN connection is up
+# (revocations missed while it was down): wait for that, so that what the
+# checks count is not undone by it.
+sub listening {
+    my ($workers) = @_;
+
+    my ($ok) = wait_until(10, 0.05, sub {
+        open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+        local $/;
+        my $log = <$fh> // '';
+        my $n = () = $log =~ /session listen: listening/g;
+        return $n >= $workers;
+    });
+
+    ok($ok, "every worker listens (the auth cache was emptied)");
+}
+
 my %checks;
 
 # Every answer of a session_api location is counted once by status, on
@@ -49,6 +66,8 @@ my %checks;
 # misses, and database statements have their own counters.
 $checks{counters} = sub {
     my ($name) = @_;
+
+    listening(1);
 
     my $s0 = status_json();
 
@@ -149,6 +168,8 @@ $checks{prometheus} = sub {
 # gave it, and both read the same numbers.
 $checks{workers} = sub {
     my ($name) = @_;
+
+    listening(2);
 
     my $s0 = status_json();
 
