@@ -351,6 +351,12 @@ http {
         location /api/ {
             session_api;
         }
+
+        location = /session-status {
+            session_status;
+            allow 127.0.0.1;
+            deny all;
+        }
     }
 }
 EOF
@@ -456,6 +462,7 @@ Session Service is running on http://$HTTP_ADDR/api/v1/
        -d '{"delivery_mode": "long_poll", "expires_in": 600}' \\
        http://$HTTP_ADDR/api/v1/sessions
 
+  status: curl -s http://$HTTP_ADDR/session-status
   admin:  build/sessionctl -d "$(conninfo)" key list $SESSION_DEMO_PROJECT_ID
   logs:   .run/error.log  .run/access.log  .run/pg/postgresql.log
   stop:   make stop
