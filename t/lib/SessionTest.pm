@@ -29,11 +29,15 @@ use Exporter qw(import);
 use HTTP::Tiny ();
 use IO::Select ();
 use IO::Socket::INET ();
+use IO::Socket::UNIX ();
 use POSIX ();
+use Socket qw(SOCK_STREAM);
+use Session ();
 use Time::HiRes ();
 
 our @EXPORT = qw(nginx_quote http_request auth_header wait_until
-                 random_key hang_listener conninfo_port);
+                 random_key hang_listener conninfo_port
+                 relay_start relay_stop);
 
 
 sub nginx_quote {
@@ -192,6 +196,104 @@ END {
         kill 'TERM', $pid;
         waitpid $pid, 0;
     }
+}
+
+
+# A TCP relay on 127.0.0.1 to the database of TEST_NGINX_SESSION_DB
+# (unix socket or TCP): the database "goes away" for nginx when the relay
+# process is killed (and every relayed connection with it) and comes back
+# when a relay listens on the same port again.  relay_start([PORT])
+# returns (port, pid), or nothing when the database is not reachable that
+# way; relay_stop(PID) kills it.
+sub upstream_addr {
+    my $c = Session::db_conninfo();
+
+    return () if $c =~ m{^\w+://};
+
+    my $host = $c =~ /(?:^|\s)host\s*=\s*'?([^'\s]+)/ ? $1
+               : $ENV{PGHOST} // '/var/run/postgresql';
+
+    return () if $host =~ /,/;
+
+    return ($host, conninfo_port($c));
+}
+
+sub relay_start {
+    my ($port) = @_;
+
+    my ($host, $pgport) = upstream_addr() or return;
+
+    my $ls = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                   LocalPort => $port // 0, Listen => 64,
+                                   ReuseAddr => 1, Proto => 'tcp')
+        or die "relay: listen: $!";
+
+    $port = $ls->sockport;
+
+    my $pid = fork;
+    die "relay: fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        local $SIG{TERM} = sub { POSIX::_exit(0) };
+
+        my $sel = IO::Select->new($ls);
+        my $parent = getppid;
+        my %peer;
+
+        for (;;) {
+            POSIX::_exit(0) if getppid != $parent;
+
+            for my $fh ($sel->can_read(1)) {
+                if ($fh == $ls) {
+                    my $c = $ls->accept or next;
+                    my $u = $host =~ m{^/}
+                        ? IO::Socket::UNIX->new(
+                              Peer => "$host/.s.PGSQL.$pgport",
+                              Type => SOCK_STREAM)
+                        : IO::Socket::INET->new(PeerAddr => $host,
+                                                PeerPort => $pgport,
+                                                Proto => 'tcp');
+                    if (!$u) {
+                        close $c;
+                        next;
+                    }
+
+                    $peer{"$c"} = $u;
+                    $peer{"$u"} = $c;
+                    $sel->add($c, $u);
+                    next;
+                }
+
+                my $other = $peer{"$fh"} or next;
+                my $n = sysread $fh, my $buf, 65536;
+
+                if (!$n) {
+                    $sel->remove($fh, $other);
+                    delete @peer{"$fh", "$other"};
+                    close $fh;
+                    close $other;
+                    next;
+                }
+
+                for (my $off = 0; $off < $n; ) {
+                    my $w = syswrite $other, $buf, $n - $off, $off;
+                    last unless defined $w;
+                    $off += $w;
+                }
+            }
+        }
+    }
+
+    close $ls;
+
+    return ($port, $pid);
+}
+
+sub relay_stop {
+    my ($pid) = @_;
+
+    kill 'KILL', $pid;
+    waitpid $pid, 0;
 }
 
 
