@@ -76,7 +76,8 @@ static u_char *ngx_http_session_error_render(u_char *p, ngx_uint_t status,
 static ngx_buf_t *ngx_http_session_error_fixed(ngx_http_session_ctx_t *ctx,
     ngx_http_session_err_e err);
 static ngx_int_t ngx_http_session_send(ngx_http_request_t *r,
-    ngx_uint_t status, ngx_str_t *status_line, ngx_buf_t *b);
+    ngx_uint_t status, ngx_str_t *status_line, ngx_str_t *type,
+    ngx_buf_t *b);
 static ngx_int_t ngx_http_session_error_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_error_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
@@ -155,7 +156,7 @@ ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
     b = ngx_http_session_error_fixed(ctx, err);
 
     return ngx_http_session_send(r, ngx_http_session_errors[err].status,
-                                 &e->status_line, b);
+                                 &e->status_line, NULL, b);
 }
 
 
@@ -234,13 +235,21 @@ ngx_int_t
 ngx_http_session_send_json(ngx_http_request_t *r, ngx_uint_t status,
     ngx_buf_t *b)
 {
-    return ngx_http_session_send(r, status, NULL, b);
+    return ngx_http_session_send(r, status, NULL, NULL, b);
+}
+
+
+ngx_int_t
+ngx_http_session_send_typed(ngx_http_request_t *r, ngx_str_t *type,
+    ngx_buf_t *b)
+{
+    return ngx_http_session_send(r, NGX_HTTP_OK, NULL, type, b);
 }
 
 
 static ngx_int_t
 ngx_http_session_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *status_line, ngx_buf_t *b)
+    ngx_str_t *status_line, ngx_str_t *type, ngx_buf_t *b)
 {
     ngx_int_t                rc;
     ngx_chain_t              out;
@@ -270,6 +279,11 @@ ngx_http_session_send(ngx_http_request_t *r, ngx_uint_t status,
         != NGX_OK)
     {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
+    }
+
+    if (type) {
+        r->headers_out.content_type = *type;
+        r->headers_out.content_type_len = type->len;
     }
 
     /*

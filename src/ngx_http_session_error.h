@@ -74,6 +74,10 @@ ngx_int_t ngx_http_session_error_message(ngx_http_request_t *r,
 ngx_int_t ngx_http_session_send_json(ngx_http_request_t *r,
     ngx_uint_t status, ngx_buf_t *b);
 
+/* a 200 with a body that is not JSON, of the given Content-Type */
+ngx_int_t ngx_http_session_send_typed(ngx_http_request_t *r, ngx_str_t *type,
+    ngx_buf_t *b);
+
 /* the JSON body of an error with any message, allocated from r->pool */
 ngx_buf_t *ngx_http_session_error_body(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *message);

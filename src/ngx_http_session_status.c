@@ -18,16 +18,9 @@
 #define NGX_HTTP_SESSION_STATUS_LINE        160
 
 
+/* what one answer reports: a copy of the counters, the zone's figures */
 typedef struct {
-    ngx_atomic_uint_t                 status[NGX_HTTP_SESSION_NSTATUS];
-    ngx_atomic_uint_t                 rate_limited;
-    ngx_atomic_uint_t                 auth_hits;
-    ngx_atomic_uint_t                 auth_misses;
-    ngx_atomic_uint_t                 db_queries;
-    ngx_atomic_uint_t                 db_failures;
-    ngx_atomic_uint_t                 sweeps;
-    ngx_atomic_uint_t                 expired;
-    time_t                            started;
+    ngx_http_session_stats_t          s;
     ngx_str_t                         zone;
     ngx_http_session_zone_figures_t   fig;
 } ngx_http_session_status_t;
@@ -43,8 +36,6 @@ static u_char *ngx_http_session_status_prometheus(u_char *p,
     ngx_http_session_status_t *st);
 static u_char *ngx_http_session_status_metric(u_char *p, const char *name,
     const char *type, const char *help, ngx_atomic_uint_t value);
-static ngx_int_t ngx_http_session_status_send(ngx_http_request_t *r,
-    ngx_buf_t *b, ngx_uint_t format);
 
 
 ngx_http_session_stats_t  *ngx_http_session_stats;
@@ -60,6 +51,8 @@ static u_char      ngx_http_session_status_slot[500];
 static ngx_str_t  ngx_http_session_status_allow = ngx_string("Allow");
 static ngx_str_t  ngx_http_session_status_cache =
     ngx_string("Cache-Control");
+static ngx_str_t  ngx_http_session_status_text =
+    ngx_string("text/plain; version=0.0.4; charset=utf-8");
 
 
 /* session_status; */
@@ -192,7 +185,9 @@ ngx_http_session_status_handler(ngx_http_request_t *r)
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
-    return ngx_http_session_status_send(r, b, format);
+    return (format == NGX_HTTP_SESSION_STATUS_JSON)
+           ? ngx_http_session_send_json(r, NGX_HTTP_OK, b)
+           : ngx_http_session_send_typed(r, &ngx_http_session_status_text, b);
 }
 
 
@@ -287,26 +282,12 @@ static void
 ngx_http_session_status_read(ngx_http_request_t *r,
     ngx_http_session_status_t *st)
 {
-    ngx_uint_t                     i;
-    ngx_http_session_stats_t      *s;
     ngx_http_session_main_conf_t  *smcf;
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
-    s = ngx_http_session_shm_stats(smcf->shm_zone);
-
-    for (i = 0; i < NGX_HTTP_SESSION_NSTATUS; i++) {
-        st->status[i] = s->status[i];
-    }
-
-    st->rate_limited = s->rate_limited;
-    st->auth_hits = s->auth_hits;
-    st->auth_misses = s->auth_misses;
-    st->db_queries = s->db_queries;
-    st->db_failures = s->db_failures;
-    st->sweeps = s->sweeps;
-    st->expired = s->expired;
-    st->started = s->started;
+    /* each counter read once, though others may move meanwhile */
+    st->s = *ngx_http_session_shm_stats(smcf->shm_zone);
     st->zone = smcf->shm_zone->shm.name;
 
     ngx_http_session_shm_figures(smcf->shm_zone, &st->fig);
@@ -322,18 +303,18 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
     total = 0;
 
     for (i = 0; i < NGX_HTTP_SESSION_NSTATUS; i++) {
-        total += st->status[i];
+        total += st->s.status[i];
     }
 
     p = ngx_sprintf(p, "{\"counters_since\": %T, \"requests\": "
-                    "{\"total\": %uA, \"by_status\": {", st->started, total);
+                    "{\"total\": %uA, \"by_status\": {", st->s.started, total);
 
     for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
         p = ngx_sprintf(p, "\"%ui\": %uA, ",
-                        ngx_http_session_status_codes[i], st->status[i]);
+                        ngx_http_session_status_codes[i], st->s.status[i]);
     }
 
-    p = ngx_sprintf(p, "\"other\": %uA}}, ", st->status[i]);
+    p = ngx_sprintf(p, "\"other\": %uA}}, ", st->s.status[i]);
 
     return ngx_sprintf(p,
                    "\"rate_limited\": %uA, "
@@ -344,9 +325,9 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"sessions_expired\": %uA}, "
                    "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
                    "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
-                   st->rate_limited, st->auth_hits, st->auth_misses,
-                   st->fig.auth_entries, st->db_queries, st->db_failures,
-                   st->sweeps, st->expired, &st->zone, st->fig.size,
+                   st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
+                   st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
+                   st->s.sweeps, st->s.expired, &st->zone, st->fig.size,
                    st->fig.free, st->fig.keys, st->fig.evictions);
 }
 
@@ -362,35 +343,35 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
 
     for (i = 0; i < NGX_HTTP_SESSION_NSTATUS - 1; i++) {
         p = ngx_sprintf(p, "session_api_requests_total{status=\"%ui\"} %uA\n",
-                        ngx_http_session_status_codes[i], st->status[i]);
+                        ngx_http_session_status_codes[i], st->s.status[i]);
     }
 
     p = ngx_sprintf(p, "session_api_requests_total{status=\"other\"} %uA\n",
-                    st->status[i]);
+                    st->s.status[i]);
 
     p = ngx_http_session_status_metric(p, "rate_limited_total", "counter",
                             "Requests refused with 429 rate limit exceeded.",
-                            st->rate_limited);
+                            st->s.rate_limited);
     p = ngx_http_session_status_metric(p, "auth_cache_hits_total", "counter",
                             "Keys the shared auth cache answered for.",
-                            st->auth_hits);
+                            st->s.auth_hits);
     p = ngx_http_session_status_metric(p, "auth_cache_misses_total",
                             "counter", "Keys looked up in the database.",
-                            st->auth_misses);
+                            st->s.auth_misses);
     p = ngx_http_session_status_metric(p, "auth_cache_entries", "gauge",
                             "Keys in the shared auth cache.",
                             st->fig.auth_entries);
     p = ngx_http_session_status_metric(p, "db_queries_total", "counter",
                             "Statements PostgreSQL answered.",
-                            st->db_queries);
+                            st->s.db_queries);
     p = ngx_http_session_status_metric(p, "db_failures_total", "counter",
                             "Statements without an answer (no connection, "
-                            "timeout): 503.", st->db_failures);
+                            "timeout): 503.", st->s.db_failures);
     p = ngx_http_session_status_metric(p, "expiry_sweeps_total", "counter",
-                            "Expiry sweeps run by this node.", st->sweeps);
+                            "Expiry sweeps run by this node.", st->s.sweeps);
     p = ngx_http_session_status_metric(p, "sessions_expired_total",
                             "counter", "Sessions this node's sweeps expired.",
-                            st->expired);
+                            st->s.expired);
     p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
                             "Size of session_limit_zone.", st->fig.size);
     p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",
@@ -404,7 +385,7 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
 
     return ngx_http_session_status_metric(p, "counters_start_time_seconds",
                             "gauge", "When these counters began (Unix time).",
-                            (ngx_atomic_uint_t) st->started);
+                            (ngx_atomic_uint_t) st->s.started);
 }
 
 
@@ -416,42 +397,4 @@ ngx_http_session_status_metric(u_char *p, const char *name, const char *type,
                        "# TYPE session_api_%s %s\n"
                        "session_api_%s %uA\n",
                        name, help, name, type, name, value);
-}
-
-
-static ngx_int_t
-ngx_http_session_status_send(ngx_http_request_t *r, ngx_buf_t *b,
-    ngx_uint_t format)
-{
-    ngx_int_t    rc;
-    ngx_chain_t  out;
-
-    if (format == NGX_HTTP_SESSION_STATUS_JSON) {
-        return ngx_http_session_send_json(r, NGX_HTTP_OK, b);
-    }
-
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        r->keepalive = 0;
-    }
-
-    r->headers_out.status = NGX_HTTP_OK;
-    ngx_str_set(&r->headers_out.content_type,
-                "text/plain; version=0.0.4; charset=utf-8");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-    r->headers_out.content_length_n = b->last - b->pos;
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
 }
