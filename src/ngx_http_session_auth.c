@@ -175,12 +175,15 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "session auth: cache miss, asking the database");
 
-    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_AUTH,
-                                         ngx_http_session_auth_done);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_AUTH,
+                                       ngx_http_session_auth_done);
     if (q == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
+
+    /* the answer is read as text */
+    q->result_format = 0;
 
     ngx_http_session_db_param(q, ctx->principal.hash,
                               NGX_HTTP_SESSION_KEY_HASH_LEN, 1);

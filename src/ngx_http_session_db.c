@@ -35,6 +35,8 @@
 
 
 typedef struct {
+    /* "PREPARE ngx_session_1 AS ...; ...": sent once per connection */
+    char                        *prepare;
     ngx_http_session_db_conn_t  *conns;
     ngx_uint_t                   nconns;
     ngx_queue_t                  waiting;
@@ -44,6 +46,8 @@ typedef struct {
 } ngx_http_session_db_pool_t;
 
 
+static ngx_int_t ngx_http_session_db_prepare_text(ngx_cycle_t *cycle,
+    ngx_http_session_db_pool_t *pool);
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
 static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
@@ -71,6 +75,28 @@ static void ngx_http_session_db_complete(ngx_http_session_db_query_t *q,
 
 
 static ngx_http_session_db_pool_t  *ngx_http_session_db_pool;
+
+
+/* by ngx_http_session_stmt_e */
+static const char  *ngx_http_session_db_stmts[] = {
+    NULL,
+    NGX_HTTP_SESSION_SQL_AUTH,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE,
+    NGX_HTTP_SESSION_SQL_SESSION_GET,
+    NGX_HTTP_SESSION_SQL_SESSION_COMPLETE,
+    NGX_HTTP_SESSION_SQL_SESSION_LIST,
+    NGX_HTTP_SESSION_SQL_SESSION_LIST_AFTER,
+    NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD,
+    NGX_HTTP_SESSION_SQL_IMAGE_LIST,
+    NGX_HTTP_SESSION_SQL_IMAGE_GET,
+    NGX_HTTP_SESSION_SQL_IMAGE_ACK,
+    NGX_HTTP_SESSION_SQL_IMAGE_CONTENT,
+    NGX_HTTP_SESSION_SQL_POLL
+};
+
+/* the name a statement is prepared under: "ngx_session_<n>" */
+static char  ngx_http_session_db_names[NGX_HTTP_SESSION_NSTMTS][
+                                           sizeof("ngx_session_") + 4];
 
 
 ngx_int_t
@@ -104,6 +130,10 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     pool->max_waiting = pool->nconns * NGX_HTTP_SESSION_DB_QUEUE_PER_CONN;
     pool->timeout = smcf->db_timeout;
 
+    if (ngx_http_session_db_prepare_text(cycle, pool) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     ngx_http_session_db_pool = pool;
 
     options = ngx_http_session_db_options(cycle);
@@ -122,6 +152,43 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 
         ngx_http_session_db_conn_open(dc);
     }
+
+    return NGX_OK;
+}
+
+
+static ngx_int_t
+ngx_http_session_db_prepare_text(ngx_cycle_t *cycle,
+    ngx_http_session_db_pool_t *pool)
+{
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
+
+    len = 1;
+
+    for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
+        ngx_sprintf((u_char *) ngx_http_session_db_names[i],
+                    "ngx_session_%ui%Z", i);
+
+        len += sizeof("PREPARE  AS ; ") - 1
+               + ngx_strlen(ngx_http_session_db_names[i])
+               + ngx_strlen(ngx_http_session_db_stmts[i]);
+    }
+
+    p = ngx_pnalloc(cycle->pool, len);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    pool->prepare = (char *) p;
+
+    for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
+        p = ngx_sprintf(p, "PREPARE %s AS %s; ", ngx_http_session_db_names[i],
+                        ngx_http_session_db_stmts[i]);
+    }
+
+    *p = '\0';
 
     return NGX_OK;
 }
@@ -185,6 +252,9 @@ void
 ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 {
     const char  *keywords[3], *values[3];
+
+    dc->preparing = 0;
+    dc->prepared = 0;
 
     dc->timer.handler = ngx_http_session_db_timer_handler;
     dc->timer.data = dc;
@@ -674,6 +744,17 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     dc->sent = 0;
 
     if (q == NULL) {
+        if (dc->preparing) {
+            dc->preparing = 0;
+            dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
+
+            if (!dc->prepared) {
+                ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                              "session db: preparing the statements failed, "
+                              "they are sent as text on this connection");
+            }
+        }
+
         if (res) {
             if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
                 ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: %s",
@@ -813,6 +894,25 @@ ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
 
 
 ngx_http_session_db_query_t *
+ngx_http_session_db_query_stmt(ngx_http_request_t *r,
+    ngx_http_session_stmt_e stmt, ngx_http_session_db_handler_pt handler)
+{
+    ngx_http_session_db_query_t  *q;
+
+    q = ngx_http_session_db_query_create(r, ngx_http_session_db_stmts[stmt],
+                                         handler);
+    if (q == NULL) {
+        return NULL;
+    }
+
+    q->stmt = stmt;
+    q->result_format = 1;
+
+    return q;
+}
+
+
+ngx_http_session_db_query_t *
 ngx_http_session_db_query_create_pool(ngx_pool_t *pool, ngx_log_t *log,
     const char *sql, ngx_http_session_db_handler_pt handler)
 {
@@ -916,8 +1016,12 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
 {
     int  i;
 
-    if (!PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
-                           q->lengths, q->formats, q->result_format))
+    if (q->stmt != NGX_HTTP_SESSION_STMT_NONE && dc->prepared
+        ? !PQsendQueryPrepared(dc->pg, ngx_http_session_db_names[q->stmt],
+                               q->nparams, q->values, q->lengths, q->formats,
+                               q->result_format)
+        : !PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                             q->lengths, q->formats, q->result_format))
     {
         ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
@@ -1005,6 +1109,23 @@ ngx_http_session_db_dispatch(void)
 static void
 ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
 {
+    ngx_http_session_db_pool_t  *pool;
+
+    pool = ngx_http_session_db_pool;
+
+    /* the statements first: queries wait for them like for a busy one */
+
+    if (pool && pool->prepare && !dc->prepared) {
+        dc->preparing = 1;
+
+        if (ngx_http_session_db_conn_send(dc, pool->prepare) != NGX_OK) {
+            dc->preparing = 0;
+            ngx_http_session_db_conn_fail(dc);
+        }
+
+        return;
+    }
+
     ngx_http_session_db_dispatch();
 }
 

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_sql.h"
 
 
 #define NGX_HTTP_SESSION_DB_MAX_PARAMS  16
@@ -60,6 +61,9 @@ struct ngx_http_session_db_conn_s {
     void                            *data;
 
     unsigned                         failed_before:1;
+    /* the pool's statements are being prepared, or are */
+    unsigned                         preparing:1;
+    unsigned                         prepared:1;
 };
 
 
@@ -72,6 +76,8 @@ struct ngx_http_session_db_query_s {
     ngx_http_session_db_conn_t      *conn;
 
     const char                      *sql;
+    /* a statement every pool connection prepares, or NONE */
+    ngx_http_session_stmt_e          stmt;
     int                              nparams;
     const char                      *values[NGX_HTTP_SESSION_DB_MAX_PARAMS];
     int                              lengths[NGX_HTTP_SESSION_DB_MAX_PARAMS];
@@ -110,6 +116,15 @@ ngx_http_session_db_query_t *ngx_http_session_db_query_create(
  */
 ngx_http_session_db_query_t *ngx_http_session_db_query_create_pool(
     ngx_pool_t *pool, ngx_log_t *log, const char *sql,
+    ngx_http_session_db_handler_pt handler);
+
+/*
+ * A query of one of the statements that pool connections prepare when
+ * they connect: it is sent by name, with no parse and no plan, and as
+ * its text where preparing failed.  Results come in binary format.
+ */
+ngx_http_session_db_query_t *ngx_http_session_db_query_stmt(
+    ngx_http_request_t *r, ngx_http_session_stmt_e stmt,
     ngx_http_session_db_handler_pt handler);
 
 void ngx_http_session_db_param(ngx_http_session_db_query_t *q,

@@ -1,7 +1,6 @@
 /*
- * Images: each endpoint is one parameterised call of a SQL function of
- * src/sql/004_images.sql (one statement, one transaction), answered from
- * the event loop when PostgreSQL replies.
+ * Images: each endpoint is one prepared statement (one transaction) that
+ * returns rows, rendered in C when PostgreSQL replies.
  *
  * The bytes travel as binary parameters and results: no hex or escape
  * encoding on the wire.  A download sends them straight out of the
@@ -14,6 +13,7 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_image.h"
+#include "ngx_http_session_render.h"
 #include "ngx_http_session_sessions.h"
 #include "ngx_http_session_sql.h"
 
@@ -249,8 +249,8 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
         }
     }
 
-    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD,
-                                         ngx_http_session_image_uploaded);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD,
+                                       ngx_http_session_image_uploaded);
     if (q == NULL || ngx_http_session_project(r, ctx) == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -268,45 +268,60 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
 }
 
 
+/* the check columns and the new image's, see the statement */
+
 static void
 ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     PGresult *res)
 {
-    size_t               len;
-    u_char              *p, *sid;
-    char                *id;
-    ngx_http_request_t  *r;
+    size_t                   len;
+    u_char                  *p, *sid;
+    ngx_buf_t               *b;
+    ngx_http_request_t      *r;
+    ngx_http_session_err_e   err;
 
     r = q->request;
     sid = q->data;
 
-    /* failures are logged once, by ngx_http_session_outcome() */
+    err = ngx_http_session_check(q, res, 0, 1);
 
-    if (res && PQresultStatus(res) == PGRES_TUPLES_OK
-        && PQntuples(res) == 1 && PQnfields(res) == 3
-        && ngx_strcmp(PQgetvalue(res, 0, 0), "ok") == 0)
+    if (err == NGX_HTTP_SESSION_ERR_LAST
+        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
     {
-        id = PQgetvalue(res, 0, 2);
-        len = sizeof("/api/v1/sessions//images/") - 1
-              + NGX_HTTP_SESSION_UUID_LEN + ngx_strlen(id);
-
-        p = ngx_pnalloc(r->pool, len);
-
-        if (p == NULL
-            || ngx_http_session_header_add(r, &ngx_http_session_location, p,
-                                           len)
-               == NULL)
-        {
-            ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-            return;
-        }
-
-        ngx_sprintf(p, "/api/v1/sessions/%s/images/%s", sid, id);
+        /* the session may be used but took no image: it is completed */
+        err = NGX_HTTP_SESSION_ERR_SESSION_COMPLETED;
     }
 
-    ngx_http_finalize_request(r, ngx_http_session_outcome(r, res,
-                                                          NGX_HTTP_CREATED));
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        return;
+    }
+
+    b = ngx_http_session_render_image(r, res, 0,
+                                      NGX_HTTP_SESSION_CHECK_NCOLS);
+
+    len = sizeof("/api/v1/sessions//images/") - 1
+          + 2 * NGX_HTTP_SESSION_UUID_LEN;
+
+    p = ngx_pnalloc(r->pool, len);
+
+    if (b == NULL || p == NULL
+        || ngx_http_session_header_add(r, &ngx_http_session_location, p, len)
+           == NULL)
+    {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    p = ngx_sprintf(p, "/api/v1/sessions/%s/images/", sid);
+    ngx_http_session_uuid_format((u_char *) PQgetvalue(res, 0,
+                                  NGX_HTTP_SESSION_CHECK_NCOLS
+                                  + NGX_HTTP_SESSION_COL_I_ID),
+                                 p);
+
+    ngx_http_finalize_request(r, ngx_http_session_send_json(r,
+                                                     NGX_HTTP_CREATED, b));
 }
 
 
@@ -401,8 +416,8 @@ ngx_http_session_image_list(ngx_http_request_t *r,
                                       NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
     }
 
-    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_IMAGE_LIST,
-                                         ngx_http_session_image_listed);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_LIST,
+                                       ngx_http_session_image_listed);
     rows = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
 
     if (q == NULL || rows == NULL
@@ -411,48 +426,62 @@ ngx_http_session_image_list(ngx_http_request_t *r,
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    *ngx_sprintf(rows, "%L", (int64_t) limit) = '\0';
+    /* one row more than asked tells whether there is a next page */
+    *ngx_sprintf(rows, "%L", (int64_t) limit + 1) = '\0';
 
     ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, sid, 0, 0);
     ngx_http_session_db_param(q, ack, 0, 0);
-    ngx_http_session_db_param(q, after, 0, 0);
+    ngx_http_session_db_param(q, after ? after : (u_char *) "0", 0, 0);
     ngx_http_session_db_param(q, rows, 0, 0);
+
+    q->data = (void *) (uintptr_t) limit;
 
     return ngx_http_session_run(r, q);
 }
 
 
+/* the check columns and an image per row, NULL when there is none */
+
 static void
 ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
     PGresult *res)
 {
-    size_t               len, cursor_len;
-    u_char              *p;
-    ngx_int_t            last;
-    ngx_buf_t           *b;
-    ngx_http_request_t  *r;
-    u_char               cursor[NGX_HTTP_SESSION_CURSOR_MAX];
+    int                      n, limit;
+    size_t                   cursor_len;
+    int64_t                  last;
+    ngx_buf_t               *b;
+    ngx_http_request_t      *r;
+    ngx_http_session_err_e   err;
+    u_char                   cursor[NGX_HTTP_SESSION_CURSOR_MAX];
 
     r = q->request;
+    limit = (int) (uintptr_t) q->data;
 
-    if (res == NULL
-        || PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
-        || PQnfields(res) != 4
-        || ngx_strcmp(PQgetvalue(res, 0, 0), "ok") != 0)
-    {
-        ngx_http_finalize_request(r, ngx_http_session_outcome(r, res,
-                                                               NGX_HTTP_OK));
+    err = ngx_http_session_check(q, res, 0, 1);
+
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
         return;
+    }
+
+    n = PQntuples(res);
+
+    if (PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS)) {
+        n = 0;
     }
 
     cursor_len = 0;
 
-    if (PQgetvalue(res, 0, 3)[0] == 't') {
-        last = ngx_atoi((u_char *) PQgetvalue(res, 0, 2),
-                        PQgetlength(res, 0, 2));
+    if (n > limit) {
+        n = limit;
 
-        if (last == NGX_ERROR) {
+        if (ngx_http_session_render_int4(res, n - 1,
+                                         NGX_HTTP_SESSION_CHECK_NCOLS
+                                         + NGX_HTTP_SESSION_COL_I_SEQUENCE,
+                                         &last)
+            != NGX_OK)
+        {
             ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
             return;
@@ -462,30 +491,13 @@ ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
                                                           (long long) last);
     }
 
-    len = sizeof("{\"data\": , \"has_more\": false, \"next_cursor\": null}")
-          + sizeof("\"\"") + cursor_len + PQgetlength(res, 0, 1);
-
-    b = ngx_create_temp_buf(r->pool, len);
+    b = ngx_http_session_render_images(r, res, NGX_HTTP_SESSION_CHECK_NCOLS,
+                                       n, cursor, cursor_len);
     if (b == NULL) {
         ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
         return;
     }
-
-    p = ngx_cpymem(b->last, "{\"data\": ", sizeof("{\"data\": ") - 1);
-    p = ngx_cpymem(p, PQgetvalue(res, 0, 1), PQgetlength(res, 0, 1));
-
-    if (cursor_len) {
-        p = ngx_sprintf(p, ", \"has_more\": true, \"next_cursor\": \"%*s\"}",
-                        cursor_len, cursor);
-
-    } else {
-        p = ngx_cpymem(p, ", \"has_more\": false, \"next_cursor\": null}",
-                       sizeof(", \"has_more\": false, \"next_cursor\": null}")
-                       - 1);
-    }
-
-    b->last = p;
 
     ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK,
                                                             b));
@@ -506,10 +518,10 @@ ngx_http_session_image_get(ngx_http_request_t *r,
         return rc;
     }
 
-    q = ngx_http_session_db_query_create(r,
+    q = ngx_http_session_db_query_stmt(r,
                         (ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK)
-                        ? NGX_HTTP_SESSION_SQL_IMAGE_ACK
-                        : NGX_HTTP_SESSION_SQL_IMAGE_GET,
+                        ? NGX_HTTP_SESSION_STMT_IMAGE_ACK
+                        : NGX_HTTP_SESSION_STMT_IMAGE_GET,
                         ngx_http_session_image_one);
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -524,12 +536,57 @@ ngx_http_session_image_get(ngx_http_request_t *r,
 }
 
 
+/*
+ * The check columns and the image's (NULL: no such image in the session,
+ * or, for an acknowledgement, none made: the last column tells whether
+ * the image exists, acknowledged already)
+ */
+
 static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_http_finalize_request(q->request,
-                              ngx_http_session_outcome(q->request, res,
-                                                             NGX_HTTP_OK));
+    int                      present;
+    ngx_buf_t               *b;
+    ngx_http_request_t      *r;
+    ngx_http_session_ctx_t  *ctx;
+    ngx_http_session_err_e   err;
+
+    r = q->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    err = ngx_http_session_check(q, res, 0, 1);
+
+    if (err == NGX_HTTP_SESSION_ERR_LAST
+        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
+    {
+        present = ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK
+                  && PQnfields(res) == NGX_HTTP_SESSION_CHECK_NCOLS
+                                       + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+                  && PQgetlength(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
+                                         + NGX_HTTP_SESSION_IMAGE_NCOLS)
+                     == 1
+                  && PQgetvalue(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
+                                        + NGX_HTTP_SESSION_IMAGE_NCOLS)[0];
+
+        err = present ? NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED
+                      : NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
+    }
+
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        return;
+    }
+
+    b = ngx_http_session_render_image(r, res, 0,
+                                      NGX_HTTP_SESSION_CHECK_NCOLS);
+    if (b == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK,
+                                                            b));
 }
 
 
@@ -552,9 +609,8 @@ ngx_http_session_image_content(ngx_http_request_t *r,
         r->keepalive = 0;
     }
 
-    q = ngx_http_session_db_query_create(r,
-                                         NGX_HTTP_SESSION_SQL_IMAGE_CONTENT,
-                                         ngx_http_session_image_bytes);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_CONTENT,
+                                       ngx_http_session_image_bytes);
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -572,7 +628,6 @@ ngx_http_session_image_content(ngx_http_request_t *r,
     ngx_http_session_db_param(q, (*tags == '\0') ? NULL : tags, 0, 0);
     ngx_http_session_db_param(q, r->header_only ? "false" : "true", 0, 0);
 
-    q->result_format = 1;
     q->keep_result = 1;
 
     return ngx_http_session_run(r, q);
@@ -584,8 +639,9 @@ ngx_http_session_image_content(ngx_http_request_t *r,
 static void
 ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_pool_cleanup_t  *cln;
-    ngx_http_request_t  *r;
+    ngx_pool_cleanup_t      *cln;
+    ngx_http_request_t      *r;
+    ngx_http_session_err_e   err;
 
     r = q->request;
 
@@ -606,6 +662,19 @@ ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
     cln->handler = ngx_http_session_image_clear;
     cln->data = res;
 
+    err = ngx_http_session_check(q, res, 0, 1);
+
+    if (err == NGX_HTTP_SESSION_ERR_LAST
+        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
+    {
+        err = NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
+    }
+
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        return;
+    }
+
     ngx_http_finalize_request(r, ngx_http_session_image_send_bytes(r, res));
 }
 
@@ -620,23 +689,14 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
     ngx_chain_t       out;
     ngx_table_elt_t  *h;
 
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
-        || PQnfields(res) != 6)
-    {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session db: unexpected result: %s",
-                      PQresultErrorMessage(res));
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
+    /*
+     * after the check columns: content type, etag, size, not modified,
+     * the bytes; text as its bytes (NUL-terminated by libpq)
+     */
 
-    /* binary results: text as its bytes (NUL-terminated by libpq) */
-
-    if (ngx_strcmp(PQgetvalue(res, 0, 0), "ok") != 0) {
-        return ngx_http_session_refused(r, PQgetvalue(res, 0, 0));
-    }
-
-    if (PQgetlength(res, 0, 2) != NGX_HTTP_SESSION_IMAGE_ETAG_LEN
-        || PQgetlength(res, 0, 3) != 4 || PQgetlength(res, 0, 4) != 1)
+    if (PQnfields(res) != NGX_HTTP_SESSION_CHECK_NCOLS + 5
+        || PQgetlength(res, 0, 3) != NGX_HTTP_SESSION_IMAGE_ETAG_LEN
+        || PQgetlength(res, 0, 4) != 4 || PQgetlength(res, 0, 5) != 1)
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "session db: unexpected image content row");
@@ -644,7 +704,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
     }
 
     /* int4 in network byte order */
-    p = (u_char *) PQgetvalue(res, 0, 3);
+    p = (u_char *) PQgetvalue(res, 0, 4);
     size = ((uint32_t) p[0] << 24) | ((uint32_t) p[1] << 16)
            | ((uint32_t) p[2] << 8) | (uint32_t) p[3];
 
@@ -654,7 +714,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
     }
 
     ngx_sprintf(etag, "\"%*s\"", (size_t) NGX_HTTP_SESSION_IMAGE_ETAG_LEN,
-                PQgetvalue(res, 0, 2));
+                PQgetvalue(res, 0, 3));
 
     h = ngx_http_session_header_add(r, &ngx_http_session_etag, etag,
                                     NGX_HTTP_SESSION_IMAGE_ETAG_LEN + 2);
@@ -664,7 +724,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
 
     r->headers_out.etag = h;
 
-    if (PQgetvalue(res, 0, 4)[0]) {
+    if (PQgetvalue(res, 0, 5)[0]) {
         r->headers_out.status = NGX_HTTP_NOT_MODIFIED;
         r->headers_out.content_length_n = -1;
         r->header_only = 1;
@@ -673,8 +733,8 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
     }
 
     r->headers_out.status = NGX_HTTP_OK;
-    r->headers_out.content_type.data = (u_char *) PQgetvalue(res, 0, 1);
-    r->headers_out.content_type.len = PQgetlength(res, 0, 1);
+    r->headers_out.content_type.data = (u_char *) PQgetvalue(res, 0, 2);
+    r->headers_out.content_type.len = PQgetlength(res, 0, 2);
     r->headers_out.content_type_len = r->headers_out.content_type.len;
     r->headers_out.content_length_n = size;
 
@@ -684,12 +744,12 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
         return rc;
     }
 
-    if ((uint32_t) PQgetlength(res, 0, 5) != size
-        || PQgetisnull(res, 0, 5))
+    if ((uint32_t) PQgetlength(res, 0, 6) != size
+        || PQgetisnull(res, 0, 6))
     {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
                       "session db: image content of %d bytes, expected %uD",
-                      PQgetlength(res, 0, 5), size);
+                      PQgetlength(res, 0, 6), size);
         return NGX_ERROR;
     }
 
@@ -699,7 +759,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r, PGresult *res)
     }
 
     /* the PGresult's own bytes: freed with the pool, after sending */
-    b->pos = (u_char *) PQgetvalue(res, 0, 5);
+    b->pos = (u_char *) PQgetvalue(res, 0, 6);
     b->last = b->pos + size;
     b->memory = 1;
     b->last_buf = (r == r->main) ? 1 : 0;

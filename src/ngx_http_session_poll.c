@@ -1,7 +1,8 @@
 /*
  * The long poll.
  *
- * A poll reads the session with session_poll() (src/sql/006_poll.sql).
+ * A poll reads the session and its unacknowledged images with one
+ * prepared statement (NGX_HTTP_SESSION_SQL_POLL).
  * When there is nothing to answer yet, the request waits in this
  * worker's table, keyed by session id, holding no database connection,
  * with a timer for its timeout.  The LISTEN connection hands every
@@ -19,6 +20,7 @@
 #include "ngx_http_session_body.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_render.h"
 #include "ngx_http_session_sessions.h"
 #include "ngx_http_session_sql.h"
 
@@ -261,8 +263,8 @@ ngx_http_session_poll_read(ngx_http_session_poll_t *p)
     r = p->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_POLL,
-                                         ngx_http_session_poll_result);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_POLL,
+                                       ngx_http_session_poll_result);
     if (q == NULL) {
         return NGX_ERROR;
     }
@@ -284,11 +286,16 @@ ngx_http_session_poll_read(ngx_http_session_poll_t *p)
 }
 
 
+/* the session's columns and an unacknowledged image per row, or none */
+
 static void
 ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    int                       n;
     ngx_int_t                 rc;
+    ngx_buf_t                *b;
     ngx_http_request_t       *r;
+    ngx_http_session_err_e    err;
     ngx_http_session_poll_t  *p;
 
     p = q->data;
@@ -296,15 +303,35 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
     p->reading = 0;
 
+    err = ngx_http_session_check(q, res, NGX_HTTP_SESSION_COL_S_PROJECT,
+                                 NGX_HTTP_SESSION_COL_S_STATUS);
+
+    n = 0;
+
+    if (err == NGX_HTTP_SESSION_ERR_LAST) {
+        if (PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS
+                              + NGX_HTTP_SESSION_IMAGE_NCOLS)
+        {
+            err = NGX_HTTP_SESSION_ERR_INTERNAL;
+
+        } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_SESSION_NCOLS)) {
+            n = PQntuples(res);
+
+        } else if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+                   == sizeof("completed") - 1
+                   && ngx_strncmp(PQgetvalue(res, 0,
+                                             NGX_HTTP_SESSION_COL_S_STATUS),
+                                  "completed", sizeof("completed") - 1)
+                      == 0)
+        {
+            /* completed, and no image waits for an acknowledgement */
+            err = NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED;
+        }
+    }
+
     /* nothing to deliver yet, and time is left: wait on */
 
-    if (!p->final
-        && res
-        && PQresultStatus(res) == PGRES_TUPLES_OK
-        && PQntuples(res) == 1 && PQnfields(res) == 3
-        && ngx_strcmp(PQgetvalue(res, 0, 0), "ok") == 0
-        && ngx_strcmp(PQgetvalue(res, 0, 2), "0") == 0)
-    {
+    if (err == NGX_HTTP_SESSION_ERR_LAST && n == 0 && !p->final) {
         if (!p->again) {
             ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                            "session poll: nothing yet on %s", p->sid);
@@ -322,8 +349,19 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
     ngx_http_session_poll_leave(p);
 
-    ngx_http_finalize_request(r, ngx_http_session_outcome(r, res,
-                                                          NGX_HTTP_OK));
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        return;
+    }
+
+    b = ngx_http_session_render_poll(r, res, n);
+    if (b == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
 }
 
 

@@ -1,7 +1,7 @@
 /*
- * Sessions: each endpoint is one parameterised call of a SQL function of
- * src/sql/ (one statement, one transaction), answered from the event
- * loop when PostgreSQL replies.
+ * Sessions: each endpoint is one prepared statement (one transaction)
+ * that returns rows; the answer is rendered in C from them, from the
+ * event loop when PostgreSQL replies.
  */
 
 #include "ngx_http_session_sessions.h"
@@ -9,6 +9,7 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_render.h"
 #include "ngx_http_session_sql.h"
 
 
@@ -24,6 +25,8 @@ static ngx_int_t ngx_http_session_sid(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, u_char **sid);
 static void ngx_http_session_created(ngx_http_session_db_query_t *q,
     PGresult *res);
+static ngx_int_t ngx_http_session_created_send(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q, PGresult *res);
 static void ngx_http_session_one(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_listed(ngx_http_session_db_query_t *q,
@@ -135,9 +138,9 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
         return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
     }
 
-    q = ngx_http_session_db_query_create(r,
-                                         NGX_HTTP_SESSION_SQL_SESSION_CREATE,
-                                         ngx_http_session_created);
+    q = ngx_http_session_db_query_stmt(r,
+                                       NGX_HTTP_SESSION_STMT_SESSION_CREATE,
+                                       ngx_http_session_created);
     if (q == NULL) {
         ngx_http_session_create_free(&cr);
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -155,6 +158,8 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     ngx_http_session_db_param(q,
                  (cr.delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
                  ? "webhook" : "long_poll", 0, 0);
+
+    /* the URL stays in the pool: the answer repeats it */
 
     if (cr.webhook_url) {
         p = ngx_pnalloc(r->pool, cr.webhook_url_len + 1);
@@ -189,44 +194,107 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 }
 
 
+/* (allowed, id, created_at, expires_at), see the statement */
+
 static void
 ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    size_t               len;
-    u_char              *p;
-    char                *id;
-    ngx_int_t            rc;
     ngx_http_request_t  *r;
 
     r = q->request;
 
-    /* failures are logged once, by ngx_http_session_outcome() */
+    ngx_http_finalize_request(r, ngx_http_session_created_send(r, q, res));
+}
 
-    if (res && PQresultStatus(res) == PGRES_TUPLES_OK
-        && PQntuples(res) == 1 && PQnfields(res) == 3
-        && ngx_strcmp(PQgetvalue(res, 0, 0), "ok") == 0)
-    {
-        id = PQgetvalue(res, 0, 2);
-        len = sizeof("/api/v1/sessions/") - 1 + ngx_strlen(id);
 
-        p = ngx_pnalloc(r->pool, len);
+static ngx_int_t
+ngx_http_session_created_send(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q, PGresult *res)
+{
+    u_char                          *p, project[16];
+    ngx_buf_t                       *b;
+    ngx_http_session_ctx_t          *ctx;
+    ngx_http_session_doc_session_t   s;
 
-        if (p == NULL
-            || ngx_http_session_header_add(r, &ngx_http_session_location, p,
-                                           len)
-               == NULL)
-        {
-            ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-            return;
-        }
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-        ngx_sprintf(p, "/api/v1/sessions/%s", id);
+    if (res == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
     }
 
-    rc = ngx_http_session_outcome(r, res, NGX_HTTP_CREATED);
+    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || PQntuples(res) != 1 || PQnfields(res) != 4)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
 
-    ngx_http_finalize_request(r, rc);
+    if (PQgetisnull(res, 0, 0) || PQgetvalue(res, 0, 0)[0] == 0) {
+        return ngx_http_session_error(r,
+                       (ctx->delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
+                       ? NGX_HTTP_SESSION_ERR_PLAN_WEBHOOK
+                       : NGX_HTTP_SESSION_ERR_PLAN_LONG_POLL);
+    }
+
+    if (PQgetisnull(res, 0, 1)) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_QUOTA);
+    }
+
+    if (PQgetlength(res, 0, 1) != NGX_HTTP_SESSION_UUID_BIN_LEN
+        || ngx_http_session_render_time(res, 0, 2, &s.created_us) != NGX_OK
+        || ngx_http_session_render_time(res, 0, 3, &s.expires_us) != NGX_OK
+        || ngx_http_session_uuid_parse(ctx->principal.project_id,
+                                       NGX_HTTP_SESSION_UUID_LEN, project)
+           != 0)
+    {
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session db: a row is not what the statement returns");
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    /* the new session is what was asked for: open, nothing in it yet */
+
+    s.id = (u_char *) PQgetvalue(res, 0, 1);
+    s.project_id = project;
+
+    if (ctx->delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK) {
+        s.delivery_mode = (u_char *) "webhook";
+        s.delivery_mode_len = sizeof("webhook") - 1;
+        s.webhook_url = (u_char *) q->values[2];
+        s.webhook_url_len = q->lengths[2];
+
+    } else {
+        s.delivery_mode = (u_char *) "long_poll";
+        s.delivery_mode_len = sizeof("long_poll") - 1;
+        s.webhook_url = NULL;
+        s.webhook_url_len = 0;
+    }
+
+    s.status = (u_char *) "open";
+    s.status_len = sizeof("open") - 1;
+    s.image_count = 0;
+    s.acknowledged_count = 0;
+    s.completed = 0;
+    s.completed_us = 0;
+
+    b = ngx_create_temp_buf(r->pool, ngx_http_session_doc_session_size(&s));
+    p = ngx_pnalloc(r->pool, sizeof("/api/v1/sessions/") - 1
+                             + NGX_HTTP_SESSION_UUID_LEN);
+
+    if (b == NULL || p == NULL
+        || ngx_http_session_header_add(r, &ngx_http_session_location, p,
+                                       sizeof("/api/v1/sessions/") - 1
+                                       + NGX_HTTP_SESSION_UUID_LEN)
+           == NULL)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    p = ngx_cpymem(p, "/api/v1/sessions/", sizeof("/api/v1/sessions/") - 1);
+    ngx_http_session_uuid_format(s.id, p);
+
+    b->last = ngx_http_session_doc_session(b->last, &s);
+
+    return ngx_http_session_send_json(r, NGX_HTTP_CREATED, b);
 }
 
 
@@ -247,16 +315,24 @@ ngx_http_session_get(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return rc;
     }
 
-    q = ngx_http_session_db_query_create(r,
-                           (ctx->route.id == NGX_HTTP_SESSION_ROUTE_COMPLETE)
-                           ? NGX_HTTP_SESSION_SQL_SESSION_COMPLETE
-                           : NGX_HTTP_SESSION_SQL_SESSION_GET,
-                           ngx_http_session_one);
-    if (q == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    if (ctx->route.id == NGX_HTTP_SESSION_ROUTE_COMPLETE) {
+        q = ngx_http_session_db_query_stmt(r,
+                                      NGX_HTTP_SESSION_STMT_SESSION_COMPLETE,
+                                      ngx_http_session_one);
+        if (q == NULL) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+
+    } else {
+        q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_SESSION_GET,
+                                           ngx_http_session_one);
+        if (q == NULL) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
     }
 
-    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, sid, 0, 0);
 
     return ngx_http_session_run(r, q);
@@ -270,12 +346,33 @@ ngx_http_session_complete(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 }
 
 
+/* the session's columns, or no row */
+
 static void
 ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_http_finalize_request(q->request,
-                              ngx_http_session_outcome(q->request, res,
-                                                       NGX_HTTP_OK));
+    ngx_buf_t               *b;
+    ngx_http_request_t      *r;
+    ngx_http_session_err_e   err;
+
+    r = q->request;
+
+    err = ngx_http_session_check(q, res, NGX_HTTP_SESSION_COL_S_PROJECT,
+                                 NGX_HTTP_SESSION_COL_S_STATUS);
+
+    if (err != NGX_HTTP_SESSION_ERR_LAST) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        return;
+    }
+
+    b = ngx_http_session_render_session(r, res, 0, 0);
+    if (b == NULL) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        return;
+    }
+
+    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
 }
 
 
@@ -327,8 +424,10 @@ ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
 ngx_int_t
 ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
+    int                           i;
     u_char                       *pos, *p, *status, *after_us, *after_id;
     u_char                        uuid[16];
+    uint64_t                      pg_us;
     ngx_int_t                     rc;
     ngx_str_t                     name, value;
     long long                     limit, created_us;
@@ -392,7 +491,13 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                 return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
             }
 
-            after_us = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
+            /* only what PostgreSQL can hold, or it would refuse with 500 */
+
+            if (created_us < 0 || created_us >= NGX_HTTP_SESSION_DOC_US_MAX) {
+                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
+            }
+
+            after_us = ngx_pnalloc(r->pool, 8);
             after_id = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
 
             if (after_us == NULL || after_id == NULL) {
@@ -400,7 +505,13 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                               NGX_HTTP_SESSION_ERR_INTERNAL);
             }
 
-            *ngx_sprintf(after_us, "%L", (int64_t) created_us) = '\0';
+            pg_us = (uint64_t) (created_us - NGX_HTTP_SESSION_DOC_PG_EPOCH_US);
+
+            for (i = 7; i >= 0; i--) {
+                after_us[i] = (u_char) (pg_us & 0xff);
+                pg_us >>= 8;
+            }
+
             ngx_http_session_uuid_format(uuid, after_id);
             after_id[NGX_HTTP_SESSION_UUID_LEN] = '\0';
             continue;
@@ -409,8 +520,11 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return ngx_http_session_unknown_arg(r, &name);
     }
 
-    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_SESSION_LIST,
-                                         ngx_http_session_listed);
+    q = ngx_http_session_db_query_stmt(r,
+                                   after_id
+                                   ? NGX_HTTP_SESSION_STMT_SESSION_LIST_AFTER
+                                   : NGX_HTTP_SESSION_STMT_SESSION_LIST,
+                                   ngx_http_session_listed);
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -425,9 +539,13 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, status, 0, 0);
-    ngx_http_session_db_param(q, after_us, 0, 0);
-    ngx_http_session_db_param(q, after_id, 0, 0);
     ngx_http_session_db_param(q, p, 0, 0);
+
+    if (after_id) {
+        /* timestamptz in binary: microseconds since 2000-01-01, big-endian */
+        ngx_http_session_db_param(q, after_us, 8, 1);
+        ngx_http_session_db_param(q, after_id, 0, 0);
+    }
 
     q->data = (void *) (uintptr_t) limit;
 
@@ -438,14 +556,12 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 static void
 ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    int                  i, n, limit;
-    size_t               len;
-    u_char              *p, uuid[16];
+    int                  n, limit;
+    int64_t              created_us;
     ngx_buf_t           *b;
-    long long            created_us;
     ngx_http_request_t  *r;
-    u_char               cursor[NGX_HTTP_SESSION_CURSOR_MAX];
     size_t               cursor_len;
+    u_char               cursor[NGX_HTTP_SESSION_CURSOR_MAX];
 
     r = q->request;
     limit = (int) (uintptr_t) q->data;
@@ -457,7 +573,7 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     if (ngx_http_session_db_result_ok(q, res) != NGX_OK
-        || PQnfields(res) != 3)
+        || PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS)
     {
         ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
@@ -470,20 +586,12 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
     if (n > limit) {
         n = limit;
 
-        created_us = ngx_atoof((u_char *) PQgetvalue(res, n - 1, 1),
-                               PQgetlength(res, n - 1, 1));
-
-        if (created_us == NGX_ERROR
-            && PQgetvalue(res, n - 1, 1)[0] != '-')
-        {
-            ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-            return;
-        }
-
-        if (ngx_http_session_uuid_parse((u_char *) PQgetvalue(res, n - 1, 2),
-                                        PQgetlength(res, n - 1, 2), uuid)
-            != 0)
+        if (ngx_http_session_render_time(res, n - 1,
+                                         NGX_HTTP_SESSION_COL_S_CREATED,
+                                         &created_us)
+            != NGX_OK
+            || PQgetlength(res, n - 1, NGX_HTTP_SESSION_COL_S_ID)
+               != NGX_HTTP_SESSION_UUID_BIN_LEN)
         {
             ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
@@ -491,46 +599,17 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
         }
 
         cursor_len = ngx_http_session_cursor_encode_session(cursor,
-                                                            created_us, uuid);
+                         created_us,
+                         (u_char *) PQgetvalue(res, n - 1,
+                                               NGX_HTTP_SESSION_COL_S_ID));
     }
 
-    /* the longer of the two endings: "true" with a cursor, or "null" */
-    len = sizeof("{\"data\": [], \"has_more\": false, "
-                 "\"next_cursor\": null}")
-          + sizeof("\"\"") + cursor_len;
-
-    for (i = 0; i < n; i++) {
-        len += PQgetlength(res, i, 0) + sizeof(", ") - 1;
-    }
-
-    b = ngx_create_temp_buf(r->pool, len);
+    b = ngx_http_session_render_sessions(r, res, n, cursor, cursor_len);
     if (b == NULL) {
         ngx_http_finalize_request(r, ngx_http_session_error(r,
                                              NGX_HTTP_SESSION_ERR_INTERNAL));
         return;
     }
-
-    p = ngx_cpymem(b->last, "{\"data\": [", sizeof("{\"data\": [") - 1);
-
-    for (i = 0; i < n; i++) {
-        if (i) {
-            *p++ = ','; *p++ = ' ';
-        }
-
-        p = ngx_cpymem(p, PQgetvalue(res, i, 0), PQgetlength(res, i, 0));
-    }
-
-    if (cursor_len) {
-        p = ngx_sprintf(p, "], \"has_more\": true, \"next_cursor\": \"%*s\"}",
-                        cursor_len, cursor);
-
-    } else {
-        p = ngx_cpymem(p, "], \"has_more\": false, \"next_cursor\": null}",
-                       sizeof("], \"has_more\": false, \"next_cursor\": null}")
-                       - 1);
-    }
-
-    b->last = p;
 
     ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
 }
@@ -553,94 +632,60 @@ ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
 }
 
 
-/* the refusals a SQL function of src/sql/ answers with, by outcome */
+/*
+ * Stage 5 from the first row of a session-scoped statement: the
+ * session's project and status (as clients see it) in the given columns;
+ * no row or a NULL project is a session that does not exist.
+ */
 
-typedef struct {
-    const char              *outcome;
-    ngx_http_session_err_e   err;
-} ngx_http_session_refusal_t;
-
-
-static ngx_http_session_refusal_t  ngx_http_session_refusals[] = {
-    { "missing", NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND },
-    { "forbidden", NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN },
-    { "expired", NGX_HTTP_SESSION_ERR_SESSION_EXPIRED },
-    { "quota", NGX_HTTP_SESSION_ERR_QUOTA },
-    { "completed", NGX_HTTP_SESSION_ERR_SESSION_COMPLETED },
-    { "image_missing", NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND },
-    { "acknowledged", NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED },
-    { "acknowledged_all", NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED },
-    { NULL, NGX_HTTP_SESSION_ERR_INTERNAL }
-};
-
-
-ngx_int_t
-ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
-    ngx_uint_t status)
+ngx_http_session_err_e
+ngx_http_session_check(ngx_http_session_db_query_t *q, PGresult *res,
+    int project_col, int status_col)
 {
-    char       *outcome;
-    ngx_buf_t  *b;
+    u_char                   project[NGX_HTTP_SESSION_UUID_LEN];
+    ngx_http_request_t      *r;
+    ngx_http_session_ctx_t  *ctx;
 
     if (res == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
+        return NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
     }
 
-    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1
-        || PQnfields(res) < 2)
+    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || PQnfields(res) <= ngx_max(project_col, status_col))
     {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session db: unexpected result: %s",
-                      PQresultErrorMessage(res));
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
     }
 
-    outcome = PQgetvalue(res, 0, 0);
-
-    if (ngx_strcmp(outcome, "ok") != 0) {
-        return ngx_http_session_refused(r, outcome);
+    if (PQntuples(res) == 0 || PQgetisnull(res, 0, project_col)) {
+        return NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
     }
 
-    b = ngx_create_temp_buf(r->pool, PQgetlength(res, 0, 1));
-    if (b == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    r = q->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (PQgetlength(res, 0, project_col) != NGX_HTTP_SESSION_UUID_BIN_LEN) {
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
     }
 
-    b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 1),
-                         PQgetlength(res, 0, 1));
+    ngx_http_session_uuid_format((u_char *) PQgetvalue(res, 0, project_col),
+                                 project);
 
-    return ngx_http_session_send_json(r, status, b);
-}
-
-
-ngx_int_t
-ngx_http_session_refused(ngx_http_request_t *r, const char *outcome)
-{
-    ngx_http_session_ctx_t      *ctx;
-    ngx_http_session_refusal_t  *rf;
-
-    /* the plan's refusal names the delivery mode that was asked for */
-
-    if (ngx_strcmp(outcome, "feature") == 0) {
-        ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-        return ngx_http_session_error(r,
-                       (ctx->delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
-                       ? NGX_HTTP_SESSION_ERR_PLAN_WEBHOOK
-                       : NGX_HTTP_SESSION_ERR_PLAN_LONG_POLL);
+    if (ngx_memcmp(project, ctx->principal.project_id,
+                   NGX_HTTP_SESSION_UUID_LEN)
+        != 0)
+    {
+        return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
     }
 
-    for (rf = ngx_http_session_refusals; rf->outcome; rf++) {
-        if (ngx_strcmp(outcome, rf->outcome) == 0) {
-            break;
-        }
+    if (PQgetlength(res, 0, status_col) == sizeof("expired") - 1
+        && ngx_strncmp(PQgetvalue(res, 0, status_col), "expired",
+                       sizeof("expired") - 1)
+           == 0)
+    {
+        return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
     }
 
-    if (rf->outcome == NULL) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session db: unexpected outcome \"%s\"", outcome);
-    }
-
-    return ngx_http_session_error(r, rf->err);
+    return NGX_HTTP_SESSION_ERR_LAST;
 }
 
 

@@ -9,6 +9,7 @@
 #include <libpq-fe.h>
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_error.h"
 
 
 /* a session list or create body may hold at most this many bytes */
@@ -53,15 +54,14 @@ u_char *ngx_http_session_read_body(ngx_http_request_t *r, size_t max,
     size_t *len);
 
 /*
- * Answers an (outcome, body) row of a SQL function of src/sql/: "ok"
- * sends the body with status, anything else as ngx_http_session_refused().
+ * Stage 5 from the first row of a session-scoped statement's result
+ * (project and status in the given columns): NGX_HTTP_SESSION_ERR_LAST
+ * when the session may be used, else the error to answer (503 for no
+ * result, 500 for a failed one, 404, 403, 410).
  */
-ngx_int_t ngx_http_session_outcome(ngx_http_request_t *r, PGresult *res,
-    ngx_uint_t status);
-
-/* the error of a refusing outcome ("missing", "expired", ...) */
-ngx_int_t ngx_http_session_refused(ngx_http_request_t *r,
-    const char *outcome);
+ngx_http_session_err_e ngx_http_session_check(
+    ngx_http_session_db_query_t *q, PGresult *res, int project_col,
+    int status_col);
 
 /*
  * For endpoints that take no query parameter: NGX_DECLINED when there is

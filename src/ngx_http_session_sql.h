@@ -16,21 +16,125 @@
     " WHERE k.key_hash = $1 AND k.deleted_at IS NULL"
 
 
-/* $1 project, $2 delivery mode, $3 webhook url or NULL, $4 ttl seconds */
+/*
+ * The statements of the endpoints return rows, not documents: the worker
+ * renders the JSON (src/core/ngx_http_session_doc.c).  Each is prepared
+ * once per connection and asked for in binary result format: uuid as 16
+ * bytes, integer as 4, boolean as 1, timestamptz as 8 (microseconds since
+ * 2000-01-01 UTC), text and bytea as they are.
+ */
+
+/* a session's status as clients see it: expired once now >= expires_at */
+#define NGX_HTTP_SESSION_SQL_STATUS(t)                                        \
+    "CASE WHEN " t ".status <> 'expired' AND now() >= " t ".expires_at"       \
+    " THEN 'expired' ELSE " t ".status END"
+
+/* the ten columns of a session, NGX_HTTP_SESSION_COL_S_* */
+#define NGX_HTTP_SESSION_SQL_SESSION_COLS(t)                                  \
+    t ".id, " t ".project_id, " t ".delivery_mode, " t ".webhook_url, "       \
+    NGX_HTTP_SESSION_SQL_STATUS(t) ", " t ".image_count, "                    \
+    t ".acknowledged_count, " t ".created_at, " t ".expires_at, "             \
+    t ".completed_at"
+
+/* the eight columns of an image, NGX_HTTP_SESSION_COL_I_* */
+#define NGX_HTTP_SESSION_SQL_IMAGE_COLS(t)                                    \
+    t ".id, " t ".session_id, " t ".sequence, " t ".content_type, "           \
+    t ".size, " t ".sha256, " t ".created_at, " t ".acknowledged_at"
+
+/* stage 5 of every session-scoped statement: the session's owner, status */
+#define NGX_HTTP_SESSION_SQL_CHECK_COLS                                       \
+    "x.project_id, " NGX_HTTP_SESSION_SQL_STATUS("x")
+
+/* the one row that a missing session still gives */
+#define NGX_HTTP_SESSION_SQL_CHECK_FROM                                       \
+    " FROM (SELECT 1) one LEFT JOIN sessions x ON x.id = $2::uuid"
+
+
+/*
+ * $1 project, $2 delivery mode, $3 webhook url or NULL, $4 ttl seconds:
+ * (allowed, id, created_at, expires_at).  allowed NULL or false: the plan
+ * lacks the mode; id NULL: the monthly quota is used up.  A plan with no
+ * quota touches no usage row; one with a quota counts the session on the
+ * account's usage row of the month, locked until the commit, so that
+ * concurrent creates never exceed it (see docs/decisions.md).
+ */
 #define NGX_HTTP_SESSION_SQL_SESSION_CREATE                                   \
-    "SELECT outcome, body, id::text FROM session_create($1, $2, $3, $4)"
+    "WITH p AS ("                                                             \
+    "SELECT a.id AS account, pl.monthly_quota AS quota,"                      \
+    " $2::text = ANY (pl.features) AS allowed"                                \
+    " FROM projects p JOIN accounts a ON a.id = p.account_id"                 \
+    " JOIN plans pl ON pl.name = a.plan WHERE p.id = $1::uuid),"              \
+    " u AS ("                                                                 \
+    "INSERT INTO monthly_usage AS u (account_id, month, sessions_created)"    \
+    " SELECT p.account,"                                                      \
+    " date_trunc('month', now() AT TIME ZONE 'UTC')::date, 1"                 \
+    " FROM p WHERE p.allowed AND p.quota > 0"                                 \
+    " ON CONFLICT (account_id, month) DO UPDATE"                              \
+    " SET sessions_created = u.sessions_created + 1"                          \
+    " WHERE u.sessions_created < (SELECT p.quota FROM p)"                     \
+    " RETURNING 1),"                                                          \
+    " s AS ("                                                                 \
+    "INSERT INTO sessions (project_id, delivery_mode, webhook_url,"           \
+    " created_at, expires_at)"                                                \
+    " SELECT $1::uuid, $2::text, $3::text, t.now,"                            \
+    " t.now + $4::integer * interval '1 second'"                              \
+    " FROM p, (SELECT clock_timestamp() AS now) t"                            \
+    " WHERE p.allowed AND (p.quota IS NULL OR EXISTS (SELECT 1 FROM u))"      \
+    " RETURNING id, created_at, expires_at)"                                  \
+    " SELECT p.allowed, s.id, s.created_at, s.expires_at"                     \
+    " FROM (SELECT 1) one LEFT JOIN p ON true LEFT JOIN s ON true"
 
-/* $1 project, $2 session id */
+/* $1 session id: the session's columns, or no row */
 #define NGX_HTTP_SESSION_SQL_SESSION_GET                                      \
-    "SELECT outcome, body FROM session_get($1, $2)"
+    "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("s")                          \
+    " FROM sessions s WHERE s.id = $1::uuid"
 
+/*
+ * $1 project, $2 session id: the session's columns after the change, or
+ * as they are when there was none to make (already completed, expired,
+ * another project's), or no row.  The row is locked first, so that the
+ * row returned is the newest; the notification and, for webhook
+ * sessions, the outbox row commit with the change or not at all.
+ */
 #define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE                                 \
-    "SELECT outcome, body FROM session_complete($1, $2)"
+    "WITH l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"          \
+    " FOR UPDATE),"                                                           \
+    " c AS ("                                                                 \
+    "UPDATE sessions s SET status = 'completed', completed_at = now()"        \
+    " FROM l WHERE s.id = (l.r).id AND s.project_id = $1::uuid"               \
+    " AND s.status = 'open' AND now() < s.expires_at"                         \
+    " RETURNING s AS r,"                                                      \
+    " pg_notify('session_events', 'completed:' || s.id::text) AS n),"         \
+    " o AS ("                                                                 \
+    "INSERT INTO webhook_outbox (id, project_id, session_id, event_type,"     \
+    " url, payload)"                                                          \
+    " SELECT e.id, (c.r).project_id, (c.r).id, 'session.completed',"          \
+    " (c.r).webhook_url,"                                                     \
+    " json_build_object('id', e.id, 'type', 'session.completed',"             \
+    " 'created_at', session_ts(now()),"                                       \
+    " 'data', session_json(c.r)::json)::text"                                 \
+    " FROM c, LATERAL (SELECT gen_random_uuid() AS id) e"                     \
+    " WHERE (c.r).delivery_mode = 'webhook')"                                 \
+    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
+    " FROM (SELECT c.r FROM c UNION ALL"                                      \
+    " SELECT l.r FROM l WHERE NOT EXISTS (SELECT 1 FROM c)) x"
 
-/* $1 project, $2 status or NULL, $3 $4 cursor or NULLs, $5 rows */
+/* $1 project, $2 status or NULL, $3 rows: newest first */
 #define NGX_HTTP_SESSION_SQL_SESSION_LIST                                     \
-    "SELECT body, created_us, id::text"                                       \
-    " FROM session_list($1, $2, $3, $4, $5)"
+    "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("s")                          \
+    " FROM sessions s WHERE s.project_id = $1::uuid"                          \
+    " AND ($2::text IS NULL OR " NGX_HTTP_SESSION_SQL_STATUS("s")             \
+    " = $2::text)"                                                            \
+    " ORDER BY s.created_at DESC, s.id DESC LIMIT $3::integer"
+
+/* the same after the cursor: $4 created_at (binary), $5 id */
+#define NGX_HTTP_SESSION_SQL_SESSION_LIST_AFTER                               \
+    "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("s")                          \
+    " FROM sessions s WHERE s.project_id = $1::uuid"                          \
+    " AND ($2::text IS NULL OR " NGX_HTTP_SESSION_SQL_STATUS("s")             \
+    " = $2::text)"                                                            \
+    " AND (s.created_at, s.id) < ($4::timestamptz, $5::uuid)"                 \
+    " ORDER BY s.created_at DESC, s.id DESC LIMIT $3::integer"
 
 /* $1 batch size: (swept, more, ran), see src/sql/005_expiry_sweep.sql */
 #define NGX_HTTP_SESSION_SQL_SWEEP                                            \
@@ -57,40 +161,145 @@
 
 /*
  * $1 project, $2 session id, $3 content type, $4 SHA-256 (bytea,
- * binary), $5 the bytes (bytea, binary)
+ * binary), $5 the bytes (bytea, binary): the check columns and the new
+ * image's (NULL when there is none: the session is missing, another
+ * project's, expired or completed).  The sequence is the session's
+ * image_count, incremented under the session row's lock: concurrent
+ * uploads into one session take 1, 2, 3 ... in turn, with no gap.  The
+ * notification and the outbox row commit with the image or not at all.
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD                                     \
-    "SELECT outcome, body, id::text"                                          \
-    " FROM image_upload($1, $2, $3, $4, $5)"
+    "WITH s AS ("                                                             \
+    "UPDATE sessions s SET image_count = s.image_count + 1"                   \
+    " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
+    " AND s.status = 'open' AND now() < s.expires_at"                         \
+    " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
+    " s.webhook_url),"                                                        \
+    " i AS ("                                                                 \
+    "INSERT INTO images AS i (session_id, sequence, content_type, size,"      \
+    " sha256, content)"                                                       \
+    " SELECT s.id, s.image_count, $3::text, octet_length($5::bytea),"         \
+    " $4::bytea, $5::bytea FROM s"                                            \
+    " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                    \
+    " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n),"  \
+    " o AS ("                                                                 \
+    "INSERT INTO webhook_outbox (id, project_id, session_id, event_type,"     \
+    " url, payload)"                                                          \
+    " SELECT e.id, s.project_id, s.id, 'image.uploaded', s.webhook_url,"      \
+    " json_build_object('id', e.id, 'type', 'image.uploaded',"                \
+    " 'created_at', session_ts(now()),"                                       \
+    " 'data', image_json(" NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ")::json)"    \
+    "::text"                                                                  \
+    " FROM s, i, LATERAL (SELECT gen_random_uuid() AS id) e"                  \
+    " WHERE s.delivery_mode = 'webhook')"                                     \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
 
-/* $1 project, $2 session id, $3 acknowledged or NULL, $4 cursor, $5 rows */
+/*
+ * $1 project, $2 session id, $3 acknowledged or NULL, $4 after this
+ * sequence, $5 rows: the check columns and an image per row (one row of
+ * NULL image columns when there is none)
+ */
 #define NGX_HTTP_SESSION_SQL_IMAGE_LIST                                       \
-    "SELECT outcome, body, last_sequence, has_more"                           \
-    " FROM image_list($1, $2, $3, $4, $5)"
+    "SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                            \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM                                           \
+    " LEFT JOIN LATERAL (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")        \
+    " FROM images i WHERE x.project_id = $1::uuid AND i.session_id = x.id"    \
+    " AND i.sequence > $4::integer AND ($3::boolean IS NULL"                  \
+    " OR (i.acknowledged_at IS NOT NULL) = $3::boolean)"                      \
+    " ORDER BY i.sequence LIMIT $5::integer) i ON true"
 
 /* $1 project, $2 session id, $3 image id or NULL (malformed) */
 #define NGX_HTTP_SESSION_SQL_IMAGE_GET                                        \
-    "SELECT outcome, body FROM image_get($1, $2, $3)"
+    "SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                            \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM                                           \
+    " LEFT JOIN images i ON x.project_id = $1::uuid AND i.id = $3::uuid"      \
+    " AND i.session_id = x.id"
 
+/*
+ * The same, acknowledging the image if the session is not expired (a
+ * completed one is fine) and the image was not acknowledged yet; the
+ * fourth column tells an image that exists from a missing one, the image
+ * columns are the acknowledged image's.  The session's
+ * acknowledged_count moves in the same transaction.
+ */
 #define NGX_HTTP_SESSION_SQL_IMAGE_ACK                                        \
-    "SELECT outcome, body FROM image_ack($1, $2, $3)"
+    "WITH a AS ("                                                             \
+    "UPDATE images i SET acknowledged_at = now() FROM sessions x"             \
+    " WHERE i.id = $3::uuid AND i.session_id = $2::uuid"                      \
+    " AND i.acknowledged_at IS NULL AND x.id = $2::uuid"                      \
+    " AND x.project_id = $1::uuid AND x.status <> 'expired'"                  \
+    " AND now() < x.expires_at"                                               \
+    " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") "),"                   \
+    " c AS ("                                                                 \
+    "UPDATE sessions s SET acknowledged_count = s.acknowledged_count + 1"     \
+    " FROM a WHERE s.id = a.session_id)"                                      \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("a") ","                                  \
+    " EXISTS (SELECT 1 FROM images e WHERE e.id = $3::uuid"                   \
+    " AND e.session_id = $2::uuid)"                                           \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN a ON true"
 
 /*
  * $1 project, $2 session id, $3 image id or NULL, $4 If-None-Match tags
- * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD);
- * asked for in binary result format
+ * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD):
+ * the check columns, content type (NULL: no such image), etag, size,
+ * whether the tags hold the image's, and the bytes (NULL when not
+ * modified or not wanted, so that PostgreSQL neither reads nor sends
+ * them)
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_CONTENT                                    \
-    "SELECT outcome, content_type, etag, size, not_modified, content"         \
-    " FROM image_content($1, $2, $3, $4, $5)"
+    "SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", i.content_type,"             \
+    " encode(i.sha256, 'hex'), i.size, t.hit,"                                \
+    " CASE WHEN $5::boolean AND NOT t.hit THEN i.content END"                 \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM                                           \
+    " LEFT JOIN images i ON x.project_id = $1::uuid AND i.id = $3::uuid"      \
+    " AND i.session_id = x.id"                                                \
+    " LEFT JOIN LATERAL (SELECT coalesce('*' = ANY ($4::text[])"              \
+    " OR encode(i.sha256, 'hex') = ANY ($4::text[]), false) AS hit) t"        \
+    " ON true"
 
 
 /*
- * $1 project, $2 session id, $3 most images: (outcome, body, images), see
- * src/sql/006_poll.sql
+ * $1 project, $2 session id, $3 most images: the session's columns and
+ * an unacknowledged image per row, oldest first (one row of NULL image
+ * columns when there is none; no row when the session is missing)
  */
 #define NGX_HTTP_SESSION_SQL_POLL                                             \
-    "SELECT outcome, body, images FROM session_poll($1, $2, $3)"
+    "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("x") ", "                     \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    " FROM sessions x"                                                        \
+    " LEFT JOIN LATERAL (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")        \
+    " FROM images i WHERE i.session_id = x.id"                                \
+    " AND i.acknowledged_at IS NULL"                                          \
+    " ORDER BY i.sequence LIMIT $3::integer) i ON x.project_id = $1::uuid"    \
+    " WHERE x.id = $2::uuid"
+
+
+/*
+ * The statements every pool connection prepares once when it connects
+ * (ngx_http_session_db_query_stmt()); each request then sends only its
+ * parameters, with no parse and no plan.
+ */
+typedef enum {
+    NGX_HTTP_SESSION_STMT_NONE = 0,
+    NGX_HTTP_SESSION_STMT_AUTH,
+    NGX_HTTP_SESSION_STMT_SESSION_CREATE,
+    NGX_HTTP_SESSION_STMT_SESSION_GET,
+    NGX_HTTP_SESSION_STMT_SESSION_COMPLETE,
+    NGX_HTTP_SESSION_STMT_SESSION_LIST,
+    NGX_HTTP_SESSION_STMT_SESSION_LIST_AFTER,
+    NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD,
+    NGX_HTTP_SESSION_STMT_IMAGE_LIST,
+    NGX_HTTP_SESSION_STMT_IMAGE_GET,
+    NGX_HTTP_SESSION_STMT_IMAGE_ACK,
+    NGX_HTTP_SESSION_STMT_IMAGE_CONTENT,
+    NGX_HTTP_SESSION_STMT_POLL,
+    NGX_HTTP_SESSION_NSTMTS
+} ngx_http_session_stmt_e;
 
 
 /* the channels every worker listens on */

@@ -8,9 +8,8 @@
 #     GET  /api/v1/sessions/{sid}               get: 404, 403, 410
 #     POST /api/v1/sessions/{sid}/complete      complete: idempotent
 #
-# Error bodies are compared as exact strings.  A session body comes from
-# PostgreSQL's json_build_object ("key" : value), so it is parsed and
-# compared field by field: session_shape() turns it into canonical JSON
+# Error bodies are compared as exact strings.  A session body is parsed
+# and compared field by field: session_shape() turns it into canonical JSON
 # in which the id is "<uuid>" when it is a lower-case UUID, a timestamp
 # "<ts>" when it is RFC 3339 UTC with seconds, the project id the name of
 # the fixture it belongs to, plus "expires_at - created_at" in seconds;

@@ -1532,7 +1532,7 @@ sub { my $j = eval { ::decode_json($_[0]) } or return $_[0];
 --- request eval
 "GET /api/v1/sessions/$::SID{OPEN}/images?cursor=" . ::image_cursor(0)
 --- error_code: 200
---- response_body_like: "sequence" : 1
+--- response_body_like: "sequence": 1
 --- no_error_log
 [error]
 
@@ -1542,7 +1542,7 @@ sub { my $j = eval { ::decode_json($_[0]) } or return $_[0];
 --- request eval
 "GET /api/v1/sessions/$::SID{DONE}/images"
 --- error_code: 200
---- response_body_like: "sequence" : 1
+--- response_body_like: "sequence": 1
 --- no_error_log
 [error]
 
@@ -1575,7 +1575,7 @@ $::IMAGE_NOT_FOUND
 "GET /api/v1/sessions/$::SID{OPEN}/images/" . uc $::IMG{OPEN}
 --- error_code: 200
 --- response_body_like eval
-qr/"id" : "$::IMG{OPEN}"/
+qr/"id": "$::IMG{OPEN}"/
 --- no_error_log
 [error]
 

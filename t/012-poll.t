@@ -787,7 +787,7 @@ GET /api/v1/sessions/not-a-uuid/poll?timeout=x
 "GET /api/v1/sessions/$::SID{EMPTY}/poll?timeout=0"
 --- error_code: 200
 --- response_body_like chomp
-^\{"session": \{"id" : "[0-9a-f-]{36}", .*"status" : "open", .*\}, "images": \[\]\}$
+^\{"session": \{"id": "[0-9a-f-]{36}", .*"status": "open", .*\}, "images": \[\]\}$
 --- no_error_log
 [error]
 
