@@ -516,7 +516,7 @@ ok
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_connections 8;
-    session_db_timeout 500ms;
+    session_db_timeout 3500ms;
     session_limit_zone myzone:32k;
     session_key_prefix sess;
     session_auth_cache_ttl 0;

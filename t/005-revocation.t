@@ -141,6 +141,18 @@ my %actions = (
     sql_delete => sub {
         my ($name) = @_;
 
+        # each worker empties the auth cache once its LISTEN connection is
+        # up: the nginx of TEST 6 is fresh, so wait for both, or the flush
+        # could fall between the two requests below
+        my ($listening) = wait_until(10, 0.05, sub {
+            open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+            local $/;
+            my $log = <$fh> // '';
+            my $n = () = $log =~ /session listen: listening/g;
+            return $n >= 2;
+        });
+        ok($listening, "$name - both workers listen");
+
         my $t0 = time;
         is(ask($RAW->{key})->{status}, 404, "$name - the key works");
 

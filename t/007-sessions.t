@@ -882,9 +882,12 @@ $checks{expiry} = sub {
         is($r->{status}, 200, "$name - completed before it expires");
     }
 
+    # $done was created after $s: wait until its second is up too
     my ($got) = wait_until(3, 0.1, sub {
         my $g = api('GET', "/api/v1/sessions/$s->{id}", $KEY{EXP});
-        return $g->{status} == 410 ? $g : undef;
+        return undef unless $g->{status} == 410;
+        return api('GET', "/api/v1/sessions/$done->{id}", $KEY{EXP})
+                   ->{status} == 410 ? $g : undef;
     });
 
     ok($got, "$name - GET is 410 within 3 s");

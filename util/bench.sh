@@ -39,10 +39,9 @@
 #                        error.log); it is always kept after a failure
 #   BENCH_DB_CONNECTIONS session_db_connections per worker (default 4);
 #                        pgbench runs with workers x this many clients
-#   BENCH_PGBENCH        0 skips the database scenarios (POST and GET
-#                        /api/v1/sessions against pgbench); default 1
-#   BENCH_DB_WRK_CONNECTIONS  wrk connections in those (default: as many
-#                        as pgbench has clients)
+#   BENCH_PGBENCH        0 skips the database scenarios (every endpoint
+#                        against pgbench, util/bench-db.sh, whose header
+#                        lists its own settings); default 1
 #   BENCH_INSTRUCTIONS   0 skips the instruction counts of
 #                        util/bench-ir.sh (valgrind); default 1
 set -euo pipefail
@@ -62,7 +61,6 @@ WORKERS=${BENCH_WORKERS:-2}
 CAPACITY_KEYS=${BENCH_CAPACITY_KEYS:-100000}
 DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
 PGBENCH_ON=${BENCH_PGBENCH:-1}
-DB_WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((WORKERS * DB_CONNS_PER_WORKER))}
 INSTRUCTIONS_ON=${BENCH_INSTRUCTIONS:-1}
 OUT=${BENCH_OUT:-docs/benchmarks.md}
 PAIRS=${BENCH_PAIRS:-30}
@@ -407,15 +405,13 @@ inside() {
 
     stop_nginx
 
-    # POST and GET /api/v1/sessions against pgbench (functions below), with
-    # BENCH_WORKERS workers, unpinned: PostgreSQL needs the CPUs too
+    # every database path against pgbench running the plainest statement
+    # that does the same work (util/bench-db.sh), with BENCH_WORKERS
+    # workers, unpinned: PostgreSQL needs the CPUs too
     if [ "$PGBENCH_ON" != 0 ]; then
-        write_conf bench:10m
-        start_nginx
-        db_scenarios
-        grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
-            && die "the error log of the database scenarios has alerts"
-        stop_nginx
+        BENCH_SESSION_DB=$DB BENCH_DB_OUT="$W/db.md" \
+            bash "$ROOT/util/bench-db.sh" \
+            || die "the database benchmark failed"
     fi
 
     # instructions per request under callgrind (util/bench-ir.sh)
@@ -437,166 +433,6 @@ images() {
     BENCH_SESSION_DB=$DB BENCH_IMAGES_OUT="$W/images.md" \
         bash "$ROOT/util/bench-images.sh" \
         || die "the image benchmark failed"
-}
-
-
-# --- the database scenarios: the module against pgbench ----------------
-#
-# POST /api/v1/sessions and GET /api/v1/sessions?limit=20 with wrk, each
-# followed by pgbench running the statement the module sends for it
-# (bench/pgbench-create.sql, bench/pgbench-list.sql) against the same
-# PostgreSQL with as many clients as the module has connections
-# (worker_processes x session_db_connections).  The key's account is on
-# plan "unlimited" (no monthly quota) and /api/ allows 1000000000
-# requests a minute, so neither refuses anything.  p99 comes from wrk
-# --latency and from pgbench's per-transaction log (-l).
-
-DB_ALLRPS=()
-declare -A DBRPS
-declare -A DBP99
-
-# "1.23ms" / "456.78us" / "1.01s" -> milliseconds
-to_ms() {
-    awk -v v="$1" 'BEGIN {
-        n = v + 0;
-        if (v ~ /us$/) n /= 1000;
-        else if (v ~ /ms$/) n = n;
-        else if (v ~ /m$/) n *= 60000;
-        else if (v ~ /s$/) n *= 1000;
-        printf "%.2f", n }'
-}
-
-# duration "5s" (wrk's syntax) -> whole seconds for pgbench -T
-duration_s() {
-    local d=$1
-    case $d in
-        *ms) echo 1 ;;
-        *s) echo "${d%s}" ;;
-        *m) echo $(( ${d%m} * 60 )) ;;
-        *) echo "$d" ;;
-    esac
-}
-
-# db_wrk NAME STATUS PATH [LUA]: one wrk run with --latency
-db_wrk() {
-    local name=$1 want=$2 path=$3 lua=${4:-} out rps p99 total non2xx
-    local -a script=()
-
-    [ -n "$lua" ] && script=(-s "$ROOT/bench/$lua")
-
-    out=$(wrk -t"$THREADS" -c"$DB_WRK_CONNS" -d"$DURATION" --latency \
-              "${script[@]}" \
-              -H "Authorization: Bearer ${KEY[ADMIT]}" \
-              "http://127.0.0.1:$PORT$path" 2>&1) \
-        || { echo "$out" >&2; die "wrk failed ($name)"; }
-
-    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
-    p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")
-    total=$(awk '/requests in/ { print $1 }' <<<"$out")
-    non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $5 }' <<<"$out")
-
-    [ -n "$rps" ] && [ -n "$p99" ] \
-        || { echo "$out" >&2; die "no Requests/sec or p99 ($name)"; }
-    [ -z "$non2xx" ] || die "$name: $non2xx of $total answers were not $want"
-
-    p99=$(to_ms "$p99")
-    DBRPS[$name]+="$rps "
-    DBP99[$name]+="$p99 "
-    log "$name: $rps requests/s, p99 $p99 ms"
-}
-
-# db_pgbench NAME SCRIPT: one pgbench run, its p99 from the log
-db_pgbench() {
-    local name=$1 script=$2 out tps p99 clients jobs secs
-
-    clients=$((WORKERS * DB_CONNS_PER_WORKER))
-    jobs=$THREADS
-    [ "$jobs" -le "$clients" ] || jobs=$clients
-    secs=$(duration_s "$DURATION")
-
-    rm -f "$W"/pgb.*
-    out=$(cd "$W" && pgbench -n -M extended -c "$clients" -j "$jobs" \
-              -T "$secs" -l --log-prefix=pgb -f "$ROOT/bench/$script" \
-              -D project="$PROJECT" -D mode=long_poll -D ttl=3600 \
-              -D rows=21 "$DB" 2>&1) \
-        || { echo "$out" >&2; die "pgbench failed ($name)"; }
-
-    tps=$(awk '/^tps = / { print $3; exit }' <<<"$out")
-    if grep -Eq '^number of failed transactions: [1-9]' <<<"$out"; then
-        echo "$out" >&2
-        die "$name: pgbench transactions failed"
-    fi
-
-    # the third field of each log line is the latency in microseconds
-    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk '
-        { v[NR] = $1 }
-        END { if (NR == 0) exit 1;
-              i = int(NR * 0.99); if (i < NR * 0.99) i++;
-              printf "%.2f", v[i] / 1000 }') \
-        || die "$name: no pgbench transaction log"
-    rm -f "$W"/pgb.*
-
-    [ -n "$tps" ] || { echo "$out" >&2; die "no tps ($name)"; }
-
-    DBRPS[$name]+="$tps "
-    DBP99[$name]+="$p99 "
-    log "$name: $tps transactions/s, p99 $p99 ms ($clients clients)"
-}
-
-db_scenarios() {
-    [ "$PGBENCH_ON" != 0 ] || return 0
-    command -v pgbench >/dev/null 2>&1 \
-        || die "pgbench not found (package postgresql-contrib or postgresql)"
-
-    # what the two requests answer, once
-    local got
-    got=$(curl -s -o /dev/null -w '%{http_code}' -X POST \
-               -H "Authorization: Bearer ${KEY[ADMIT]}" \
-               -H 'Content-Type: application/json' \
-               -d '{"delivery_mode": "long_poll"}' \
-               "http://127.0.0.1:$PORT/api/v1/sessions")
-    [ "$got" = 201 ] || die "POST /api/v1/sessions answered $got, expected 201"
-    expect_status 200 "session list" "/api/v1/sessions?limit=20" "${KEY[ADMIT]}"
-
-    log "database scenarios: $ROUNDS rounds, pgbench with" \
-        "$((WORKERS * DB_CONNS_PER_WORKER)) clients"
-
-    # creates first, so that the lists read at least 20 sessions
-    for _ in $(seq "$ROUNDS"); do
-        db_wrk "POST /api/v1/sessions" 201 /api/v1/sessions create-session.lua
-        db_pgbench "pgbench session_create" pgbench-create.sql
-    done
-    for _ in $(seq "$ROUNDS"); do
-        db_wrk "GET /api/v1/sessions?limit=20" 200 "/api/v1/sessions?limit=20"
-        db_pgbench "pgbench session_list" pgbench-list.sql
-    done
-
-    local n
-    n=$(psql -X -At -d "$DB" -c \
-            "SELECT count(*) FROM sessions WHERE project_id = '$PROJECT'")
-
-    {
-        echo "| scenario | requests (transactions)/s, median of $ROUNDS | p99 ms, median | runs |"
-        echo "|---|---:|---:|---|"
-        for name in "POST /api/v1/sessions" "pgbench session_create" \
-                    "GET /api/v1/sessions?limit=20" "pgbench session_list"; do
-            printf '| %s | %.0f | %s | %s |\n' "$name" \
-                "$(median <<<"${DBRPS[$name]}")" \
-                "$(median <<<"${DBP99[$name]}")" \
-                "$(for v in ${DBRPS[$name]}; do printf '%s ' "${v%.*}"; done)"
-        done
-        local rc rl
-        rc=$(ratio "$(median <<<"${DBRPS["POST /api/v1/sessions"]}")" \
-                   "$(median <<<"${DBRPS["pgbench session_create"]}")")
-        rl=$(ratio "$(median <<<"${DBRPS["GET /api/v1/sessions?limit=20"]}")" \
-                   "$(median <<<"${DBRPS["pgbench session_list"]}")")
-        echo
-        echo "Goals (issue 4):"
-        echo "- POST /api/v1/sessions ≥ 0.7 × pgbench session_create: $rc ($(goal "$rc" 0.7))"
-        echo "- GET /api/v1/sessions?limit=20 ≥ 0.7 × pgbench session_list: $rl ($(goal "$rl" 0.7))"
-        echo
-        echo "The project held $n sessions at the end (the lists read the newest 21)."
-    } > "$W/db.md"
 }
 
 
@@ -790,37 +626,20 @@ EOT
 
 # the page's section on the database scenarios
 db_section() {
-    echo "## The database: the module against pgbench (issue 4)"
+    echo "## The database: every endpoint against the plain statement (issue 10)"
     echo
     if [ ! -f "$W/db.md" ]; then
         echo "Not measured in this run (BENCH_PGBENCH=0)."
         return 0
     fi
     cat <<EOT
-Each request of the module against pgbench running the statement the
-module sends for it, in turn, $ROUNDS rounds, on the same PostgreSQL:
-
-- \`POST /api/v1/sessions\`, body \`{"delivery_mode": "long_poll"}\`
-  (\`bench/create-session.lua\`), against
-  \`SELECT outcome, body, id::text FROM session_create(\$1, \$2, NULL, \$4)\`
-  (\`bench/pgbench-create.sql\`): the insert, the account's monthly
-  usage row and the JSON of the session, in one transaction;
-- \`GET /api/v1/sessions?limit=20\` against
-  \`SELECT body, created_us, id::text FROM session_list(\$1, NULL, NULL, NULL, 21)\`
-  (\`bench/pgbench-list.sql\`).
-
-wrk: \`wrk -t$THREADS -c$DB_WRK_CONNS -d$DURATION --latency\`: as many
-connections to nginx as its $WORKERS workers hold database connections
-($DB_CONNS_PER_WORKER each), so that both sides keep the same number of
-statements in flight and their p99s compare;
-pgbench: \`pgbench -n -M extended -c $((WORKERS * DB_CONNS_PER_WORKER)) -j $(( THREADS < WORKERS * DB_CONNS_PER_WORKER ? THREADS : WORKERS * DB_CONNS_PER_WORKER )) -T $(duration_s "$DURATION") -l\`,
-as many clients as the module has connections, each sending the next
-statement when the last one is answered (\`-M extended\`: unnamed
-statements with \$n parameters, as the module's \`PQsendQueryParams\`).
-p99 is wrk's (\`--latency\`) and, for pgbench, the 99th percentile of
-its per-transaction log; the key's account is on plan \`unlimited\` and
-the limits are 1000000000 a minute, so nothing is refused.  The rows
-are deleted at the end.
+Every endpoint that touches PostgreSQL, driven by wrk
+(\`bench/db-request.lua\`), beside pgbench running the plainest
+statement that does the same database work (written out by
+\`util/bench-db.sh\`, which holds each one), with as many clients as
+the module holds connections ($WORKERS workers x
+session_db_connections $DB_CONNS_PER_WORKER), rounds alternating in
+order.  \`bash util/bench-db.sh\` runs this part alone.
 
 EOT
     cat "$W/db.md"

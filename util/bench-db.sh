@@ -1,0 +1,608 @@
+#!/usr/bin/env bash
+# The database paths against their anchor (issue 10): every endpoint that
+# touches PostgreSQL, driven by wrk, beside pgbench running the plainest
+# statement that does the same database work, with as many clients as
+# the module holds connections (worker_processes x
+# session_db_connections), in one run, rounds alternating in order.
+# Prints a Markdown table of requests/s and p99 with their ratios.
+#
+#   bash util/bench-db.sh                 a throw-away PostgreSQL
+#   BENCH_SESSION_DB="..." bash util/bench-db.sh    an existing one
+#
+# util/bench.sh runs it as part of "make bench".  Everything is on
+# loopback and bounded: each run is BENCH_DURATION long, about 25 runs
+# a round.
+#
+# Environment:
+#   BENCH_DURATION        one run (default 5s)
+#   BENCH_DB_ROUNDS       rounds; the median is reported (default 3)
+#   BENCH_WORKERS         nginx worker_processes (default 2)
+#   BENCH_DB_CONNECTIONS  session_db_connections (default 4)
+#   BENCH_DB_WRK_CONNECTIONS  wrk connections (default: twice as many
+#                         as pgbench has clients)
+#   BENCH_THREADS         wrk threads and pgbench jobs (default 2)
+#   BENCH_DB_ONLY         a comma list of scenario names (create,
+#                         create-quota, list, get, complete, upload,
+#                         image-list, image, content, ack, poll)
+#   BENCH_DB_OUT          write the table here (default: standard output)
+#   BENCH_KEEP            keep the scratch directory
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
+MODULE=$ROOT/build/ngx_http_session_module.so
+SESSIONCTL=$ROOT/build/sessionctl
+
+DURATION=${BENCH_DURATION:-5s}
+ROUNDS=${BENCH_DB_ROUNDS:-3}
+WORKERS=${BENCH_WORKERS:-2}
+DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
+CLIENTS=$((WORKERS * DB_CONNS_PER_WORKER))
+WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((2 * CLIENTS))}
+THREADS=${BENCH_THREADS:-2}
+ONLY=${BENCH_DB_ONLY:-}
+OUT=${BENCH_DB_OUT:--}
+
+# accounts of the quota scenario, and rows a "once" scenario may use up
+QUOTA_ACCOUNTS=40
+ONCE_ROWS=${BENCH_DB_ONCE_ROWS:-40000}
+
+die() {
+    echo "bench-db.sh: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "bench-db.sh: $*" >&2
+}
+
+. "$ROOT/util/bench-lib.sh"
+
+conninfo_value() {
+    local v=$1
+    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
+        printf '%s' "$v"
+    else
+        v=${v//\\/\\\\}
+        v=${v//\'/\\\'}
+        printf "'%s'" "$v"
+    fi
+}
+
+W=
+DB=
+PORT=
+NGINX_UP=
+
+sql() {
+    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"
+}
+
+cleanup() {
+    local rc=$?
+    nginx_down
+    if [ -n "$W" ]; then
+        if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
+            log "kept $W"
+        else
+            rm -rf "$W"
+        fi
+    fi
+    exit "$rc"
+}
+
+wanted() {
+    [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]
+}
+
+
+# --- fixtures --------------------------------------------------------------
+
+# new_project PLAN NAME: "account project key" of a new account
+new_project() {
+    local a p k
+    a=$(ctl account create "$2" --plan "$1" | json_field account_id)
+    p=$(ctl project create "$a" "$2" | json_field project_id)
+    k=$(ctl key create "$p" | json_field key)
+    echo "$a $p $k"
+}
+
+# sessions PROJECT N FILE: N open long_poll sessions, their ids to FILE
+sessions() {
+    sql "INSERT INTO sessions (project_id, delivery_mode, expires_at)
+         SELECT '$1', 'long_poll', now() + interval '1 day'
+         FROM generate_series(1, $2) RETURNING id" > "$3"
+}
+
+# images SESSIONS_FILE PER FILE [paths]: PER unacknowledged images in each
+# session of SESSIONS_FILE (image_count kept right), their ids to FILE
+# (with "paths": "<sid>/images/<iid>")
+images() {
+    local list ret=id
+    [ "${4:-}" = paths ] && ret="session_id || '/images/' || id"
+    list=$(sed "s/.*/'&'/" "$1" | paste -sd,)
+    sql "UPDATE sessions SET image_count = image_count + $2
+         WHERE id IN ($list)" >/dev/null
+    sql "INSERT INTO images (session_id, sequence, content_type, size,
+                             sha256, content)
+         SELECT s.id, g, 'image/gif', $BODY_LEN,
+                sha256('\\x$BODY_HEX'::bytea), '\\x$BODY_HEX'::bytea
+         FROM unnest(ARRAY[$list]::uuid[]) s(id),
+              generate_series(1, $2) g
+         RETURNING $ret" > "$3"
+}
+
+fixtures() {
+    local i line
+
+    # a 1 KiB GIF: the signature, then filler
+    BODY=$W/body.gif
+    { printf 'GIF89a'; head -c 1018 /dev/zero | tr '\0' 'x'; } > "$BODY"
+    BODY_LEN=$(stat -c %s "$BODY")
+    BODY_HEX=$(od -An -v -tx1 "$BODY" | tr -d ' \n')
+
+    read -r ACCOUNT PROJECT KEY <<<"$(new_project unlimited bench-db)"
+    echo "$KEY" > "$W/key"
+
+    ctl plan set bench-quota --quota 1000000000 \
+        --features long_poll,webhook >/dev/null
+    : > "$W/quota-keys"
+    : > "$W/quota-projects"
+    for i in $(seq "$QUOTA_ACCOUNTS"); do
+        read -r a p k <<<"$(new_project bench-quota "bench-db-quota-$i")"
+        echo "$k" >> "$W/quota-keys"
+        echo "$a $p" >> "$W/quota-projects"
+    done
+
+    # 100 sessions to list and read, 8 to upload into
+    sessions "$PROJECT" 100 "$W/sessions"
+    head -8 "$W/sessions" > "$W/get-ids"
+    sessions "$PROJECT" 8 "$W/upload-ids"
+
+    # a session of 30 images: listed, read, downloaded and polled
+    sessions "$PROJECT" 1 "$W/image-session"
+    IMAGE_SESSION=$(cat "$W/image-session")
+    images "$W/image-session" 30 "$W/image-all"
+    head -8 "$W/image-all" > "$W/image-ids"
+
+    # the anchor's fixed rows for complete and ack: 8 each
+    sessions "$PROJECT" 8 "$W/pg-complete-ids"
+    sessions "$PROJECT" 8 "$W/pg-ack-sessions"
+    images "$W/pg-ack-sessions" 1 "$W/pg-ack-ids"
+
+    sql "ANALYZE" >/dev/null
+}
+
+# fresh rows for a "once" scenario of the module
+fresh_complete() {
+    sessions "$PROJECT" "$ONCE_ROWS" "$W/once-ids"
+}
+
+fresh_ack() {
+    sessions "$PROJECT" $((ONCE_ROWS / 100)) "$W/once-sessions"
+    images "$W/once-sessions" 100 "$W/once-ids" paths
+}
+
+
+# --- pgbench scripts ---------------------------------------------------------
+
+# script NAME SQL: bench/ scratch file NAME.sql
+script() {
+    printf '%s\n' "$2" > "$W/pg-$1.sql"
+}
+
+# scripts NAME IDS_FILE TEMPLATE: one script per id ("@ID@" in TEMPLATE),
+# chosen at random by pgbench
+scripts() {
+    local name=$1 ids=$2 tpl=$3 n=0 id
+    while read -r id; do
+        n=$((n + 1))
+        printf '%s\n' "${tpl//@ID@/$id}" > "$W/pg-$name-$n.sql"
+    done < "$ids"
+}
+
+SESSION_COLS="id, project_id, delivery_mode, webhook_url, status,
+    image_count, acknowledged_count, created_at, expires_at, completed_at"
+IMAGE_COLS="id, session_id, sequence, content_type, size, sha256,
+    created_at, acknowledged_at"
+
+pg_scripts() {
+    local n a p
+
+    script create "INSERT INTO sessions (project_id, delivery_mode,
+        created_at, expires_at)
+    VALUES ('$PROJECT', 'long_poll', clock_timestamp(),
+            clock_timestamp() + interval '1 hour')
+    RETURNING $SESSION_COLS;"
+
+    # the quota: the account's usage row counted, then the insert
+    n=0
+    while read -r a p; do
+        n=$((n + 1))
+        script "create-quota-$n" "WITH u AS (
+        INSERT INTO monthly_usage AS u (account_id, month, sessions_created)
+        VALUES ('$a', date_trunc('month', now() AT TIME ZONE 'UTC')::date, 1)
+        ON CONFLICT (account_id, month) DO UPDATE
+            SET sessions_created = u.sessions_created + 1
+            WHERE u.sessions_created < 1000000000
+        RETURNING 1)
+    INSERT INTO sessions (project_id, delivery_mode, created_at, expires_at)
+    SELECT '$p', 'long_poll', clock_timestamp(),
+           clock_timestamp() + interval '1 hour' FROM u
+    RETURNING $SESSION_COLS;"
+    done < "$W/quota-projects"
+
+    script list "SELECT $SESSION_COLS FROM sessions
+    WHERE project_id = '$PROJECT'
+    ORDER BY created_at DESC, id DESC LIMIT 21;"
+
+    scripts get "$W/get-ids" "SELECT $SESSION_COLS FROM sessions
+    WHERE id = '@ID@';"
+
+    scripts complete "$W/pg-complete-ids" "UPDATE sessions
+    SET status = 'completed', completed_at = now() WHERE id = '@ID@'
+    RETURNING $SESSION_COLS,
+              pg_notify('session_events', 'completed:' || id::text);"
+
+    scripts upload "$W/upload-ids" "WITH s AS (
+        UPDATE sessions SET image_count = image_count + 1
+        WHERE id = '@ID@' RETURNING id, image_count)
+    INSERT INTO images (session_id, sequence, content_type, size, sha256,
+                        content)
+    SELECT s.id, s.image_count, 'image/gif', octet_length(:body::bytea),
+           sha256(:body::bytea), :body::bytea FROM s
+    RETURNING $IMAGE_COLS,
+              pg_notify('session_events', 'uploaded:' || session_id::text);"
+
+    script image-list "SELECT $IMAGE_COLS FROM images
+    WHERE session_id = '$IMAGE_SESSION' ORDER BY sequence LIMIT 21;"
+
+    scripts image "$W/image-ids" "SELECT $IMAGE_COLS FROM images
+    WHERE id = '@ID@';"
+
+    scripts content "$W/image-ids" "SELECT content_type, sha256, size,
+    content FROM images WHERE id = '@ID@';"
+
+    scripts ack "$W/pg-ack-ids" "WITH a AS (
+        UPDATE images SET acknowledged_at = now() WHERE id = '@ID@'
+        RETURNING session_id)
+    UPDATE sessions SET acknowledged_count = acknowledged_count + 1
+    WHERE id IN (SELECT session_id FROM a);"
+
+    script poll "SELECT s.id, s.project_id, s.delivery_mode, s.webhook_url,
+        s.status, s.image_count, s.acknowledged_count, s.created_at,
+        s.expires_at, s.completed_at, i.*
+    FROM sessions s
+    LEFT JOIN LATERAL (SELECT $IMAGE_COLS FROM images
+                       WHERE session_id = s.id AND acknowledged_at IS NULL
+                       ORDER BY sequence LIMIT 100) i ON true
+    WHERE s.id = '$IMAGE_SESSION';"
+}
+
+
+# --- runs ----------------------------------------------------------------------
+
+declare -A RPS P99 RUNS
+
+# "1.23ms" / "456.78us" / "1.01s" -> milliseconds
+to_ms() {
+    awk -v v="$1" 'BEGIN {
+        n = v + 0;
+        if (v ~ /us$/) n /= 1000;
+        else if (v ~ /ms$/) n = n;
+        else if (v ~ /m$/) n *= 60000;
+        else if (v ~ /s$/) n *= 1000;
+        printf "%.2f", n }'
+}
+
+duration_s() {
+    case $1 in
+        *ms) echo 1 ;;
+        *s) echo "${1%s}" ;;
+        *m) echo $(( ${1%m} * 60 )) ;;
+        *) echo "$1" ;;
+    esac
+}
+
+# module NAME: wrk with the request shape in the BENCH_* environment
+module() {
+    local name=$1 out rps p99 total non2xx
+
+    out=$(BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$WRK_CONNS" \
+              -d"$DURATION" --latency -s "$ROOT/bench/db-request.lua" \
+              "http://127.0.0.1:$PORT" 2>&1) \
+        || { echo "$out" >&2; die "wrk failed ($name)"; }
+
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    total=$(awk '/requests in/ { print $1 }' <<<"$out")
+    non2xx=$(awk '/Non-2xx or 3xx responses:/ { print $5 }' <<<"$out")
+
+    [ -n "$rps" ] && [ -n "$p99" ] \
+        || { echo "$out" >&2; die "no Requests/sec or p99 ($name)"; }
+    [ -z "$non2xx" ] \
+        || die "$name: $non2xx of $total answers were not 2xx"
+
+    p99=$(to_ms "$p99")
+    RPS[$name]+="$rps "
+    P99[$name]+="$p99 "
+    log "$name: $rps requests/s, p99 $p99 ms"
+}
+
+# anchor NAME FILE_PREFIX: pgbench over every pg-FILE_PREFIX*.sql
+anchor() {
+    local name=$1 prefix=$2 out tps p99 f
+    local -a files=()
+
+    for f in "$W"/pg-"$prefix".sql "$W"/pg-"$prefix"-[0-9]*.sql; do
+        [ -f "$f" ] && files+=(-f "$f@1")
+    done
+    [ "${#files[@]}" -gt 0 ] || die "no pgbench script for $name"
+
+    rm -f "$W"/pgb.*
+    out=$(cd "$W" && pgbench -n -M prepared -c "$CLIENTS" \
+              -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
+              -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
+              -D body="\\x$BODY_HEX" "${files[@]}" "$DB" 2>&1) \
+        || { echo "$out" >&2; die "pgbench failed ($name)"; }
+
+    if grep -Eq '^number of failed transactions: [1-9]' <<<"$out"; then
+        echo "$out" >&2
+        die "$name: pgbench transactions failed"
+    fi
+
+    tps=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk '
+        { v[NR] = $1 }
+        END { if (NR == 0) exit 1;
+              i = int(NR * 0.99); if (i < NR * 0.99) i++;
+              printf "%.2f", v[i] / 1000 }') \
+        || die "$name: no pgbench transaction log"
+    rm -f "$W"/pgb.*
+
+    [ -n "$tps" ] || { echo "$out" >&2; die "no tps ($name)"; }
+
+    RPS[$name]+="$tps "
+    P99[$name]+="$p99 "
+    log "$name: $tps transactions/s, p99 $p99 ms"
+}
+
+# the request shape of a scenario, as db-request.lua reads it
+shape() {
+    local scenario=$1
+    export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS= BENCH_BODY= \
+           BENCH_CTYPE= BENCH_KEYS="$W/key"
+
+    case $scenario in
+    create)
+        export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions \
+               BENCH_BODY="$W/create.json" BENCH_CTYPE=application/json ;;
+    create-quota)
+        export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions \
+               BENCH_BODY="$W/create.json" BENCH_CTYPE=application/json \
+               BENCH_KEYS="$W/quota-keys" ;;
+    list)
+        export BENCH_PATH='/api/v1/sessions?limit=20' ;;
+    get)
+        export BENCH_PATH=/api/v1/sessions/%s BENCH_IDS="$W/get-ids" ;;
+    complete)
+        fresh_complete
+        export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions/%s/complete \
+               BENCH_IDS="$W/once-ids" BENCH_PICK=once ;;
+    upload)
+        export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions/%s/images \
+               BENCH_IDS="$W/upload-ids" BENCH_BODY="$BODY" \
+               BENCH_CTYPE=image/gif ;;
+    image-list)
+        export BENCH_PATH="/api/v1/sessions/$IMAGE_SESSION/images?limit=20" ;;
+    image)
+        export BENCH_PATH="/api/v1/sessions/$IMAGE_SESSION/images/%s" \
+               BENCH_IDS="$W/image-ids" ;;
+    content)
+        export BENCH_PATH="/api/v1/sessions/$IMAGE_SESSION/images/%s/content" \
+               BENCH_IDS="$W/image-ids" ;;
+    ack)
+        # each image in its own session: "<sid>/images/<iid>"
+        fresh_ack
+        export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions/%s/ack \
+               BENCH_IDS="$W/once-ids" BENCH_PICK=once ;;
+    poll)
+        export BENCH_PATH="/api/v1/sessions/$IMAGE_SESSION/poll?timeout=0" ;;
+    esac
+}
+
+SCENARIOS=(
+    "create|POST /api/v1/sessions, one key, plan unlimited|create"
+    "create-quota|POST /api/v1/sessions, $QUOTA_ACCOUNTS accounts, plan with a quota|create-quota"
+    "list|GET /api/v1/sessions?limit=20|list"
+    "get|GET /api/v1/sessions/{sid}|get"
+    "complete|POST /api/v1/sessions/{sid}/complete|complete"
+    "upload|POST /api/v1/sessions/{sid}/images (1 KiB)|upload"
+    "image-list|GET /api/v1/sessions/{sid}/images?limit=20|image-list"
+    "image|GET /api/v1/sessions/{sid}/images/{iid}|image"
+    "content|GET /api/v1/sessions/{sid}/images/{iid}/content (1 KiB)|content"
+    "ack|POST /api/v1/sessions/{sid}/images/{iid}/ack|ack"
+    "poll|GET /api/v1/sessions/{sid}/poll, answered at once (30 images)|poll"
+)
+
+write_conf() {
+    cat > "$W/nginx.conf" <<EOF
+load_module $MODULE;
+
+worker_processes $WORKERS;
+master_process on;
+daemon on;
+pid $W/nginx.pid;
+error_log $W/error.log warn;
+
+events {
+    worker_connections 4096;
+}
+
+http {
+    access_log off;
+    keepalive_requests 1000000;
+
+$(nginx_temp_paths)
+
+    session_db $(nginx_quote "$DB");
+    session_db_connections $DB_CONNS_PER_WORKER;
+    session_limit_zone benchdb:10m;
+
+    server {
+        listen 127.0.0.1:$PORT reuseport;
+
+        location = /ok {
+            return 200;
+        }
+
+        location /api/ {
+            session_api;
+            session_limits create=1000000000 list=1000000000
+                           other=1000000000;
+        }
+    }
+}
+EOF
+}
+
+report() {
+    local s key name rest m a rm ra pm pa rr rp ok
+    local goals_met=0 goals=0
+
+    echo "| endpoint | module req/s | pgbench TPS | ratio (≥ 0.7) | module p99 ms | pgbench p99 ms | p99 ratio (≤ 2) | goal |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|"
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        wanted "$key" || continue
+        [ -n "${RPS[module-$key]:-}" ] || continue
+
+        rm=$(median <<<"${RPS[module-$key]}")
+        ra=$(median <<<"${RPS[pgbench-$key]}")
+        pm=$(median <<<"${P99[module-$key]}")
+        pa=$(median <<<"${P99[pgbench-$key]}")
+        rr=$(ratio "$rm" "$ra")
+        rp=$(ratio "$pm" "$pa")
+        ok=$(awk -v r="$rr" -v p="$rp" \
+                 'BEGIN { print (r >= 0.7 && p <= 2) ? "met" : "NOT met" }')
+        goals=$((goals + 1))
+        [ "$ok" = met ] && goals_met=$((goals_met + 1))
+
+        printf '| %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n' \
+            "$name" "$rm" "$ra" "$rr" "$pm" "$pa" "$rp" "$ok"
+    done
+
+    echo
+    echo "$goals_met of $goals endpoints meet both goals. Medians of $ROUNDS" \
+         "rounds of $DURATION; wrk -t$THREADS -c$WRK_CONNS --latency," \
+         "pgbench -M prepared -c $CLIENTS -j $THREADS -l; nginx" \
+         "$WORKERS workers x session_db_connections $DB_CONNS_PER_WORKER."
+    echo
+    echo "Runs (module / pgbench, requests or transactions per second):"
+    echo
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        wanted "$key" || continue
+        [ -n "${RPS[module-$key]:-}" ] || continue
+        printf -- '- %s: %s/ %s\n' "$key" "${RPS[module-$key]}" \
+            "${RPS[pgbench-$key]}"
+    done
+}
+
+inside() {
+    local round s key name rest
+
+    trap cleanup EXIT
+    W=$(mktemp -d /tmp/ngx-session-bench-db.XXXXXX)
+    chmod 755 "$W"
+
+    "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
+
+    log "fixtures ($QUOTA_ACCOUNTS accounts, sessions, images)"
+    fixtures
+    pg_scripts
+    printf '{"delivery_mode": "long_poll"}' > "$W/create.json"
+
+    PORT=$(free_port) || die "no free port"
+    write_conf
+    start_nginx
+
+    for round in $(seq "$ROUNDS"); do
+        for s in "${SCENARIOS[@]}"; do
+            IFS='|' read -r key name rest <<<"$s"
+            wanted "$key" || continue
+
+            shape "$key"
+
+            # the order alternates from round to round
+            if [ $((round % 2)) = 1 ]; then
+                module "module-$key"
+                anchor "pgbench-$key" "$rest"
+            else
+                anchor "pgbench-$key" "$rest"
+                module "module-$key"
+            fi
+        done
+    done
+
+    grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
+        && die "the error log has alerts (above)"
+
+    stop_nginx
+
+    if [ "$OUT" = - ]; then
+        report
+    else
+        report > "$OUT"
+        log "wrote $OUT"
+    fi
+}
+
+
+if [ "${1:-}" = --inside-pg-virtualenv ]; then
+    DB="host=$(conninfo_value "$PGHOST") port=$(conninfo_value "$PGPORT")"
+    DB+=" dbname=$(conninfo_value "$PGDATABASE")"
+    DB+=" user=$(conninfo_value "$PGUSER")"
+    DB+=" password=$(conninfo_value "$PGPASSWORD")"
+    : > "$BENCH_DB_MARKER"
+    inside
+    exit $?
+fi
+
+command -v wrk >/dev/null 2>&1 || die "wrk not found (make deps)"
+command -v pgbench >/dev/null 2>&1 || die "pgbench not found (make deps)"
+[ -f "$MODULE" ] || die "$MODULE not built (run make)"
+
+if [ -n "${BENCH_SESSION_DB:-}" ]; then
+    DB=$BENCH_SESSION_DB
+    inside
+    exit $?
+fi
+
+for v in $(compgen -e); do
+    case $v in
+        PG*|SESSION_DB) unset "$v" ;;
+    esac
+done
+export TMPDIR=/tmp LC_ALL=C
+
+for attempt in 1 2 3; do
+    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    export PGPORT
+    BENCH_DB_MARKER=$(mktemp /tmp/ngx-session-bench-db-marker.XXXXXX)
+    rm -f "$BENCH_DB_MARKER"
+    export BENCH_DB_MARKER
+    rc=0
+    pg_virtualenv -t -- bash "$ROOT/util/bench-db.sh" --inside-pg-virtualenv \
+        || rc=$?
+    if [ "$rc" -eq 0 ] || [ -e "$BENCH_DB_MARKER" ]; then
+        rm -f "$BENCH_DB_MARKER"
+        exit "$rc"
+    fi
+    log "the PostgreSQL cluster did not start (attempt $attempt)"
+done
+
+die "could not start a throw-away PostgreSQL cluster"
