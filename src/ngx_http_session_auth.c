@@ -6,7 +6,6 @@
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
-#include "ngx_http_session_handler.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
@@ -168,7 +167,7 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
 ngx_int_t
 ngx_http_session_auth_lookup(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx)
+    ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume)
 {
     ngx_http_session_db_query_t  *q;
 
@@ -194,6 +193,7 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
     }
 
     ctx->query = q;
+    ctx->resume = resume;
 
     return NGX_AGAIN;
 }
@@ -268,7 +268,7 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
 
     if (res == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
-        ngx_http_session_resume(r, NGX_DECLINED);
+        ctx->resume(r, NGX_DECLINED);
         return;
     }
 
@@ -278,7 +278,7 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
                 || PQgetlength(res, 0, 1) != NGX_HTTP_SESSION_UUID_LEN)))
     {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-        ngx_http_session_resume(r, NGX_DECLINED);
+        ctx->resume(r, NGX_DECLINED);
         return;
     }
 
@@ -320,5 +320,5 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         break;
     }
 
-    ngx_http_session_resume(r, rc);
+    ctx->resume(r, rc);
 }

@@ -20,10 +20,11 @@ ngx_int_t ngx_http_session_auth(ngx_http_request_t *r,
 
 /*
  * After NGX_BUSY: asks the database.  NGX_AGAIN: the lookup runs and
- * ngx_http_session_resume() follows; NGX_DECLINED: ctx->err says why not.
+ * resume(r, rc) follows with the outcome (NGX_OK, or NGX_DECLINED with
+ * ctx->err); NGX_DECLINED: ctx->err says why not.
  */
 ngx_int_t ngx_http_session_auth_lookup(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx);
+    ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume);
 
 /* seeds and wipes the per-worker memo of key hashes */
 void ngx_http_session_auth_init_process(void);

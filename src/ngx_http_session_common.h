@@ -20,6 +20,25 @@
 typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
 typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
 typedef struct ngx_http_session_poll_s      ngx_http_session_poll_t;
+typedef struct ngx_http_session_ctx_s       ngx_http_session_ctx_t;
+
+
+/*
+ * How a stage hands a request on without importing the stage that comes
+ * next (or the one that called it): the caller passes the function in.
+ */
+
+/* the next stage: returns what a handler returns (NGX_DONE: later) */
+typedef ngx_int_t (*ngx_http_session_next_pt)(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+
+/* an asynchronous step is over: rc is its outcome; finalizes r */
+typedef void (*ngx_http_session_resume_pt)(ngx_http_request_t *r,
+    ngx_int_t rc);
+
+/* takes an answer over before it is sent (ngx_http_session_response.c) */
+typedef ngx_int_t (*ngx_http_session_answer_pt)(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b);
 
 
 typedef struct {
@@ -59,6 +78,8 @@ typedef struct {
 
 typedef struct {
     ngx_flag_t                  api;
+    /* session_status is served here (not inherited: never merged) */
+    ngx_flag_t                  status_location;
     /* requests per key per minute, by NGX_HTTP_SESSION_CLASS_* */
     ngx_uint_t                  limits[NGX_HTTP_SESSION_NCLASSES];
     /* the same in decimal, as X-RateLimit-Limit sends them */
@@ -110,7 +131,7 @@ typedef struct {
 #define NGX_HTTP_SESSION_STAGE_ADMITTED  2
 
 
-typedef struct {
+struct ngx_http_session_ctx_s {
     ngx_http_session_principal_t  principal;
     ngx_http_session_route_t      route;
     ngx_http_session_take_t       take;
@@ -135,6 +156,11 @@ typedef struct {
     /* a long poll */
     ngx_http_session_poll_t      *poll;
 
+    /* where a database lookup of the key continues the request */
+    ngx_http_session_resume_pt    resume;
+    /* gets the answer before it is sent, once (see the response room) */
+    ngx_http_session_answer_pt    answer_hook;
+
     /* the body of an error that nginx raised, rendered as JSON */
     ngx_buf_t                    *json_error;
 
@@ -148,7 +174,7 @@ typedef struct {
     unsigned                      own_response:1;
     unsigned                      json_error_sent:1;
     unsigned                      body_hashed:1;
-} ngx_http_session_ctx_t;
+};
 
 
 extern ngx_module_t  ngx_http_session_module;
@@ -173,6 +199,29 @@ ngx_http_session_header_add(ngx_http_request_t *r, ngx_str_t *name,
     h->value.len = len;
 
     return h;
+}
+
+
+/* the request's context, made on first use; NULL when out of memory */
+
+static ngx_inline ngx_http_session_ctx_t *
+ngx_http_session_get_ctx(ngx_http_request_t *r)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    if (ctx) {
+        return ctx;
+    }
+
+    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_session_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ngx_http_set_ctx(r, ctx, ngx_http_session_module);
+
+    return ctx;
 }
 
 

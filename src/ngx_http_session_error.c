@@ -1,10 +1,13 @@
 /*
- * Error bodies: {"statusCode": N, "error": "<reason>", "message": "..."}.
+ * The error room: every error body of API.md section 2,
+ * {"statusCode": N, "error": "<reason>", "message": "..."}, rendered here
+ * (the fixed ones once per process) and handed to the response room to
+ * send; and the filters that turn nginx's own error pages into the same
+ * JSON.
  */
 
 #include "ngx_http_session_error.h"
-#include "ngx_http_session_idempotency.h"
-#include "ngx_http_session_status.h"
+#include "ngx_http_session_response.h"
 #include "ngx_http_session_json.h"
 
 
@@ -75,14 +78,9 @@ static u_char *ngx_http_session_error_render(u_char *p, ngx_uint_t status,
     ngx_str_t *message);
 static ngx_buf_t *ngx_http_session_error_fixed(ngx_http_session_ctx_t *ctx,
     ngx_http_session_err_e err);
-static ngx_int_t ngx_http_session_send(ngx_http_request_t *r,
-    ngx_uint_t status, ngx_str_t *status_line, ngx_str_t *type,
-    ngx_buf_t *b);
 static ngx_int_t ngx_http_session_error_header_filter(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_error_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
-static ngx_int_t ngx_http_session_error_set_json(ngx_http_request_t *r,
-    ngx_str_t *status_line, off_t len);
 static ngx_int_t ngx_http_session_error_too_large(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_str_t *message);
 static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
@@ -91,8 +89,6 @@ static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
 
 /* a 503 asks for a retry in a second */
 static ngx_str_t  ngx_http_session_retry_after = ngx_string("Retry-After");
-static ngx_str_t  ngx_http_session_content_length =
-    ngx_string("Content-Length");
 
 
 static ngx_http_output_header_filter_pt  ngx_http_next_header_filter;
@@ -107,27 +103,6 @@ static ngx_http_request_body_filter_pt   ngx_http_next_request_body_filter;
 static ngx_http_session_err_sent_t  ngx_http_session_errors_sent[
                                                 NGX_HTTP_SESSION_ERR_LAST];
 static u_char                      *ngx_http_session_errors_rendered;
-
-
-ngx_http_session_ctx_t *
-ngx_http_session_get_ctx(ngx_http_request_t *r)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-    if (ctx) {
-        return ctx;
-    }
-
-    ctx = ngx_pcalloc(r->pool, sizeof(ngx_http_session_ctx_t));
-    if (ctx == NULL) {
-        return NULL;
-    }
-
-    ngx_http_set_ctx(r, ctx, ngx_http_session_module);
-
-    return ctx;
-}
 
 
 ngx_int_t
@@ -155,8 +130,9 @@ ngx_http_session_error(ngx_http_request_t *r, ngx_http_session_err_e err)
 
     b = ngx_http_session_error_fixed(ctx, err);
 
-    return ngx_http_session_send(r, ngx_http_session_errors[err].status,
-                                 &e->status_line, NULL, b);
+    return ngx_http_session_response_send(r,
+                                          ngx_http_session_errors[err].status,
+                                          &e->status_line, NULL, b);
 }
 
 
@@ -228,95 +204,6 @@ ngx_http_session_error_message(ngx_http_request_t *r, ngx_uint_t status,
     }
 
     return ngx_http_session_send_json(r, status, b);
-}
-
-
-ngx_int_t
-ngx_http_session_send_json(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_buf_t *b)
-{
-    return ngx_http_session_send(r, status, NULL, NULL, b);
-}
-
-
-ngx_int_t
-ngx_http_session_send_typed(ngx_http_request_t *r, ngx_str_t *type,
-    ngx_buf_t *b)
-{
-    return ngx_http_session_send(r, NGX_HTTP_OK, NULL, type, b);
-}
-
-
-static ngx_int_t
-ngx_http_session_send(ngx_http_request_t *r, ngx_uint_t status,
-    ngx_str_t *status_line, ngx_str_t *type, ngx_buf_t *b)
-{
-    ngx_int_t                rc;
-    ngx_chain_t              out;
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_session_get_ctx(r);
-    if (ctx == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (ctx->idem && ngx_http_session_idempotency_pending(ctx)) {
-        /* the answer is kept for the Idempotency-Key first, then sent */
-        return ngx_http_session_idempotency_answer(r, ctx, status, b);
-    }
-
-    ctx->own_response = 1;
-
-    if (r->request_body == NULL
-        && ngx_http_discard_request_body(r) != NGX_OK)
-    {
-        r->keepalive = 0;
-    }
-
-    r->headers_out.status = status;
-
-    if (ngx_http_session_error_set_json(r, status_line, b->last - b->pos)
-        != NGX_OK)
-    {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    if (type) {
-        r->headers_out.content_type = *type;
-        r->headers_out.content_type_len = type->len;
-    }
-
-    /*
-     * Content-Length as a ready header: from content_length_n alone,
-     * nginx's header filter would format it with ngx_sprintf, the most
-     * expensive step of a small answer.  Filters that change the body
-     * (gzip, say) clear both, as they do for a proxied answer's.
-     */
-
-    r->headers_out.content_length = ngx_http_session_header_add(r,
-                                  &ngx_http_session_content_length,
-                                  ctx->content_length,
-                                  ngx_http_session_decimal(ctx->content_length,
-                                                      b->last - b->pos)
-                                  - ctx->content_length);
-
-    if (r->headers_out.content_length == NULL) {
-        return NGX_HTTP_INTERNAL_SERVER_ERROR;
-    }
-
-    rc = ngx_http_send_header(r);
-
-    if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
-        return rc;
-    }
-
-    b->last_buf = (r == r->main) ? 1 : 0;
-    b->last_in_chain = 1;
-
-    out.buf = b;
-    out.next = NULL;
-
-    return ngx_http_output_filter(r, &out);
 }
 
 
@@ -428,47 +315,6 @@ ngx_http_session_error_filter_init(ngx_conf_t *cf)
 }
 
 
-static ngx_int_t
-ngx_http_session_error_set_json(ngx_http_request_t *r,
-    ngx_str_t *status_line, off_t len)
-{
-    const char  *line;
-
-    /*
-     * nginx's own status lines differ for some codes ("405 Not Allowed"):
-     * the API's reason phrase, from a static table, no allocation; the
-     * fixed errors come with theirs looked up already.
-     */
-
-    if (status_line && status_line->len) {
-        r->headers_out.status_line = *status_line;
-
-    } else {
-        line = ngx_http_session_status_line(
-                                        (unsigned) r->headers_out.status);
-
-        if (line) {
-            r->headers_out.status_line.data = (u_char *) line;
-            r->headers_out.status_line.len = ngx_strlen(line);
-        }
-    }
-
-    ngx_str_set(&r->headers_out.content_type, "application/json");
-    r->headers_out.content_type_len = r->headers_out.content_type.len;
-    r->headers_out.content_type_lowcase = NULL;
-    r->headers_out.charset.len = 0;
-
-    r->headers_out.content_length_n = len;
-
-    if (r->headers_out.content_length) {
-        r->headers_out.content_length->hash = 0;
-        r->headers_out.content_length = NULL;
-    }
-
-    return NGX_OK;
-}
-
-
 /*
  * nginx answers some errors before (or instead of) the module's handler:
  * a bad request line or header, 413 over the body limit, 414, 494.  In a
@@ -490,7 +336,8 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
         return ngx_http_next_header_filter(r);
     }
 
-    status_location = (r->content_handler == ngx_http_session_status_handler);
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+    status_location = (slcf != NULL && slcf->status_location);
 
     sscf = ngx_http_get_module_srv_conf(r, ngx_http_session_module);
     if ((sscf == NULL || !sscf->api) && !status_location) {
@@ -594,7 +441,7 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
 
     ngx_http_clear_location(r);
 
-    if (ngx_http_session_error_set_json(r, NULL, b->last - b->pos)
+    if (ngx_http_session_response_json(r, NULL, b->last - b->pos)
         != NGX_OK)
     {
         return NGX_ERROR;

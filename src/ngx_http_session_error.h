@@ -1,7 +1,7 @@
 /*
  * Every error the API answers: the one renderer of API.md section 2, the
  * table of fixed messages, and the filter that turns nginx's own error
- * pages into the same JSON.
+ * pages into the same JSON.  Errors are sent through the response room.
  */
 
 #ifndef _NGX_HTTP_SESSION_ERROR_H_INCLUDED_
@@ -9,6 +9,7 @@
 
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_response.h"
 
 
 typedef enum {
@@ -70,14 +71,6 @@ ngx_int_t ngx_http_session_error_value(ngx_http_request_t *r,
 ngx_int_t ngx_http_session_error_message(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *message);
 
-/* sends a JSON document with status */
-ngx_int_t ngx_http_session_send_json(ngx_http_request_t *r,
-    ngx_uint_t status, ngx_buf_t *b);
-
-/* a 200 with a body that is not JSON, of the given Content-Type */
-ngx_int_t ngx_http_session_send_typed(ngx_http_request_t *r, ngx_str_t *type,
-    ngx_buf_t *b);
-
 /* the JSON body of an error with any message, allocated from r->pool */
 ngx_buf_t *ngx_http_session_error_body(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *message);
@@ -86,8 +79,6 @@ ngx_int_t ngx_http_session_error_filter_init(ngx_conf_t *cf);
 
 /* renders the fixed errors' bodies, once per process */
 ngx_int_t ngx_http_session_error_init(ngx_log_t *log);
-
-ngx_http_session_ctx_t *ngx_http_session_get_ctx(ngx_http_request_t *r);
 
 
 #endif /* _NGX_HTTP_SESSION_ERROR_H_INCLUDED_ */

@@ -1,5 +1,9 @@
 /*
- * The request pipeline of session_api locations.
+ * The request pipeline of session_api locations, from the top: stage 1
+ * (auth), stage 2 (limit), stage 3 (the route), then the endpoint
+ * through dispatch, wrapped by the Idempotency-Key where a POST has one.
+ * Each of those files hands the request back through a function it is
+ * given, never by importing this one.
  *
  * Stages 1 and 2 run in the access phase, as its last handler, so that
  * the operator's allow/deny, auth_basic or auth_request have refused a
@@ -12,14 +16,13 @@
 
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_auth.h"
+#include "ngx_http_session_dispatch.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_idempotency.h"
-#include "ngx_http_session_images.h"
 #include "ngx_http_session_limit.h"
-#include "ngx_http_session_poll.h"
-#include "ngx_http_session_sessions.h"
 
 
+static void ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc);
 static ngx_http_session_ctx_t *ngx_http_session_start(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_admit(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_int_t rc);
@@ -102,7 +105,7 @@ ngx_http_session_handler(ngx_http_request_t *r)
     }
 
     if (rc == NGX_BUSY) {
-        rc = ngx_http_session_auth_lookup(r, ctx);
+        rc = ngx_http_session_auth_lookup(r, ctx, ngx_http_session_resume);
 
         if (rc == NGX_AGAIN) {
             /* the lookup's completion finalizes the request */
@@ -119,7 +122,9 @@ ngx_http_session_handler(ngx_http_request_t *r)
 }
 
 
-void
+/* the key's database lookup is over: stages 2 and 3 from there */
+
+static void
 ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc)
 {
     ngx_http_session_ctx_t  *ctx;
@@ -206,7 +211,7 @@ ngx_http_session_route(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
      */
 
     if (ctx->method == NGX_HTTP_SESSION_METHOD_POST) {
-        rc = ngx_http_session_idempotency(r, ctx);
+        rc = ngx_http_session_idempotency(r, ctx, ngx_http_session_dispatch);
 
         if (rc != NGX_DECLINED) {
             return rc;
@@ -214,46 +219,6 @@ ngx_http_session_route(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     }
 
     return ngx_http_session_dispatch(r, ctx);
-}
-
-
-/* stages 4 to 6: the endpoint; NGX_DONE when it answers later */
-
-ngx_int_t
-ngx_http_session_dispatch(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
-{
-    switch (ctx->route.id) {
-
-    case NGX_HTTP_SESSION_ROUTE_SESSIONS:
-        return (ctx->method == NGX_HTTP_SESSION_METHOD_POST)
-               ? ngx_http_session_create(r, ctx)
-               : ngx_http_session_list(r, ctx);
-
-    case NGX_HTTP_SESSION_ROUTE_SESSION:
-        return ngx_http_session_get(r, ctx);
-
-    case NGX_HTTP_SESSION_ROUTE_COMPLETE:
-        return ngx_http_session_complete(r, ctx);
-
-    case NGX_HTTP_SESSION_ROUTE_IMAGES:
-        return (ctx->method == NGX_HTTP_SESSION_METHOD_POST)
-               ? ngx_http_session_image_upload(r, ctx)
-               : ngx_http_session_image_list(r, ctx);
-
-    case NGX_HTTP_SESSION_ROUTE_IMAGE:
-    case NGX_HTTP_SESSION_ROUTE_IMAGE_ACK:
-        return ngx_http_session_image_get(r, ctx);
-
-    case NGX_HTTP_SESSION_ROUTE_IMAGE_CONTENT:
-        return ngx_http_session_image_content(r, ctx);
-
-    case NGX_HTTP_SESSION_ROUTE_POLL:
-        return ngx_http_session_poll(r, ctx);
-
-    default:
-        return ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED);
-    }
 }
 
 

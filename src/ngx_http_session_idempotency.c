@@ -18,9 +18,8 @@
 #include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
-#include "ngx_http_session_handler.h"
 #include "ngx_http_session_idem.h"
-#include "ngx_http_session_sessions.h"
+#include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
 
 
@@ -39,9 +38,8 @@ struct ngx_http_session_idem_s {
     ngx_uint_t                  status;
     ngx_buf_t                  *answer;
 
-    unsigned                    claimed:1;
-    /* stored, given up, or nothing to keep: the answer goes out as is */
-    unsigned                    settled:1;
+    /* the stage the claim wraps: the endpoint */
+    ngx_http_session_next_pt    next;
 };
 
 
@@ -54,6 +52,8 @@ static void ngx_http_session_idem_claimed(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_idem_replay(ngx_http_request_t *r,
     PGresult *res);
+static ngx_int_t ngx_http_session_idem_answer(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b);
 static void ngx_http_session_idem_settled(ngx_http_session_db_query_t *q,
     PGresult *res);
 
@@ -65,7 +65,7 @@ static ngx_str_t  ngx_http_session_idem_replayed =
 
 ngx_int_t
 ngx_http_session_idempotency(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx)
+    ngx_http_session_ctx_t *ctx, ngx_http_session_next_pt next)
 {
     off_t                         limit;
     ngx_int_t                     rc;
@@ -116,12 +116,12 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
 
     *ngx_cpymem(idem->key, h->value.data, h->value.len) = '\0';
 
+    idem->next = next;
     ctx->idem = idem;
 
     rc = ngx_http_read_client_request_body(r, ngx_http_session_idem_body);
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        idem->settled = 1;
         return rc;
     }
 
@@ -195,7 +195,6 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
     idem = ctx->idem;
 
     /* until the claim is ours, an answer is sent as it is */
-    idem->settled = 1;
 
     hash = ctx->body_sha256;
 
@@ -298,10 +297,11 @@ ngx_http_session_idem_claimed(ngx_http_session_db_query_t *q, PGresult *res)
         }
 
         ngx_memcpy(idem->claim, PQgetvalue(res, 0, 1), 16);
-        idem->claimed = 1;
-        idem->settled = 0;
 
-        rc = ngx_http_session_dispatch(r, ctx);
+        /* the endpoint's answer is kept for the key first, then sent */
+        ctx->answer_hook = ngx_http_session_idem_answer;
+
+        rc = idem->next(r, ctx);
 
     } else if (ngx_strcmp(outcome, "replay") == 0) {
         rc = ngx_http_session_idem_replay(r, res);
@@ -382,15 +382,14 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
 }
 
 
-ngx_int_t
-ngx_http_session_idempotency_pending(ngx_http_session_ctx_t *ctx)
-{
-    return ctx->idem->claimed && !ctx->idem->settled;
-}
+/*
+ * The answer hook of a claimed key (set above, called once by the
+ * response room): keeps the answer (or, for 429 and 5xx, gives the
+ * claim up), then sends it.
+ */
 
-
-ngx_int_t
-ngx_http_session_idempotency_answer(ngx_http_request_t *r,
+static ngx_int_t
+ngx_http_session_idem_answer(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b)
 {
     u_char                       *st, *p;
@@ -401,7 +400,6 @@ ngx_http_session_idempotency_answer(ngx_http_request_t *r,
 
     idem = ctx->idem;
 
-    idem->settled = 1;
     idem->status = status;
     idem->answer = b;
 

@@ -21,7 +21,7 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_render.h"
-#include "ngx_http_session_sessions.h"
+#include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
 
 

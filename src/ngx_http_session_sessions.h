@@ -6,14 +6,7 @@
 #define _NGX_HTTP_SESSION_SESSIONS_H_INCLUDED_
 
 
-#include <libpq-fe.h>
-
 #include "ngx_http_session_common.h"
-#include "ngx_http_session_error.h"
-
-
-/* a session list or create body may hold at most this many bytes */
-#define NGX_HTTP_SESSION_JSON_BODY_MAX  65536
 
 
 ngx_int_t ngx_http_session_create(ngx_http_request_t *r,
@@ -24,54 +17,6 @@ ngx_int_t ngx_http_session_get(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 ngx_int_t ngx_http_session_complete(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
-
-/* the header name of a created resource's address */
-extern ngx_str_t  ngx_http_session_location;
-
-/*
- * The next "name=value" of the query string from *pos, both unescaped
- * into r->pool; NGX_DONE at the end.
- */
-ngx_int_t ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
-    ngx_str_t *name, ngx_str_t *value);
-
-/*
- * Runs q: NGX_DONE (the query's handler finalizes the request), or the
- * 503 that was sent.
- */
-ngx_int_t ngx_http_session_run(ngx_http_request_t *r,
-    ngx_http_session_db_query_t *q);
-
-/* the project id as a NUL-terminated text parameter, made once */
-char *ngx_http_session_project(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx);
-
-/*
- * The whole request body in one piece (not NUL-terminated); NULL with
- * *len over max when too large, NULL with *len 0 on failure.
- */
-u_char *ngx_http_session_read_body(ngx_http_request_t *r, size_t max,
-    size_t *len);
-
-/*
- * Stage 5 from the first row of a session-scoped statement's result
- * (project and status in the given columns): NGX_HTTP_SESSION_ERR_LAST
- * when the session may be used, else the error to answer (503 for no
- * result, 500 for a failed one, 404, 403, 410).
- */
-ngx_http_session_err_e ngx_http_session_check(
-    ngx_http_session_db_query_t *q, PGresult *res, int project_col,
-    int status_col);
-
-/*
- * For endpoints that take no query parameter: NGX_DECLINED when there is
- * none, else the 400 for the first one (what sending it returned).
- */
-ngx_int_t ngx_http_session_no_args(ngx_http_request_t *r);
-
-/* answers 400 "unknown query parameter: <name>" */
-ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,
-    ngx_str_t *name);
 
 
 #endif /* _NGX_HTTP_SESSION_SESSIONS_H_INCLUDED_ */

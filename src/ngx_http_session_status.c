@@ -7,7 +7,7 @@
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
-#include "ngx_http_session_sessions.h"
+#include "ngx_http_session_request.h"
 #include "ngx_http_session_shm.h"
 
 
@@ -61,9 +61,11 @@ char *
 ngx_http_session_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_core_loc_conf_t      *clcf;
+    ngx_http_session_loc_conf_t   *slcf;
     ngx_http_session_main_conf_t  *smcf;
 
     clcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_core_module);
+    slcf = ngx_http_conf_get_module_loc_conf(cf, ngx_http_session_module);
 
     if (clcf->handler == ngx_http_session_status_handler) {
         return "is duplicate";
@@ -74,6 +76,9 @@ ngx_http_session_status(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     clcf->handler = ngx_http_session_status_handler;
+
+    /* for the error filter: nginx's own errors here are JSON too */
+    slcf->status_location = 1;
 
     smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_session_module);
 

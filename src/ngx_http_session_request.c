@@ -1,0 +1,272 @@
+/*
+ * The request room: what every endpoint needs of its request, in one
+ * place: query arguments, the body in one piece, the project id as a
+ * parameter, running a query for the request, and stage 5 read from a
+ * session-scoped statement's result.  It imports no endpoint.
+ */
+
+#include "ngx_http_session_request.h"
+#include "ngx_http_session_cursor.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_error.h"
+
+
+ngx_str_t  ngx_http_session_location = ngx_string("Location");
+
+
+ngx_int_t
+ngx_http_session_run(ngx_http_request_t *r, ngx_http_session_db_query_t *q)
+{
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
+    }
+
+    /* the query's handler finalizes the request */
+    r->main->count++;
+
+    return NGX_DONE;
+}
+
+
+/*
+ * Stage 5 from the first row of a session-scoped statement: the
+ * session's project and status (as clients see it) in the given columns;
+ * no row or a NULL project is a session that does not exist.
+ */
+
+ngx_http_session_err_e
+ngx_http_session_check(ngx_http_session_db_query_t *q, PGresult *res,
+    int project_col, int status_col)
+{
+    u_char                   project[NGX_HTTP_SESSION_UUID_LEN];
+    ngx_http_request_t      *r;
+    ngx_http_session_ctx_t  *ctx;
+
+    if (res == NULL) {
+        return NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+    }
+
+    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || PQnfields(res) <= ngx_max(project_col, status_col))
+    {
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
+
+    if (PQntuples(res) == 0 || PQgetisnull(res, 0, project_col)) {
+        return NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
+    }
+
+    r = q->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (PQgetlength(res, 0, project_col) != NGX_HTTP_SESSION_UUID_BIN_LEN) {
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
+
+    ngx_http_session_uuid_format((u_char *) PQgetvalue(res, 0, project_col),
+                                 project);
+
+    if (ngx_memcmp(project, ctx->principal.project_id,
+                   NGX_HTTP_SESSION_UUID_LEN)
+        != 0)
+    {
+        return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
+    }
+
+    if (PQgetlength(res, 0, status_col) == sizeof("expired") - 1
+        && ngx_strncmp(PQgetvalue(res, 0, status_col), "expired",
+                       sizeof("expired") - 1)
+           == 0)
+    {
+        return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
+    }
+
+    return NGX_HTTP_SESSION_ERR_LAST;
+}
+
+
+/* the project id as a NUL-terminated text parameter, made once */
+
+char *
+ngx_http_session_project(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    if (ctx->project == NULL) {
+        ctx->project = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+        if (ctx->project == NULL) {
+            return NULL;
+        }
+
+        ngx_memcpy(ctx->project, ctx->principal.project_id,
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ctx->project[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+    }
+
+    return (char *) ctx->project;
+}
+
+
+/*
+ * The whole body in one piece, from memory buffers or from the temporary
+ * file nginx spooled it to (a body in one memory buffer is not copied).
+ * NULL with *len over the limit when too large.
+ */
+
+u_char *
+ngx_http_session_read_body(ngx_http_request_t *r, size_t max, size_t *len)
+{
+    off_t         size;
+    u_char       *body, *p;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    size = 0;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    *len = (size_t) size;
+
+    if (size > (off_t) max) {
+        return NULL;
+    }
+
+    cl = r->request_body->bufs;
+
+    if (cl && cl->next == NULL && ngx_buf_in_memory(cl->buf)) {
+        return cl->buf->pos;
+    }
+
+    body = ngx_pnalloc(r->pool, (size_t) size + 1);
+    if (body == NULL) {
+        *len = 0;
+        return NULL;
+    }
+
+    p = body;
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+
+        if (ngx_buf_in_memory(b)) {
+            p = ngx_cpymem(p, b->pos, b->last - b->pos);
+            continue;
+        }
+
+        if (b->in_file) {
+            n = ngx_read_file(b->file, p, (size_t) (b->file_last - b->file_pos),
+                              b->file_pos);
+
+            if (n != b->file_last - b->file_pos) {
+                *len = 0;
+                return NULL;
+            }
+
+            p += n;
+        }
+    }
+
+    *len = p - body;
+
+    return body;
+}
+
+
+ngx_int_t
+ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
+    ngx_str_t *name, ngx_str_t *value)
+{
+    u_char  *p, *end, *amp, *eq, *dst;
+
+    if (*pos == NULL) {
+        return NGX_DONE;
+    }
+
+    end = r->args.data + r->args.len;
+
+    for ( ;; ) {
+        p = *pos;
+
+        if (p >= end) {
+            return NGX_DONE;
+        }
+
+        amp = ngx_strlchr(p, end, '&');
+        if (amp == NULL) {
+            amp = end;
+        }
+
+        *pos = (amp < end) ? amp + 1 : end;
+
+        /* "a=1&&b=2": an empty pair is no parameter */
+        if (amp > p) {
+            break;
+        }
+    }
+
+    eq = ngx_strlchr(p, amp, '=');
+    if (eq == NULL) {
+        eq = amp;
+    }
+
+    dst = ngx_pnalloc(r->pool, (eq - p) + (amp - eq) + 1);
+    if (dst == NULL) {
+        return NGX_ERROR;
+    }
+
+    name->data = dst;
+    ngx_unescape_uri(&dst, &p, eq - p, 0);
+    name->len = dst - name->data;
+
+    value->data = dst;
+
+    if (eq < amp) {
+        p = eq + 1;
+        ngx_unescape_uri(&dst, &p, amp - eq - 1, 0);
+    }
+
+    value->len = dst - value->data;
+
+    return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_session_no_args(ngx_http_request_t *r)
+{
+    u_char     *pos;
+    ngx_int_t   rc;
+    ngx_str_t   name, value;
+
+    pos = r->args.data;
+
+    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
+    if (rc == NGX_ERROR) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (rc == NGX_OK) {
+        return ngx_http_session_unknown_arg(r, &name);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+ngx_int_t
+ngx_http_session_unknown_arg(ngx_http_request_t *r, ngx_str_t *name)
+{
+    ngx_str_t  msg;
+
+    msg.len = sizeof("unknown query parameter: ") - 1 + name->len;
+    msg.data = ngx_pnalloc(r->pool, msg.len);
+    if (msg.data == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    ngx_sprintf(msg.data, "unknown query parameter: %V", name);
+
+    return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
+}
