@@ -53,6 +53,8 @@ static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
     ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc);
+static ngx_uint_t ngx_http_session_db_socket_changed(
+    ngx_http_session_db_conn_t *dc, int fd);
 static void ngx_http_session_db_detach(ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_want_write(
     ngx_http_session_db_conn_t *dc, ngx_uint_t on);
@@ -311,9 +313,16 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
     for ( ;; ) {
         st = PQconnectPoll(dc->pg);
 
-        /* libpq may open a new socket, e.g. for the next host */
+        /*
+         * libpq may close its socket and open another, for the next host
+         * or address, to retry without TLS (sslmode=prefer), to follow
+         * target_session_attrs: often under the same descriptor number,
+         * which epoll no longer watches.  A socket is known by its inode.
+         */
 
-        if (dc->connection && dc->connection->fd != PQsocket(dc->pg)) {
+        if (dc->connection
+            && ngx_http_session_db_socket_changed(dc, PQsocket(dc->pg)))
+        {
             ngx_http_session_db_detach(dc);
         }
 
@@ -427,6 +436,7 @@ static ngx_int_t
 ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc)
 {
     int                fd;
+    struct stat        st;
     ngx_connection_t  *c;
 
     fd = PQsocket(dc->pg);
@@ -436,10 +446,18 @@ ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc)
         return NGX_ERROR;
     }
 
+    if (fstat(fd, &st) == -1) {
+        ngx_log_error(NGX_LOG_ALERT, dc->log, ngx_errno,
+                      "session db: fstat() failed");
+        return NGX_ERROR;
+    }
+
     c = ngx_get_connection(fd, dc->log);
     if (c == NULL) {
         return NGX_ERROR;
     }
+
+    dc->socket_ino = st.st_ino;
 
     c->data = dc;
     c->read->handler = ngx_http_session_db_event_handler;
@@ -458,6 +476,25 @@ ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc)
     }
 
     return NGX_OK;
+}
+
+
+/* is fd another socket than the one the nginx connection watches? */
+
+static ngx_uint_t
+ngx_http_session_db_socket_changed(ngx_http_session_db_conn_t *dc, int fd)
+{
+    struct stat  st;
+
+    if (fd != dc->connection->fd) {
+        return 1;
+    }
+
+    if (fd == -1 || fstat(fd, &st) == -1) {
+        return 1;
+    }
+
+    return st.st_ino != dc->socket_ino;
 }
 
 
@@ -1149,11 +1186,14 @@ ngx_http_session_db_query_timeout(ngx_event_t *ev)
     dc = q->conn;
 
     if (dc) {
-        /* the connection is stuck in this query: drop it and start over */
+        /*
+         * The connection is stuck in this query: drop it and connect again
+         * after the backoff, as after any failure, so that an overloaded
+         * server does not get a storm of new connections.
+         */
         dc->query = NULL;
         q->conn = NULL;
-        ngx_http_session_db_conn_close(dc);
-        ngx_http_session_db_conn_open(dc);
+        ngx_http_session_db_conn_fail(dc);
     }
 
     ngx_http_session_db_complete(q, NULL);

@@ -37,6 +37,8 @@ typedef void (*ngx_http_session_db_handler_pt)(
 struct ngx_http_session_db_conn_s {
     PGconn                          *pg;
     ngx_connection_t                *connection;
+    /* the inode of the socket that connection watches */
+    ino_t                            socket_ino;
     ngx_log_t                       *log;
     const char                      *conninfo;
     /* server options: the conninfo's own and statement_timeout */

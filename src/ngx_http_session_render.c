@@ -270,47 +270,153 @@ ngx_http_session_render_image(ngx_http_request_t *r, PGresult *res,
 }
 
 
-ngx_buf_t *
-ngx_http_session_render_sessions(ngx_http_request_t *r, PGresult *res,
-    int n, u_char *cursor, size_t cursor_len)
-{
-    int                              i;
-    size_t                           len;
-    u_char                          *p;
-    ngx_buf_t                       *b;
-    ngx_http_session_doc_session_t  *s;
+/*
+ * The documents of rows 0 .. n - 1 from column col, of one kind: read
+ * first (so that the buffer is sized once), then written with ", "
+ * between them.
+ */
 
-    s = ngx_palloc(r->pool, (n ? n : 1) * sizeof(*s));
-    if (s == NULL) {
-        return NULL;
+typedef struct {
+    size_t      size;
+    ngx_int_t  (*read)(PGresult *res, int row, int col, void *doc);
+    size_t     (*len)(const void *doc);
+    u_char    *(*write)(u_char *p, const void *doc);
+} ngx_http_session_render_kind_t;
+
+
+static ngx_int_t
+ngx_http_session_render_read_s(PGresult *res, int row, int col, void *doc)
+{
+    return ngx_http_session_render_read_session(res, row, col, doc);
+}
+
+
+static size_t
+ngx_http_session_render_len_s(const void *doc)
+{
+    return ngx_http_session_doc_session_size(doc);
+}
+
+
+static u_char *
+ngx_http_session_render_write_s(u_char *p, const void *doc)
+{
+    return ngx_http_session_doc_session(p, doc);
+}
+
+
+static ngx_int_t
+ngx_http_session_render_read_i(PGresult *res, int row, int col, void *doc)
+{
+    return ngx_http_session_render_read_image(res, row, col, doc);
+}
+
+
+static size_t
+ngx_http_session_render_len_i(const void *doc)
+{
+    return ngx_http_session_doc_image_size(doc);
+}
+
+
+static u_char *
+ngx_http_session_render_write_i(u_char *p, const void *doc)
+{
+    return ngx_http_session_doc_image(p, doc);
+}
+
+
+static ngx_http_session_render_kind_t  ngx_http_session_render_sessions_kind = {
+    sizeof(ngx_http_session_doc_session_t),
+    ngx_http_session_render_read_s,
+    ngx_http_session_render_len_s,
+    ngx_http_session_render_write_s
+};
+
+
+static ngx_http_session_render_kind_t  ngx_http_session_render_images_kind = {
+    sizeof(ngx_http_session_doc_image_t),
+    ngx_http_session_render_read_i,
+    ngx_http_session_render_len_i,
+    ngx_http_session_render_write_i
+};
+
+
+/* reads the n documents into *docs; their bytes with separators */
+
+static ngx_int_t
+ngx_http_session_render_items(ngx_http_request_t *r, PGresult *res, int col,
+    int n, ngx_http_session_render_kind_t *kind, u_char **docs, size_t *len)
+{
+    int      i;
+    u_char  *d;
+
+    d = ngx_palloc(r->pool, (n ? n : 1) * kind->size);
+    if (d == NULL) {
+        return NGX_ERROR;
     }
 
-    len = sizeof(NGX_HTTP_SESSION_LIST_HEAD NGX_HTTP_SESSION_LIST_TAIL)
-          + cursor_len;
+    *len = 0;
 
     for (i = 0; i < n; i++) {
-        if (ngx_http_session_render_read_session(res, i, 0, &s[i]) != NGX_OK) {
-            return ngx_http_session_render_bad(r);
+        if (kind->read(res, i, col, d + i * kind->size) != NGX_OK) {
+            (void) ngx_http_session_render_bad(r);
+            return NGX_ERROR;
         }
 
-        len += ngx_http_session_doc_session_size(&s[i]) + sizeof(", ") - 1;
+        *len += kind->len(d + i * kind->size) + sizeof(", ") - 1;
     }
 
-    b = ngx_create_temp_buf(r->pool, len);
-    if (b == NULL) {
-        return NULL;
-    }
+    *docs = d;
 
-    p = ngx_cpymem(b->last, NGX_HTTP_SESSION_LIST_HEAD,
-                   sizeof(NGX_HTTP_SESSION_LIST_HEAD) - 1);
+    return NGX_OK;
+}
+
+
+static u_char *
+ngx_http_session_render_write_items(u_char *p, u_char *docs, int n,
+    ngx_http_session_render_kind_t *kind)
+{
+    int  i;
 
     for (i = 0; i < n; i++) {
         if (i) {
             *p++ = ','; *p++ = ' ';
         }
 
-        p = ngx_http_session_doc_session(p, &s[i]);
+        p = kind->write(p, docs + i * kind->size);
     }
+
+    return p;
+}
+
+
+static ngx_buf_t *
+ngx_http_session_render_list(ngx_http_request_t *r, PGresult *res, int col,
+    int n, u_char *cursor, size_t cursor_len,
+    ngx_http_session_render_kind_t *kind)
+{
+    size_t      len;
+    u_char     *docs, *p;
+    ngx_buf_t  *b;
+
+    if (ngx_http_session_render_items(r, res, col, n, kind, &docs, &len)
+        != NGX_OK)
+    {
+        return NULL;
+    }
+
+    b = ngx_create_temp_buf(r->pool,
+                            len + cursor_len
+                            + sizeof(NGX_HTTP_SESSION_LIST_HEAD
+                                     NGX_HTTP_SESSION_LIST_TAIL));
+    if (b == NULL) {
+        return NULL;
+    }
+
+    p = ngx_cpymem(b->last, NGX_HTTP_SESSION_LIST_HEAD,
+                   sizeof(NGX_HTTP_SESSION_LIST_HEAD) - 1);
+    p = ngx_http_session_render_write_items(p, docs, n, kind);
 
     b->last = ngx_http_session_render_tail(p, cursor, cursor_len);
 
@@ -319,51 +425,20 @@ ngx_http_session_render_sessions(ngx_http_request_t *r, PGresult *res,
 
 
 ngx_buf_t *
+ngx_http_session_render_sessions(ngx_http_request_t *r, PGresult *res,
+    int n, u_char *cursor, size_t cursor_len)
+{
+    return ngx_http_session_render_list(r, res, 0, n, cursor, cursor_len,
+                                        &ngx_http_session_render_sessions_kind);
+}
+
+
+ngx_buf_t *
 ngx_http_session_render_images(ngx_http_request_t *r, PGresult *res,
     int col, int n, u_char *cursor, size_t cursor_len)
 {
-    int                            i;
-    size_t                         len;
-    u_char                        *p;
-    ngx_buf_t                     *b;
-    ngx_http_session_doc_image_t  *im;
-
-    im = ngx_palloc(r->pool, (n ? n : 1) * sizeof(*im));
-    if (im == NULL) {
-        return NULL;
-    }
-
-    len = sizeof(NGX_HTTP_SESSION_LIST_HEAD NGX_HTTP_SESSION_LIST_TAIL)
-          + cursor_len;
-
-    for (i = 0; i < n; i++) {
-        if (ngx_http_session_render_read_image(res, i, col, &im[i]) != NGX_OK)
-        {
-            return ngx_http_session_render_bad(r);
-        }
-
-        len += ngx_http_session_doc_image_size(&im[i]) + sizeof(", ") - 1;
-    }
-
-    b = ngx_create_temp_buf(r->pool, len);
-    if (b == NULL) {
-        return NULL;
-    }
-
-    p = ngx_cpymem(b->last, NGX_HTTP_SESSION_LIST_HEAD,
-                   sizeof(NGX_HTTP_SESSION_LIST_HEAD) - 1);
-
-    for (i = 0; i < n; i++) {
-        if (i) {
-            *p++ = ','; *p++ = ' ';
-        }
-
-        p = ngx_http_session_doc_image(p, &im[i]);
-    }
-
-    b->last = ngx_http_session_render_tail(p, cursor, cursor_len);
-
-    return b;
+    return ngx_http_session_render_list(r, res, col, n, cursor, cursor_len,
+                                        &ngx_http_session_render_images_kind);
 }
 
 
@@ -389,38 +464,26 @@ ngx_http_session_render_tail(u_char *p, u_char *cursor, size_t cursor_len)
 ngx_buf_t *
 ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
 {
-    int                              i;
     size_t                           len;
-    u_char                          *p;
+    u_char                          *docs, *p;
     ngx_buf_t                       *b;
-    ngx_http_session_doc_image_t    *im;
     ngx_http_session_doc_session_t   s;
 
     if (ngx_http_session_render_read_session(res, 0, 0, &s) != NGX_OK) {
         return ngx_http_session_render_bad(r);
     }
 
-    im = ngx_palloc(r->pool, (n ? n : 1) * sizeof(*im));
-    if (im == NULL) {
+    if (ngx_http_session_render_items(r, res, NGX_HTTP_SESSION_SESSION_NCOLS,
+                                      n, &ngx_http_session_render_images_kind,
+                                      &docs, &len)
+        != NGX_OK)
+    {
         return NULL;
     }
 
-    len = sizeof("{\"session\": , \"images\": []}")
-          + ngx_http_session_doc_session_size(&s);
-
-    for (i = 0; i < n; i++) {
-        if (ngx_http_session_render_read_image(res, i,
-                                               NGX_HTTP_SESSION_SESSION_NCOLS,
-                                               &im[i])
-            != NGX_OK)
-        {
-            return ngx_http_session_render_bad(r);
-        }
-
-        len += ngx_http_session_doc_image_size(&im[i]) + sizeof(", ") - 1;
-    }
-
-    b = ngx_create_temp_buf(r->pool, len);
+    b = ngx_create_temp_buf(r->pool,
+                            len + ngx_http_session_doc_session_size(&s)
+                            + sizeof("{\"session\": , \"images\": []}"));
     if (b == NULL) {
         return NULL;
     }
@@ -428,15 +491,8 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
     p = ngx_cpymem(b->last, "{\"session\": ", sizeof("{\"session\": ") - 1);
     p = ngx_http_session_doc_session(p, &s);
     p = ngx_cpymem(p, ", \"images\": [", sizeof(", \"images\": [") - 1);
-
-    for (i = 0; i < n; i++) {
-        if (i) {
-            *p++ = ','; *p++ = ' ';
-        }
-
-        p = ngx_http_session_doc_image(p, &im[i]);
-    }
-
+    p = ngx_http_session_render_write_items(p, docs, n,
+                                        &ngx_http_session_render_images_kind);
     *p++ = ']';
     *p++ = '}';
 

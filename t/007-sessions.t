@@ -475,12 +475,12 @@ $checks{body_size} = sub {
 
 };
 
-# q10: 30 creates at once on 4 workers: exactly 10 sessions, the other 20
+# q10: 50 creates at once on 4 workers: exactly 10 sessions, the other 40
 # are 429, in the answers and in the database; the quota is the account's
 # (another project of the account is refused too).
 $checks{quota_race} = sub {
     my ($name) = @_;
-    my $n = 30;
+    my $n = 50;
     my $port = $Test::Nginx::Util::ServerPort;
 
     # authenticate once, so that the burst finds the key in the cache
@@ -549,9 +549,9 @@ $checks{quota_race} = sub {
     }
 
     is($status{201} // 0, 10, "$name - exactly 10 created");
-    is($status{429} // 0, 20, "$name - 20 refused (429)");
+    is($status{429} // 0, 40, "$name - 40 refused (429)");
     is(join(' ', map { "$_: $status{$_}" } sort keys %status),
-       '201: 10 429: 20', "$name - no other answer");
+       '201: 10 429: 40', "$name - no other answer");
     is(scalar keys %ids, 10, "$name - 10 distinct ids");
     is_deeply(\@bad, [], "$name - every 201 a session, every 429 the quota");
 
@@ -2367,7 +2367,7 @@ POST /api/v1/sessions
 
 
 
-=== TEST 106: quota 10, 30 creates at once on 4 workers: 10 created, 20 refused
+=== TEST 106: quota 10, 50 creates at once on 4 workers: 10 created, 40 refused
 --- workers: 4
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;

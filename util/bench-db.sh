@@ -60,17 +60,6 @@ log() {
 
 . "$ROOT/util/bench-lib.sh"
 
-conninfo_value() {
-    local v=$1
-    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
-        printf '%s' "$v"
-    else
-        v=${v//\\/\\\\}
-        v=${v//\'/\\\'}
-        printf "'%s'" "$v"
-    fi
-}
-
 W=
 DB=
 PORT=
@@ -429,25 +418,7 @@ SCENARIOS=(
 
 write_conf() {
     cat > "$W/nginx.conf" <<EOF
-load_module $MODULE;
-
-worker_processes $WORKERS;
-master_process on;
-daemon on;
-pid $W/nginx.pid;
-error_log $W/error.log warn;
-
-events {
-    worker_connections 4096;
-}
-
-http {
-    access_log off;
-    keepalive_requests 1000000;
-
-$(nginx_temp_paths)
-
-    session_db $(nginx_quote "$DB");
+$(nginx_conf_head "$MODULE" "$WORKERS")
     session_db_connections $DB_CONNS_PER_WORKER;
     session_limit_zone benchdb:10m;
 
@@ -563,10 +534,7 @@ inside() {
 
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
-    DB="host=$(conninfo_value "$PGHOST") port=$(conninfo_value "$PGPORT")"
-    DB+=" dbname=$(conninfo_value "$PGDATABASE")"
-    DB+=" user=$(conninfo_value "$PGUSER")"
-    DB+=" password=$(conninfo_value "$PGPASSWORD")"
+    DB=$(pg_virtualenv_conninfo)
     : > "$BENCH_DB_MARKER"
     inside
     exit $?

@@ -95,25 +95,7 @@ image_file() {
 
 write_conf() {
     cat > "$W/nginx.conf" <<EOF
-load_module $W/ngx_http_session_module.so;
-
-worker_processes $WORKERS;
-master_process on;
-daemon on;
-pid $W/nginx.pid;
-error_log $W/error.log warn;
-
-events {
-    worker_connections 4096;
-}
-
-http {
-    access_log off;
-    keepalive_requests 1000000;
-
-$(nginx_temp_paths)
-
-    session_db $(nginx_quote "$DB");
+$(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     session_limit_zone bench_images:10m;
 
     server {

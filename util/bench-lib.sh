@@ -1,7 +1,7 @@
-# Shell functions shared by util/bench.sh, util/bench-ir.sh and
-# util/bench-images.sh; sourced, not run.  The caller defines die() and
-# sets what a function names: NGINX, SESSIONCTL, DB, W (the scratch
-# directory), PORT, NGINX_UP.
+# Shell functions shared by util/test.sh and the benchmarks (bench.sh,
+# bench-db.sh, bench-ir.sh, bench-images.sh); sourced, not run.  The
+# caller defines die() and sets what a function names: NGINX,
+# SESSIONCTL, DB, W (the scratch directory), PORT, NGINX_UP.
 
 # a double-quoted nginx string
 nginx_quote() {
@@ -9,6 +9,61 @@ nginx_quote() {
     v=${v//\\/\\\\}
     v=${v//\"/\\\"}
     printf '"%s"' "$v"
+}
+
+
+# libpq conninfo value: bare when safe, else single-quoted with \ and '
+# escaped
+conninfo_value() {
+    local v=$1
+    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
+        printf '%s' "$v"
+    else
+        v=${v//\\/\\\\}
+        v=${v//\'/\\\'}
+        printf "'%s'" "$v"
+    fi
+}
+
+
+# the conninfo of the cluster pg_virtualenv made (its PG* variables)
+pg_virtualenv_conninfo() {
+    local v
+    for v in PGHOST PGPORT PGDATABASE PGUSER PGPASSWORD; do
+        [ -n "${!v:-}" ] || die "pg_virtualenv did not set $v"
+    done
+    printf 'host=%s port=%s dbname=%s user=%s password=%s' \
+        "$(conninfo_value "$PGHOST")" "$(conninfo_value "$PGPORT")" \
+        "$(conninfo_value "$PGDATABASE")" "$(conninfo_value "$PGUSER")" \
+        "$(conninfo_value "$PGPASSWORD")"
+}
+
+
+# nginx.conf from its first line to "session_db ...;" inside http{}:
+# nginx_conf_head MODULE WORKERS [AFFINITY]
+nginx_conf_head() {
+    cat <<EOF
+load_module $1;
+
+worker_processes $2;
+${3:+worker_cpu_affinity $3;}
+master_process on;
+daemon on;
+pid $W/nginx.pid;
+error_log $W/error.log warn;
+
+events {
+    worker_connections 4096;
+}
+
+http {
+    access_log off;
+    keepalive_requests 1000000;
+
+$(nginx_temp_paths)
+
+    session_db $(nginx_quote "$DB");
+EOF
 }
 
 

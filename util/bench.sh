@@ -93,19 +93,6 @@ log() {
 . "$ROOT/util/bench-lib.sh"
 
 
-# libpq conninfo value: bare when safe, else single-quoted (as test.sh)
-conninfo_value() {
-    local v=$1
-    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
-        printf '%s' "$v"
-    else
-        v=${v//\\/\\\\}
-        v=${v//\'/\\\'}
-        printf "'%s'" "$v"
-    fi
-}
-
-
 # --- the part that runs with a database --------------------------------
 
 W=
@@ -143,26 +130,7 @@ write_conf() {
     local zone=$1 workers=${2:-$WORKERS} affinity=${3:-}
 
     cat > "$W/nginx.conf" <<EOF
-load_module $W/ngx_http_session_module.so;
-
-worker_processes $workers;
-${affinity:+worker_cpu_affinity $affinity;}
-master_process on;
-daemon on;
-pid $W/nginx.pid;
-error_log $W/error.log warn;
-
-events {
-    worker_connections 4096;
-}
-
-http {
-    access_log off;
-    keepalive_requests 1000000;
-
-$(nginx_temp_paths)
-
-    session_db $(nginx_quote "$DB");
+$(nginx_conf_head "$W/ngx_http_session_module.so" "$workers" "$affinity")
     session_db_connections $DB_CONNS_PER_WORKER;
     session_limit_zone $zone;
 
@@ -824,13 +792,7 @@ EOF
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     shift
-    for v in PGHOST PGPORT PGDATABASE PGUSER PGPASSWORD; do
-        [ -n "${!v:-}" ] || die "pg_virtualenv did not set $v"
-    done
-    DB="host=$(conninfo_value "$PGHOST") port=$(conninfo_value "$PGPORT")"
-    DB+=" dbname=$(conninfo_value "$PGDATABASE")"
-    DB+=" user=$(conninfo_value "$PGUSER")"
-    DB+=" password=$(conninfo_value "$PGPASSWORD")"
+    DB=$(pg_virtualenv_conninfo)
     export PGCONNECT_TIMEOUT=5
     : > "$BENCH_SH_MARKER"
     inside

@@ -33,33 +33,15 @@ die() {
     exit 1
 }
 
-# libpq conninfo value: bare when safe, else single-quoted with \ and '
-# escaped.
-conninfo_value() {
-    local v=$1
-    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
-        printf '%s' "$v"
-    else
-        v=${v//\\/\\\\}
-        v=${v//\'/\\\'}
-        printf "'%s'" "$v"
-    fi
-}
+# conninfo_value, pg_virtualenv_conninfo, free_port
+. "$ROOT/util/bench-lib.sh"
 
 inside() {
     local conninfo
 
     : > "$TEST_SH_MARKER"
 
-    for v in PGHOST PGPORT PGDATABASE PGUSER PGPASSWORD; do
-        [ -n "${!v:-}" ] || die "pg_virtualenv did not set $v"
-    done
-
-    conninfo="host=$(conninfo_value "$PGHOST")"
-    conninfo+=" port=$(conninfo_value "$PGPORT")"
-    conninfo+=" dbname=$(conninfo_value "$PGDATABASE")"
-    conninfo+=" user=$(conninfo_value "$PGUSER")"
-    conninfo+=" password=$(conninfo_value "$PGPASSWORD")"
+    conninfo=$(pg_virtualenv_conninfo)
 
     export TEST_NGINX_SESSION_DB=$conninfo
     # sessionctl's default database, for t/lib/Session.pm and by hand
@@ -149,22 +131,7 @@ fi
 # the same time (or a cluster it cannot see, e.g. another -t run) collide
 # on 5432.  Pick a random free port instead, and try again with another
 # one when the cluster did not come up (the marker tells that case apart
-# from a failing test run).
-free_port() {
-    perl -MIO::Socket::INET -e '
-        for (1 .. 200) {
-            my $p = 20000 + int(rand(20000));
-            next if -e "/var/run/postgresql/.s.PGSQL.$p"
-                    || -e "/tmp/.s.PGSQL.$p";
-            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
-                                          LocalPort => $p, Listen => 1,
-                                          ReuseAddr => 1) or next;
-            close $s;
-            print "$p\n";
-            exit 0;
-        }
-        exit 1;'
-}
+# from a failing test run).  free_port is bench-lib.sh's.
 
 marker="$chk/inside"
 export TEST_SH_MARKER=$marker
