@@ -6,6 +6,7 @@
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
 #   make lint       80 columns, no tabs, cppcheck
+#   make openapi    validate docs/openapi.yaml (part of make test too)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -31,7 +32,7 @@ MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench lint clean \
-        distclean
+        distclean openapi
 
 all: build
 
@@ -103,6 +104,9 @@ bench: deps build
 
 lint:
 	@bash util/lint.sh
+
+openapi: deps
+	@prove t/020-openapi.t
 
 clean:
 	rm -rf $(BUILD)

@@ -25,9 +25,10 @@ export DEBIAN_FRONTEND=noninteractive
 
 if [ -n "$missing" ]; then
     echo "install-deps: installing:$missing"
-    $SUDO apt-get update -qq
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
     # shellcheck disable=SC2086
-    $SUDO apt-get install -y -qq --no-install-recommends $missing
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends $missing
 fi
 
 # Test::Nginx is not in bookworm; Debian unstable ships it as an arch-all
@@ -77,6 +78,27 @@ if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
         -o APT::Sandbox::User=root download libtest-nginx-perl)
     $SUDO apt-get install -y -qq --no-install-recommends \
         "$tmp"/libtest-nginx-perl_*.deb
+fi
+
+# The OpenAPI validator of make test (t/020-openapi.t): Redocly CLI from
+# the npm registry, at the version util/openapi/package-lock.json pins,
+# into util/openapi/node_modules (nothing global).  Node.js and npm come
+# from Debian when the machine has none.
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1
+then
+    echo "install-deps: installing: nodejs npm"
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends nodejs npm
+fi
+tools="$(cd "$(dirname "$0")" && pwd)/openapi"
+if ! cmp -s "$tools/package-lock.json" \
+        "$tools/node_modules/.installed-lock.json" \
+   || [ ! -x "$tools/node_modules/.bin/redocly" ]; then
+    echo "install-deps: installing Redocly CLI into $tools/node_modules"
+    (cd "$tools" && npm ci --no-audit --no-fund --ignore-scripts \
+        --loglevel=error)
+    cp "$tools/package-lock.json" "$tools/node_modules/.installed-lock.json"
 fi
 
 echo "install-deps: all dependencies present"
