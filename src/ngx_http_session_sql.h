@@ -32,9 +32,12 @@
     "SELECT body, created_us, id::text"                                       \
     " FROM session_list($1, $2, $3, $4, $5)"
 
-/* $1 batch size: (swept, more, ran), see src/sql/005_expiry_sweep.sql */
+/*
+ * $1 expiry batch, $2 purge batch, $3 session_retention in seconds or NULL
+ * (off): (swept, purged, more, ran), see src/sql/009_retention.sql
+ */
 #define NGX_HTTP_SESSION_SQL_SWEEP                                            \
-    "SELECT swept, more, ran FROM session_sweep($1)"
+    "SELECT swept, purged, more, ran FROM session_sweep_retain($1, $2, $3)"
 
 
 /*
