@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # Installs every package the build, the local stack and the tests need.
 # Non-interactive; a no-op when everything is present.
+#
+#   bash util/install-deps.sh          build, local stack, tests (make deps)
+#   bash util/install-deps.sh --deb    what "make deb" needs, nothing else
 set -euo pipefail
+
+MODE=${1:-all}
 
 PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
       postgresql postgresql-contrib postgresql-common check pkg-config wrk
       curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
       libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd"
+
+if [ "$MODE" = --deb ]; then
+    # debian/control's Build-Depends, and the tools of util/deb.sh
+    PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
+          pkg-config debhelper dpkg-dev lintian rsync"
+fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -29,6 +40,11 @@ if [ -n "$missing" ]; then
     # shellcheck disable=SC2086
     $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends $missing
+fi
+
+if [ "$MODE" = --deb ]; then
+    echo "install-deps: all dependencies of make deb present"
+    exit 0
 fi
 
 # Test::Nginx is not in bookworm; Debian unstable ships it as an arch-all
