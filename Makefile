@@ -6,6 +6,10 @@
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
 #   make lint       80 columns, no tabs, cppcheck
+#   make openapi    validate docs/openapi.yaml (part of make test too)
+#   make deb        build/deb/libnginx-mod-http-session_*.deb (+ lintian)
+#   make deb-test   install that package into this machine, nginx -t, one
+#                   request (changes the system: for CI or a throwaway box)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -19,6 +23,10 @@ NGX_BUILD   := $(BUILD)/nginx
 CC          ?= cc
 
 WARN        := -Wall -Wextra -Werror -Wno-unused-parameter
+# dpkg-buildflags' hardening flags when debian/rules exports them; empty
+# otherwise
+HARDEN_CC   := $(strip $(CPPFLAGS) $(CFLAGS))
+HARDEN_LD   := $(strip $(LDFLAGS))
 PQ_INC      := $(shell pg_config --includedir 2>/dev/null || \
                        echo /usr/include/postgresql)
 CORE_SRCS   := $(wildcard src/core/*.c)
@@ -31,7 +39,7 @@ MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench lint clean \
-        distclean
+        distclean openapi deb deb-test
 
 all: build
 
@@ -55,8 +63,8 @@ $(NGX_BUILD)/objs/Makefile: config
 	        flags="--with-compat --with-http_ssl_module"; \
 	    fi; \
 	    eval ./configure $$flags \
-	        --with-cc-opt="'-g -O2 -fPIC $(WARN)'" \
-	        --with-ld-opt="'-fPIC'" \
+	        --with-cc-opt="'-g -O2 -fPIC $(WARN) $(HARDEN_CC)'" \
+	        --with-ld-opt="'-fPIC $(HARDEN_LD)'" \
 	        --add-dynamic-module=$(CURDIR) >$(abspath $(BUILD))/configure.log 2>&1 \
 	    || { tail -30 $(BUILD)/configure.log; exit 1; }
 
@@ -72,8 +80,9 @@ $(BUILD)/ngx_http_session_migrations.h: $(SQL_FILES) util/embed-sql.sh
 
 $(BUILD)/sessionctl: $(CLI_SRCS) $(CLI_HDRS) $(CORE_SRCS) $(CORE_HDRS) \
                      $(BUILD)/ngx_http_session_migrations.h
-	$(CC) -g -O2 $(WARN) -Isrc/core -Isrc/cli -I$(BUILD) -I$(PQ_INC) \
-	    -o $@ $(CLI_SRCS) $(CORE_SRCS) -lpq -ljansson -lcrypto
+	$(CC) -g -O2 $(WARN) $(HARDEN_CC) -Isrc/core -Isrc/cli -I$(BUILD) \
+	    -I$(PQ_INC) -o $@ $(CLI_SRCS) $(CORE_SRCS) $(HARDEN_LD) \
+	    -lpq -ljansson -lcrypto
 
 $(BUILD)/unit_tests: $(UNIT_SRCS) $(wildcard t/unit/*.h) $(CORE_SRCS) \
                       $(CORE_HDRS)
@@ -103,6 +112,16 @@ bench: deps build
 
 lint:
 	@bash util/lint.sh
+
+openapi: deps
+	@prove t/020-openapi.t
+
+deb:
+	@bash util/install-deps.sh --deb
+	@bash util/deb.sh build
+
+deb-test: deb
+	@bash util/deb.sh test
 
 clean:
 	rm -rf $(BUILD)

@@ -57,6 +57,8 @@ typedef struct {
 
     /* how often each worker tries the expiry sweep, milliseconds */
     ngx_msec_t                  sweep_interval;
+    /* session_retention in seconds; NGX_HTTP_SESSION_RETENTION_OFF */
+    ngx_int_t                   retention;
 
     /* where the first "session_api" stands, for configuration errors */
     ngx_str_t                   api_file;

@@ -136,9 +136,12 @@
     " AND (s.created_at, s.id) < ($4::timestamptz, $5::uuid)"                 \
     " ORDER BY s.created_at DESC, s.id DESC LIMIT $3::integer"
 
-/* $1 batch size: (swept, more, ran), see src/sql/005_expiry_sweep.sql */
+/*
+ * $1 expiry batch, $2 purge batch, $3 session_retention in seconds or NULL
+ * (off): (swept, purged, more, ran), see src/sql/009_retention.sql
+ */
 #define NGX_HTTP_SESSION_SQL_SWEEP                                            \
-    "SELECT swept, more, ran FROM session_sweep($1)"
+    "SELECT swept, purged, more, ran FROM session_sweep_retain($1, $2, $3)"
 
 
 /*

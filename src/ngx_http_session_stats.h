@@ -33,6 +33,8 @@ typedef struct {
     /* expiry sweeps that ran, sessions they expired */
     ngx_atomic_t        sweeps;
     ngx_atomic_t        expired;
+    /* sessions their runs deleted after session_retention */
+    ngx_atomic_t        purged;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;

@@ -327,12 +327,13 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"entries\": %ui}, "
                    "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
                    "\"expiry_sweep\": {\"runs\": %uA, "
-                   "\"sessions_expired\": %uA}, "
+                   "\"sessions_expired\": %uA, \"sessions_purged\": %uA}, "
                    "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
                    "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.sweeps, st->s.expired, &st->zone, st->fig.size,
+                   st->s.sweeps, st->s.expired, st->s.purged, &st->zone,
+                   st->fig.size,
                    st->fig.free, st->fig.keys, st->fig.evictions);
 }
 
@@ -377,6 +378,9 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
     p = ngx_http_session_status_metric(p, "sessions_expired_total",
                             "counter", "Sessions this node's sweeps expired.",
                             st->s.expired);
+    p = ngx_http_session_status_metric(p, "sessions_purged_total",
+                            "counter", "Sessions this node's sweeps deleted "
+                            "after session_retention.", st->s.purged);
     p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
                             "Size of session_limit_zone.", st->fig.size);
     p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",

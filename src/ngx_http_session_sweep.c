@@ -12,6 +12,11 @@
  * more may be due: the next run follows at once, up to
  * NGX_HTTP_SESSION_SWEEP_ROUNDS runs in a row.
  *
+ * Each run also purges sessions whose expires_at is older than
+ * session_retention (src/sql/009_retention.sql), at most
+ * NGX_HTTP_SESSION_PURGE_BATCH per run, with their images, webhook
+ * events and Idempotency-Key rows.
+ *
  * The timer is cancelable and is not re-armed on a worker that is
  * exiting: the sweep never holds a graceful shutdown or a reload.
  */
@@ -26,6 +31,12 @@
 #define NGX_HTTP_SESSION_SWEEP_BATCH   "500"
 #define NGX_HTTP_SESSION_SWEEP_ROUNDS  10
 
+/*
+ * sessions purged per statement: each takes its images along, so a run
+ * deletes at most this many sessions' bytes in one short transaction
+ */
+#define NGX_HTTP_SESSION_PURGE_BATCH   "50"
+
 #define NGX_HTTP_SESSION_SWEEP_POOL_SIZE  1024
 
 
@@ -33,6 +44,8 @@ typedef struct {
     ngx_event_t                  timer;
     ngx_log_t                   *log;
     ngx_msec_t                   interval;
+    /* session_retention as the statement's text parameter; len 0: off */
+    ngx_str_t                    retention;
     /* the pool of the statement in flight, else NULL */
     ngx_pool_t                  *pool;
     /* runs in a row after full batches */
@@ -57,6 +70,45 @@ static ngx_uint_t ngx_http_session_sweep_stopping(void);
 static ngx_http_session_sweep_t  ngx_http_session_sweep;
 
 
+/* session_retention <time>|off; */
+
+char *
+ngx_http_session_retention(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    ngx_http_session_main_conf_t  *smcf = conf;
+
+    ngx_int_t   sec;
+    ngx_str_t  *value;
+
+    if (smcf->retention != NGX_CONF_UNSET) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == sizeof("off") - 1
+        && ngx_strncmp(value[1].data, "off", sizeof("off") - 1) == 0)
+    {
+        smcf->retention = NGX_HTTP_SESSION_RETENTION_OFF;
+        return NGX_CONF_OK;
+    }
+
+    sec = ngx_parse_time(&value[1], 1);
+
+    if (sec == NGX_ERROR) {
+        return "invalid value";
+    }
+
+    if (sec < 1) {
+        return "must be at least 1s, or off";
+    }
+
+    smcf->retention = sec;
+
+    return NGX_CONF_OK;
+}
+
+
 ngx_int_t
 ngx_http_session_sweep_init_process(ngx_cycle_t *cycle)
 {
@@ -74,6 +126,17 @@ ngx_http_session_sweep_init_process(ngx_cycle_t *cycle)
 
     sw->log = cycle->log;
     sw->interval = smcf->sweep_interval;
+
+    if (smcf->retention != NGX_HTTP_SESSION_RETENTION_OFF) {
+        sw->retention.data = ngx_pnalloc(cycle->pool, NGX_INT_T_LEN + 1);
+        if (sw->retention.data == NULL) {
+            return NGX_ERROR;
+        }
+
+        sw->retention.len = ngx_sprintf(sw->retention.data, "%i%Z",
+                                        smcf->retention)
+                            - sw->retention.data - 1;
+    }
 
     sw->timer.handler = ngx_http_session_sweep_handler;
     sw->timer.data = sw;
@@ -170,6 +233,13 @@ ngx_http_session_sweep_handler(ngx_event_t *ev)
 
     ngx_http_session_db_param(q, NGX_HTTP_SESSION_SWEEP_BATCH,
                               sizeof(NGX_HTTP_SESSION_SWEEP_BATCH) - 1, 0);
+    ngx_http_session_db_param(q, NGX_HTTP_SESSION_PURGE_BATCH,
+                              sizeof(NGX_HTTP_SESSION_PURGE_BATCH) - 1, 0);
+
+    /* NULL, SQL's "off", when session_retention is off */
+    ngx_http_session_db_param(q, sw->retention.len ? sw->retention.data
+                                                   : NULL,
+                              sw->retention.len, 0);
 
     sw->pool = pool;
 
@@ -192,7 +262,7 @@ ngx_http_session_sweep_handler(ngx_event_t *ev)
 static void
 ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                  swept;
+    ngx_int_t                  swept, purged;
     ngx_uint_t                 more;
     ngx_http_session_sweep_t  *sw;
 
@@ -204,7 +274,7 @@ ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
         ngx_http_session_sweep_failed(sw, "database unavailable", NULL);
 
     } else if (PQresultStatus(res) != PGRES_TUPLES_OK
-               || PQntuples(res) != 1 || PQnfields(res) != 3)
+               || PQntuples(res) != 1 || PQnfields(res) != 4)
     {
         ngx_http_session_sweep_failed(sw, "query failed",
                         PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
@@ -212,14 +282,20 @@ ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
     } else {
         swept = ngx_atoi((u_char *) PQgetvalue(res, 0, 0),
                          PQgetlength(res, 0, 0));
-        more = PQgetvalue(res, 0, 1)[0] == 't';
+        purged = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
+                          PQgetlength(res, 0, 1));
+        more = PQgetvalue(res, 0, 2)[0] == 't';
 
-        if (PQgetvalue(res, 0, 2)[0] == 't') {
+        if (PQgetvalue(res, 0, 3)[0] == 't') {
             ngx_http_session_stat(sweeps, 1);
         }
 
         if (swept > 0) {
             ngx_http_session_stat(expired, swept);
+        }
+
+        if (purged > 0) {
+            ngx_http_session_stat(purged, purged);
         }
 
         if (sw->failing) {
@@ -228,13 +304,19 @@ ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
             sw->failing = 0;
         }
 
-        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, sw->log, 0,
-                       "session sweep: ran:%s expired:%i more:%ui",
-                       PQgetvalue(res, 0, 2), swept, more);
+        ngx_log_debug4(NGX_LOG_DEBUG_HTTP, sw->log, 0,
+                       "session sweep: ran:%s expired:%i purged:%i more:%ui",
+                       PQgetvalue(res, 0, 3), swept, purged, more);
 
         if (swept > 0) {
             ngx_log_error(NGX_LOG_INFO, sw->log, 0,
                           "session sweep: %i sessions expired", swept);
+        }
+
+        if (purged > 0) {
+            ngx_log_error(NGX_LOG_INFO, sw->log, 0,
+                          "session sweep: %i sessions purged after "
+                          "session_retention", purged);
         }
     }
 

@@ -16,7 +16,13 @@
 #define NGX_HTTP_SESSION_SWEEP_INTERVAL_MIN  1000
 #define NGX_HTTP_SESSION_SWEEP_INTERVAL_MAX  30000
 
+/* session_retention: default 7d, seconds; 0 is "off" (never purge) */
+#define NGX_HTTP_SESSION_RETENTION           (7 * 86400)
+#define NGX_HTTP_SESSION_RETENTION_OFF       0
 
+
+char *ngx_http_session_retention(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 ngx_int_t ngx_http_session_sweep_init_process(ngx_cycle_t *cycle);
 void ngx_http_session_sweep_exit_process(ngx_cycle_t *cycle);
 

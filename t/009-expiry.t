@@ -431,23 +431,26 @@ $checks{locks} = sub {
 
     ok((wait_expired(10, $id))[0], "$name - marked once the lock is free");
 
-    # a row held by a transaction is skipped; the others are marked.  The
-    # held row falls due only once it is locked (a sweep could mark it in
-    # between otherwise): 3 s ahead, and checked.
-    my $held = insert_session($PROJECT{LOCKS}, 3, 'webhook');
+    # a row held by a transaction is skipped; the others are marked.
+    # The row is locked before it becomes due (in 5 s), so that no
+    # sweep can mark it between the insert and the lock; the other row
+    # is inserted once it is due, so that the sweep that marks the other
+    # one has seen the held row due.
+    my $held = insert_session($PROJECT{LOCKS}, 5, 'webhook');
 
     my $tx = PsqlSession->new;
     $tx->send('BEGIN;');
     $tx->send('SELECT 1 FROM sessions WHERE id = ' . sql_quote($held)
               . ' FOR UPDATE;');
     ok($tx->marker, "$name - a transaction holds one row");
-    is(row_status($held), 'open', "$name - locked before it fell due");
+    is(row_status($held), 'open', "$name - it was not due before the lock");
 
-    my $free = insert_session($PROJECT{LOCKS}, 3, 'webhook');
-    ok((wait_until(10, 0.1, sub {
-        psql('SELECT now() >= expires_at FROM sessions WHERE id = '
+    ok((wait_until(15, 0.1, sub {
+        psql('SELECT now() > expires_at FROM sessions WHERE id = '
              . sql_quote($held)) eq 't'
     }))[0], "$name - the held row is due");
+
+    my $free = insert_session($PROJECT{LOCKS}, -1, 'webhook');
 
     ok((wait_expired(10, $free))[0],
        "$name - the other due row is marked meanwhile");

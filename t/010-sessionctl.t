@@ -1,5 +1,6 @@
 # sessionctl, the admin tool (API.md section 9 and section 10): every
-# command, every --json field, exit codes 0/1/2, what lands in the database
+# command, every --json field, exit codes 0/1/2/3, --help of every
+# command, what lands in the database
 # and the NOTIFYs that revoke cached auth answers.
 #
 # Runs from the repository root inside pg_virtualenv (PGHOST, PGPORT, ...):
@@ -211,6 +212,25 @@ sub refused {
     is($r->{out}, '', "$name: nothing on stdout");
 }
 
+# exit 3: the database was unreachable or failed
+sub db_failed {
+    my ($r, $name, $msg) = @_;
+    is($r->{rc}, 3, "$name: exit 3") or diag("stderr: $r->{err}");
+    like($r->{err}, qr/\Asessionctl: [^\n]+\n\z/, "$name: one-line message");
+    like($r->{err}, $msg, "$name: message") if $msg;
+    is($r->{out}, '', "$name: nothing on stdout");
+}
+
+# asked-for help: stdout, exit 0, no database needed
+sub help_ok {
+    my ($r, $name, $want) = @_;
+    is($r->{rc}, 0, "$name: exit 0") or diag("stderr: $r->{err}");
+    is($r->{err}, '', "$name: nothing on stderr");
+    like($r->{out}, $want, "$name: the command's usage on stdout");
+    like($r->{out}, qr/3 database unreachable or failed/,
+         "$name: names the exit statuses");
+}
+
 sub usage {
     my ($r, $name) = @_;
     is($r->{rc}, 2, "$name: exit 2") or diag("stderr: $r->{err}");
@@ -282,7 +302,30 @@ SKIP: {
 # --- global options and usage ----------------------------------------------
 
 usage(ctl(), 'no command');
-usage(ctl('--help'), '--help');
+help_ok(ctl({ SESSION_DB => 'host=/nonexistent' }, '--help'), '--help',
+        qr/\Ausage: sessionctl .*^  key delete KEY_ID$/ms);
+help_ok(ctl('-h'), '-h', qr/\Ausage: sessionctl /);
+help_ok(ctl('help'), 'help', qr/\Ausage: sessionctl .*^  migrate$/ms);
+
+# every command: COMMAND --help, COMMAND ARGS --help, help COMMAND
+for my $cmd (['migrate'], ['plan', 'set'], ['account', 'create'],
+             ['account', 'suspend'], ['account', 'activate'],
+             ['project', 'create'], ['key', 'create'], ['key', 'list'],
+             ['key', 'delete'])
+{
+    my $want = qr/\Ausage: sessionctl \[--json\] \[-d CONNINFO\] @$cmd\b/;
+    my $env = { SESSION_DB => 'host=/nonexistent' };
+    help_ok(ctl($env, @$cmd, '--help'), "@$cmd --help", $want);
+    help_ok(ctl($env, @$cmd, $NO_SUCH, '-h'), "@$cmd ID -h", $want);
+    help_ok(ctl($env, 'help', @$cmd), "help @$cmd", $want);
+}
+help_ok(ctl('key', '--help'), 'key --help',
+        qr/key create.*key list.*key delete/s);
+help_ok(ctl('help', 'account'), 'help account',
+        qr/account create.*account suspend.*account activate/s);
+usage(ctl('help', 'frobnicate'), 'help for an unknown command');
+$r = ctl('key', 'delete', '--', '--help');
+refused($r, '"--" ends the options, --help included', qr/key not found/);
 usage(ctl('--json'), '--json without a command');
 usage(ctl('frobnicate'), 'unknown command');
 usage(ctl('key'), 'key without a subcommand');
@@ -303,15 +346,34 @@ ok_run($r, '-dCONNINFO');
 $r = ctl({ SESSION_DB => "dbname=$DB" }, '--json', 'migrate');
 ok_run($r, '$SESSION_DB');
 
-refused(ctl({ SESSION_DB => 'host=/nonexistent' }, 'migrate'),
-        'unreachable $SESSION_DB', qr/connect/);
+db_failed(ctl({ SESSION_DB => 'host=/nonexistent' }, 'migrate'),
+          'unreachable $SESSION_DB', qr/cannot connect to the database/);
 
 $r = ctl({ SESSION_DB => 'host=/nonexistent' }, '-d', "dbname=$DB",
          'migrate');
 ok_run($r, '-d wins over $SESSION_DB');
 
-refused(ctl('-d', 'host=/nonexistent', 'migrate'), 'unreachable -d',
-        qr/connect/);
+db_failed(ctl('-d', 'host=/nonexistent', 'migrate'), 'unreachable -d',
+          qr/cannot connect to the database/);
+for my $cmd (['plan', 'set', 'gold'], ['account', 'create', 'A', '--plan',
+             'free'], ['account', 'suspend', $NO_SUCH],
+             ['project', 'create', $NO_SUCH, 'P'], ['key', 'create', $NO_SUCH],
+             ['key', 'list', $NO_SUCH], ['key', 'delete', $NO_SUCH])
+{
+    db_failed(ctl({ SESSION_DB => 'host=/nonexistent' }, @$cmd),
+              "@$cmd, database unreachable", qr/cannot connect/);
+}
+
+# a database that answers but fails (no schema): exit 3, not 1
+SKIP: {
+    my $bare = new_db("sessionctl_bare_$$");
+    skip 'cannot create a second database', 8 unless defined $bare;
+    db_failed(ctl('-d', "dbname=$bare", 'key', 'list', $NO_SUCH),
+              'key list without a schema', qr/database error/);
+    db_failed(ctl('-d', "dbname=$bare", 'account', 'create', 'A', '--plan',
+                  'free'),
+              'account create without a schema', qr/database error/);
+}
 
 
 # --- plan set --------------------------------------------------------------

@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
 # Installs every package the build, the local stack and the tests need.
 # Non-interactive; a no-op when everything is present.
+#
+#   bash util/install-deps.sh          build, local stack, tests (make deps)
+#   bash util/install-deps.sh --deb    what "make deb" needs, nothing else
 set -euo pipefail
+
+MODE=${1:-all}
 
 PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
       postgresql postgresql-contrib postgresql-common check pkg-config wrk
       curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
       libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
       openssl ca-certificates libio-socket-ssl-perl"
+
+if [ "$MODE" = --deb ]; then
+    # debian/control's Build-Depends, and the tools of util/deb.sh
+    PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
+          pkg-config debhelper dpkg-dev lintian rsync"
+fi
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -26,9 +37,15 @@ export DEBIAN_FRONTEND=noninteractive
 
 if [ -n "$missing" ]; then
     echo "install-deps: installing:$missing"
-    $SUDO apt-get update -qq
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
     # shellcheck disable=SC2086
-    $SUDO apt-get install -y -qq --no-install-recommends $missing
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends $missing
+fi
+
+if [ "$MODE" = --deb ]; then
+    echo "install-deps: all dependencies of make deb present"
+    exit 0
 fi
 
 # Test::Nginx is not in bookworm; Debian unstable ships it as an arch-all
@@ -78,6 +95,27 @@ if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
         -o APT::Sandbox::User=root download libtest-nginx-perl)
     $SUDO apt-get install -y -qq --no-install-recommends \
         "$tmp"/libtest-nginx-perl_*.deb
+fi
+
+# The OpenAPI validator of make test (t/020-openapi.t): Redocly CLI from
+# the npm registry, at the version util/openapi/package-lock.json pins,
+# into util/openapi/node_modules (nothing global).  Node.js and npm come
+# from Debian when the machine has none.
+if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1
+then
+    echo "install-deps: installing: nodejs npm"
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends nodejs npm
+fi
+tools="$(cd "$(dirname "$0")" && pwd)/openapi"
+if ! cmp -s "$tools/package-lock.json" \
+        "$tools/node_modules/.installed-lock.json" \
+   || [ ! -x "$tools/node_modules/.bin/redocly" ]; then
+    echo "install-deps: installing Redocly CLI into $tools/node_modules"
+    (cd "$tools" && npm ci --no-audit --no-fund --ignore-scripts \
+        --loglevel=error)
+    cp "$tools/package-lock.json" "$tools/node_modules/.installed-lock.json"
 fi
 
 echo "install-deps: all dependencies present"

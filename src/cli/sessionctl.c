@@ -4,7 +4,8 @@
  * A blocking libpq client: parse the command line, connect, run one
  * command, print one answer (text, or one JSON object with --json).
  * Exit status: 0 success, 1 refused request (message on stderr),
- * 2 usage error (usage on stderr).
+ * 2 usage error (usage on stderr), 3 the database could not be reached
+ * or failed (message on stderr).
  */
 
 #include <stdarg.h>
@@ -26,6 +27,7 @@
 #define SESSIONCTL_OK              0
 #define SESSIONCTL_REFUSED         1
 #define SESSIONCTL_USAGE           2
+#define SESSIONCTL_DB_FAILED       3
 
 #define SESSIONCTL_UUID_LEN        36
 #define SESSIONCTL_TIME_LEN        20
@@ -48,6 +50,8 @@ typedef struct {
     PGconn      *conn;
     const char  *conninfo;
     int          json;
+    /* the database was unreachable or failed: exit 3, not 1 */
+    int          db_failed;
 } sessionctl_ctx_t;
 
 
@@ -60,6 +64,8 @@ typedef struct {
     /* NULL for a command of one word */
     const char             *name;
     sessionctl_handler_pt   handler;
+    /* "sessionctl COMMAND --help" */
+    const char             *help;
 } sessionctl_command_t;
 
 
@@ -71,6 +77,9 @@ typedef struct {
 
 
 static int sessionctl_usage(const char *fmt, ...);
+static int sessionctl_help(const sessionctl_command_t *cmd,
+    const char *group);
+static int sessionctl_wants_help(int argc, char **argv);
 static int sessionctl_refuse(const char *fmt, ...);
 static int sessionctl_parse_args(int argc, char **argv, const char **pos,
     int npos, sessionctl_opt_t *opts, int nopts);
@@ -81,6 +90,7 @@ static PGresult *sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql,
     const int *formats);
 static int sessionctl_run(sessionctl_ctx_t *ctx, const char *sql);
 static void sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res);
+static int sessionctl_db_refused(PGresult *res);
 static int sessionctl_print_json(json_t *obj);
 static int sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
     const char *not_found, const char *id_name, const char *secret_name,
@@ -126,29 +136,115 @@ static const char  sessionctl_usage_text[] =
     "  key create PROJECT_ID [--prefix XXXX]\n"
     "  key list PROJECT_ID\n"
     "  key delete KEY_ID\n"
+    "  help [COMMAND]\n"
     "\n"
     "options:\n"
     "  --json        print one JSON object instead of text\n"
     "  -d CONNINFO   libpq connection string; default $SESSION_DB,\n"
     "                else the libpq environment (PGHOST, PGDATABASE...)\n"
+    "  -h, --help    this text; \"sessionctl COMMAND --help\" for one\n"
+    "                command\n"
     "\n"
     "features: long_poll, webhook\n"
     "key prefix: --prefix, else $SESSION_KEY_PREFIX, else \"sess\"\n"
-    "exit status: 0 success, 1 refused request, 2 usage error\n";
+    "exit status: 0 success, 1 refused request, 2 usage error,\n"
+    "             3 database unreachable or failed\n";
 
 
 static const sessionctl_command_t  sessionctl_commands[] = {
-    { "migrate", NULL, sessionctl_migrate },
-    { "plan", "set", sessionctl_plan_set },
-    { "account", "create", sessionctl_account_create },
-    { "account", "suspend", sessionctl_account_suspend },
-    { "account", "activate", sessionctl_account_activate },
-    { "project", "create", sessionctl_project_create },
-    { "key", "create", sessionctl_key_create },
-    { "key", "list", sessionctl_key_list },
-    { "key", "delete", sessionctl_key_delete },
-    { NULL, NULL, NULL }
+
+    { "migrate", NULL, sessionctl_migrate,
+      "usage: sessionctl [--json] [-d CONNINFO] migrate\n"
+      "\n"
+      "Creates the schema or applies every migration the database does\n"
+      "not have yet, each in its own transaction; safe to repeat and to\n"
+      "run on several hosts at once.  Seeds the plans free, pro and\n"
+      "unlimited.\n"
+      "\n"
+      "output: schema version N       --json: {\"version\": N}\n" },
+
+    { "plan", "set", sessionctl_plan_set,
+      "usage: sessionctl [--json] [-d CONNINFO] plan set NAME\n"
+      "           [--quota N|unlimited] [--features LIST]\n"
+      "\n"
+      "Creates or changes a plan.  NAME: 1 to 64 of A-Z a-z 0-9 _ . -.\n"
+      "--quota: sessions per account per UTC month, 0 to 2147483647, or\n"
+      "unlimited.  --features: a comma-separated list of long_poll and\n"
+      "webhook (\"\" for none).  A new plan has no limit and no\n"
+      "features unless given; on an existing plan only what is given\n"
+      "changes.\n"
+      "\n"
+      "--json: {\"plan\": NAME, \"quota\": N|null, \"features\": [...]}\n" },
+
+    { "account", "create", sessionctl_account_create,
+      "usage: sessionctl [--json] [-d CONNINFO] account create NAME "
+      "--plan PLAN\n"
+      "\n"
+      "Creates an active account on the plan.\n"
+      "\n"
+      "--json: {\"account_id\": ID}\n" },
+
+    { "account", "suspend", sessionctl_account_suspend,
+      "usage: sessionctl [--json] [-d CONNINFO] account suspend "
+      "ACCOUNT_ID\n"
+      "\n"
+      "Suspends the account: its keys get 403 on every node at once.\n"
+      "\n"
+      "--json: {\"account_id\": ID, \"status\": \"suspended\"}\n" },
+
+    { "account", "activate", sessionctl_account_activate,
+      "usage: sessionctl [--json] [-d CONNINFO] account activate "
+      "ACCOUNT_ID\n"
+      "\n"
+      "Makes a suspended account active again, on every node at once.\n"
+      "\n"
+      "--json: {\"account_id\": ID, \"status\": \"active\"}\n" },
+
+    { "project", "create", sessionctl_project_create,
+      "usage: sessionctl [--json] [-d CONNINFO] project create "
+      "ACCOUNT_ID NAME\n"
+      "\n"
+      "Creates a project of the account with a new webhook signing\n"
+      "secret (whsec_...), shown here.\n"
+      "\n"
+      "--json: {\"project_id\": ID, \"webhook_secret\": \"whsec_...\"}\n" },
+
+    { "key", "create", sessionctl_key_create,
+      "usage: sessionctl [--json] [-d CONNINFO] key create PROJECT_ID\n"
+      "           [--prefix XXXX]\n"
+      "\n"
+      "Creates an API key for the project and prints it: the only time\n"
+      "it is shown (the database keeps its SHA-256).  The prefix is\n"
+      "--prefix, else $SESSION_KEY_PREFIX, else \"sess\": four letters,\n"
+      "the session_key_prefix of the nginx that will see the key.\n"
+      "\n"
+      "--json: {\"key_id\": ID, \"key\": \"sess_...\"}\n" },
+
+    { "key", "list", sessionctl_key_list,
+      "usage: sessionctl [--json] [-d CONNINFO] key list PROJECT_ID\n"
+      "\n"
+      "Lists the project's keys, deleted ones too, with hints (the last\n"
+      "four hex digits), never the keys.\n"
+      "\n"
+      "--json: {\"keys\": [{\"key_id\", \"hint\", \"created_at\", "
+      "\"deleted_at\"}]}\n" },
+
+    { "key", "delete", sessionctl_key_delete,
+      "usage: sessionctl [--json] [-d CONNINFO] key delete KEY_ID\n"
+      "\n"
+      "Deletes the key: it gets 401 on every node at once.  Deleting a\n"
+      "deleted or unknown key is refused (exit 1).\n"
+      "\n"
+      "--json: {\"key_id\": ID, \"deleted\": true}\n" },
+
+    { NULL, NULL, NULL, NULL }
 };
+
+
+static const char  sessionctl_exit_text[] =
+    "\n"
+    "exit status: 0 success, 1 refused request, 2 usage error,\n"
+    "             3 database unreachable or failed\n";
 
 
 int
@@ -180,7 +276,7 @@ main(int argc, char **argv)
         } else if (strcmp(argv[i], "--help") == 0
                    || strcmp(argv[i], "-h") == 0)
         {
-            return sessionctl_usage(NULL);
+            return sessionctl_help(NULL, NULL);
 
         } else if (argv[i][0] == '-') {
             return sessionctl_usage("unknown option \"%s\"", argv[i]);
@@ -197,6 +293,30 @@ main(int argc, char **argv)
     if (ctx.conninfo == NULL) {
         /* libpq then reads PGHOST, PGDATABASE and the rest */
         ctx.conninfo = "";
+    }
+
+    if (strcmp(argv[i], "help") == 0) {
+        /* "help", "help key", "help key create" */
+        for (cmd = sessionctl_commands; cmd->group; cmd++) {
+            if (i + 1 < argc && strcmp(argv[i + 1], cmd->group) == 0
+                && (cmd->name == NULL || i + 2 == argc
+                    || strcmp(argv[i + 2], cmd->name) == 0))
+            {
+                break;
+            }
+        }
+
+        if (i + 1 == argc) {
+            return sessionctl_help(NULL, NULL);
+        }
+
+        if (cmd->group == NULL || i + 4 <= argc
+            || (cmd->name == NULL && i + 3 == argc))
+        {
+            return sessionctl_usage("no help for \"%s\"", argv[i + 1]);
+        }
+
+        return sessionctl_help(i + 2 == argc ? NULL : cmd, argv[i + 1]);
     }
 
     group = 0;
@@ -227,16 +347,29 @@ main(int argc, char **argv)
             return sessionctl_usage("\"%s\" needs a subcommand", argv[i]);
         }
 
+        if (sessionctl_wants_help(argc - i - 1, argv + i + 1)) {
+            /* "sessionctl key --help" */
+            return sessionctl_help(NULL, argv[i]);
+        }
+
         return sessionctl_usage("unknown command \"%s %s\"", argv[i],
                                 argv[i + 1]);
     }
 
     i += (cmd->name == NULL) ? 1 : 2;
 
+    if (sessionctl_wants_help(argc - i, argv + i)) {
+        return sessionctl_help(cmd, NULL);
+    }
+
     rc = cmd->handler(&ctx, argc - i, argv + i);
 
     if (ctx.conn) {
         PQfinish(ctx.conn);
+    }
+
+    if (rc == SESSIONCTL_REFUSED && ctx.db_failed) {
+        rc = SESSIONCTL_DB_FAILED;
     }
 
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -264,6 +397,70 @@ sessionctl_usage(const char *fmt, ...)
     fputs(sessionctl_usage_text, stderr);
 
     return SESSIONCTL_USAGE;
+}
+
+
+/*
+ * Asked-for help goes to stdout with exit 0: all commands, the commands
+ * of one group, or one command.
+ */
+
+static int
+sessionctl_help(const sessionctl_command_t *cmd, const char *group)
+{
+    int                          first;
+    const sessionctl_command_t  *c;
+
+    if (cmd) {
+        fputs(cmd->help, stdout);
+        fputs(sessionctl_exit_text, stdout);
+
+    } else if (group) {
+        first = 1;
+
+        for (c = sessionctl_commands; c->group; c++) {
+            if (strcmp(c->group, group) == 0) {
+                if (!first) {
+                    fputs("\n", stdout);
+                }
+
+                fputs(c->help, stdout);
+                first = 0;
+            }
+        }
+
+        fputs(sessionctl_exit_text, stdout);
+
+    } else {
+        fputs(sessionctl_usage_text, stdout);
+    }
+
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    return SESSIONCTL_OK;
+}
+
+
+/* --help or -h among a command's arguments, before any "--" */
+
+static int
+sessionctl_wants_help(int argc, char **argv)
+{
+    int  i;
+
+    for (i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            return 0;
+        }
+
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            return 1;
+        }
+    }
+
+    return 0;
 }
 
 
@@ -377,6 +574,7 @@ sessionctl_connect(sessionctl_ctx_t *ctx)
     if (PQstatus(ctx->conn) != CONNECTION_OK) {
         fprintf(stderr, "sessionctl: cannot connect to the database: ");
         sessionctl_db_error(ctx, NULL);
+        ctx->db_failed = 1;
         return SESSIONCTL_REFUSED;
     }
 
@@ -413,6 +611,8 @@ sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql, int n,
     fprintf(stderr, "sessionctl: database error: ");
     sessionctl_db_error(ctx, res);
 
+    ctx->db_failed = !sessionctl_db_refused(res);
+
     PQclear(res);
 
     return NULL;
@@ -433,6 +633,24 @@ sessionctl_run(sessionctl_ctx_t *ctx, const char *sql)
     PQclear(res);
 
     return SESSIONCTL_OK;
+}
+
+
+/*
+ * The server refused the values (SQLSTATE class 22, data exception, or
+ * 23, integrity constraint violation): a refused request, exit 1.  Any
+ * other failure, a lost connection included, is the database's: exit 3.
+ */
+
+static int
+sessionctl_db_refused(PGresult *res)
+{
+    const char  *state;
+
+    state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+    return state && (strncmp(state, "22", 2) == 0
+                     || strncmp(state, "23", 2) == 0);
 }
 
 
@@ -799,6 +1017,7 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
             fprintf(stderr, "sessionctl: migration %s failed: ", m->name);
             sessionctl_db_error(ctx, res);
             PQclear(res);
+            ctx->db_failed = 1;
             return SESSIONCTL_REFUSED;
         }
 

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# The Debian package libnginx-mod-http-session (debian/).
+#
+#   bash util/deb.sh build   build/deb/libnginx-mod-http-session_*.deb from
+#                            a copy of the work tree, then lintian (fails
+#                            on any error)                     (make deb)
+#   bash util/deb.sh test    installs that .deb into THIS machine with
+#                            "apt-get install ./file.deb", checks the
+#                            modules-enabled link, "nginx -t" of the
+#                            system's configuration with the module
+#                            loaded, then serves one API request from a
+#                            private nginx and a throw-away PostgreSQL,
+#                            with the packaged sessionctl; purges the
+#                            package again at the end    (make deb-test)
+#
+# "test" changes the system (it is meant for CI or a throw-away machine):
+# it installs nginx and the package with apt, and removes the package.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=$ROOT/build/deb
+PKG=libnginx-mod-http-session
+
+die() {
+    echo "deb.sh: $*" >&2
+    exit 1
+}
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then
+    SUDO="sudo"
+fi
+
+apt_get() {
+    $SUDO env DEBIAN_FRONTEND=noninteractive \
+        apt-get -o DPkg::Lock::Timeout=600 "$@"
+}
+
+build() {
+    local src version
+
+    version=$(dpkg-parsechangelog -l debian/changelog -S Version)
+    src=$OUT/ngx-http-session-module-$version
+
+    rm -rf "$OUT"
+    mkdir -p "$src"
+
+    # the work tree as git sees it (tracked and new files, not ignored
+    # ones): no build/, no node_modules, no test leftovers
+    if git rev-parse --git-dir >/dev/null 2>&1; then
+        git ls-files -z --cached --others --exclude-standard \
+            | rsync -a --from0 --files-from=- ./ "$src/"
+    else
+        rsync -a --exclude=/build --exclude=/.run \
+            --exclude=node_modules --exclude='t/servroot*' ./ "$src/"
+    fi
+
+    echo "deb.sh: dpkg-buildpackage in $src"
+    (cd "$src" && dpkg-buildpackage -b -us -uc >"$OUT/build.log" 2>&1) \
+        || { tail -40 "$OUT/build.log"; die "dpkg-buildpackage failed" \
+             "(log: $OUT/build.log)"; }
+
+    local deb
+    deb=$(ls "$OUT"/${PKG}_*.deb)
+
+    echo "deb.sh: built $deb"
+    dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
+    dpkg-deb --contents "$deb"
+
+    echo "deb.sh: lintian"
+    lintian --fail-on error --info "$deb" \
+        || die "lintian reports errors"
+    echo "deb.sh: lintian: no errors"
+}
+
+free_port() {
+    perl -MIO::Socket::INET -e '
+        for (1 .. 200) {
+            my $p = 20000 + int(rand(20000));
+            my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
+                                          LocalPort => $p, Listen => 1,
+                                          ReuseAddr => 1) or next;
+            close $s;
+            print "$p\n";
+            exit 0;
+        }
+        exit 1;'
+}
+
+# inside pg_virtualenv: the packaged sessionctl makes the schema and a
+# key, a private nginx that loads the packaged module through the
+# package's modules-enabled link serves one request
+serve_one() {
+    local dir=$1 port conninfo key project account code
+
+    conninfo="host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"
+    conninfo+=" password=$PGPASSWORD"
+    export SESSION_DB=$conninfo
+
+    /usr/bin/sessionctl migrate
+    account=$(/usr/bin/sessionctl --json account create deb-test \
+              --plan free | sed 's/.*"account_id": *"\([^"]*\)".*/\1/')
+    project=$(/usr/bin/sessionctl --json project create "$account" p \
+              | sed 's/.*"project_id": *"\([^"]*\)".*/\1/')
+    key=$(/usr/bin/sessionctl --json key create "$project" \
+          | sed 's/.*"key": *"\([^"]*\)".*/\1/')
+
+    port=$(free_port) || die "no free port"
+    mkdir -p "$dir/logs"
+    cat > "$dir/nginx.conf" <<EOF
+include /etc/nginx/modules-enabled/*.conf;
+error_log $dir/logs/error.log info;
+pid $dir/nginx.pid;
+events {}
+http {
+    access_log off;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+    session_db "$conninfo";
+    server {
+        listen 127.0.0.1:$port;
+        location /api/ { session_api; }
+    }
+}
+EOF
+    # Debian's prefix, so that "modules/..." of the package's
+    # load_module line resolves as it does for the system's nginx
+    /usr/sbin/nginx -p /usr/share/nginx/ -c "$dir/nginx.conf" -t
+    /usr/sbin/nginx -p /usr/share/nginx/ -c "$dir/nginx.conf"
+
+    code=""
+    for _ in $(seq 1 50); do
+        code=$(curl -s -o "$dir/body.json" -w '%{http_code}' --max-time 5 \
+               -H "Authorization: Bearer $key" \
+               -H 'Content-Type: application/json' \
+               --data '{"delivery_mode": "long_poll"}' \
+               "http://127.0.0.1:$port/api/v1/sessions" || true)
+        [ "$code" = 000 ] || break
+        sleep 0.1
+    done
+
+    /usr/sbin/nginx -p /usr/share/nginx/ -c "$dir/nginx.conf" -s quit \
+        || true
+
+    echo "deb.sh: POST /api/v1/sessions -> $code $(cat "$dir/body.json")"
+    [ "$code" = 201 ] || { cat "$dir/logs/error.log"; \
+                           die "expected 201 from the packaged module"; }
+    grep -q '"status" *: *"open"' "$dir/body.json" \
+        || die "the answer is not an open session"
+    if grep -q '\[error\]\|\[alert\]\|\[emerg\]' "$dir/logs/error.log"; then
+        cat "$dir/logs/error.log"
+        die "errors in nginx's log"
+    fi
+}
+
+DIR=""
+
+cleanup() {
+    [ -z "$DIR" ] || rm -rf "$DIR"
+    if dpkg-query -W -f='${Status}' "$PKG" 2>/dev/null \
+       | grep -q "installed"; then
+        echo "deb.sh: purging $PKG"
+        apt_get purge -y -qq "$PKG" >/dev/null || true
+    fi
+}
+
+run_test() {
+    local deb dir link
+
+    deb=$(ls "$OUT"/${PKG}_*.deb 2>/dev/null | head -1)
+    [ -n "$deb" ] || die "no package in $OUT: run make deb"
+
+    for p in postgresql postgresql-common curl perl; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
+            | grep -q "install ok installed" \
+            || apt_get install -y -qq --no-install-recommends "$p"
+    done
+
+    echo "deb.sh: apt-get install $deb"
+    apt_get install -y -qq --no-install-recommends "$deb"
+
+    dir=$(mktemp -d)
+    DIR=$dir
+    chmod 755 "$dir"
+    trap cleanup EXIT
+
+    [ -f /usr/lib/nginx/modules/ngx_http_session_module.so ] \
+        || die "the module is not in /usr/lib/nginx/modules"
+    [ -x /usr/bin/sessionctl ] || die "no /usr/bin/sessionctl"
+    link=/etc/nginx/modules-enabled/50-mod-http-session.conf
+    [ -L "$link" ] || die "postinst made no $link"
+    [ "$(readlink "$link")" = \
+      /usr/share/nginx/modules-available/mod-http-session.conf ] \
+        || die "$link points elsewhere"
+    /usr/bin/sessionctl --help >/dev/null || die "sessionctl --help"
+    man -w sessionctl >/dev/null 2>&1 \
+        || [ -f /usr/share/man/man8/sessionctl.8.gz ] \
+        || die "no man page"
+
+    echo "deb.sh: nginx -t (the system's configuration)"
+    /usr/sbin/nginx -t
+    # (the whole output first: grep -q would end the pipe early)
+    /usr/sbin/nginx -T >"$dir/nginx-T.txt" 2>&1
+    grep -A1 '^# configuration file .*/50-mod-http-session.conf:' \
+         "$dir/nginx-T.txt" \
+        | grep -qx 'load_module modules/ngx_http_session_module.so;' \
+        || die "the system's nginx does not load the module"
+
+    echo "deb.sh: one request through the packaged module"
+    export TMPDIR=/tmp
+    PGPORT=$(free_port) || die "no free port for PostgreSQL"
+    export PGPORT
+    pg_virtualenv -t -- bash "$ROOT/util/deb.sh" --serve-one "$dir"
+
+    echo "deb.sh: removing: the modules-enabled link goes with it"
+    apt_get purge -y -qq "$PKG"
+    [ ! -e "$link" ] && [ ! -L "$link" ] || die "$link left behind"
+    /usr/sbin/nginx -t
+    echo "deb.sh: package test passed"
+}
+
+case ${1:-} in
+    build) build ;;
+    test) run_test ;;
+    --serve-one) serve_one "$2" ;;
+    *) die "usage: util/deb.sh build|test" ;;
+esac
