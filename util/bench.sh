@@ -839,7 +839,7 @@ for attempt in 1 2 3; do
     rm -f "$marker"
     export BENCH_SH_MARKER=$marker
     rc=0
-    pg_virtualenv -t -- bash "$ROOT/util/bench.sh" --inside-pg-virtualenv \
+    pg_virtualenv -t -o fsync=on -- bash "$ROOT/util/bench.sh" --inside-pg-virtualenv \
         || rc=$?
     if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
         rm -f "$marker"
