@@ -24,6 +24,7 @@ static const ngx_http_session_suite_pt  ngx_http_session_suites[] = {
     make_cursor_suite,
     make_idem_suite,
     make_image_suite,
+    make_delivery_suite,
     NULL
 };
 

@@ -21,6 +21,7 @@ Suite *make_body_suite(void);
 Suite *make_cursor_suite(void);
 Suite *make_idem_suite(void);
 Suite *make_image_suite(void);
+Suite *make_delivery_suite(void);
 
 
 #endif /* _NGX_HTTP_SESSION_CHECK_SUITES_H_INCLUDED_ */
