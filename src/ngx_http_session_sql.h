@@ -93,13 +93,63 @@
     "SELECT outcome, body, images FROM session_poll($1, $2, $3)"
 
 
+/*
+ * Webhook delivery, see src/sql/008_webhooks.sql.  $1 most rows, $2 the
+ * lease in milliseconds: the claimed rows (id, url, payload, the
+ * project's secret, attempts including this one, NULL), then one row
+ * (NULL, ..., milliseconds until the next row is due, or NULL when none
+ * is pending).
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM                                    \
+    "WITH due AS ("                                                           \
+    "SELECT id FROM webhook_outbox"                                           \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"                       \
+    " AND next_attempt_at <= now()"                                           \
+    " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED),"             \
+    " claimed AS ("                                                           \
+    "UPDATE webhook_outbox o SET attempts = o.attempts + 1,"                  \
+    " claimed_until = now() + $2::float8 * interval '1 millisecond',"                 \
+    " next_attempt_at = now() + $2::float8 * interval '1 millisecond'"                \
+    " FROM due WHERE o.id = due.id"                                           \
+    " RETURNING o.id, o.project_id, o.url, o.payload, o.attempts)"            \
+    " SELECT c.id::text, c.url, c.payload, p.webhook_secret, c.attempts,"     \
+    " NULL::bigint"                                                           \
+    " FROM claimed c JOIN projects p ON p.id = c.project_id"                  \
+    " UNION ALL"                                                              \
+    " SELECT NULL, NULL, NULL, NULL, NULL,"                                   \
+    " ceil(extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint"  \
+    " FROM webhook_outbox"                                                    \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"                       \
+    " AND next_attempt_at > now()"
+
+/* $1 event id, $2 attempts of the claim */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_DELIVERED                                \
+    "UPDATE webhook_outbox SET delivered_at = now(), failed_at = NULL,"       \
+    " claimed_until = NULL"                                                   \
+    " WHERE id = $1 AND attempts = $2 AND delivered_at IS NULL"
+
+/*
+ * $1 event id, $2 attempts of the claim, $3 the error, $4 milliseconds to
+ * the next attempt, or NULL: no more attempts, the event failed
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_FAILED                                   \
+    "UPDATE webhook_outbox SET claimed_until = NULL, last_error = $3,"        \
+    " next_attempt_at = CASE WHEN $4::bigint IS NULL THEN next_attempt_at"    \
+    " ELSE now() + $4::float8 * interval '1 millisecond' END,"                \
+    " failed_at = CASE WHEN $4::bigint IS NULL THEN now() END"                \
+    " WHERE id = $1 AND attempts = $2 AND delivered_at IS NULL"
+
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"
+/* a webhook_outbox row was queued (src/sql/008_webhooks.sql) */
+#define NGX_HTTP_SESSION_CHANNEL_WEBHOOKS  "session_webhooks"
 
 #define NGX_HTTP_SESSION_SQL_LISTEN                                           \
     "LISTEN " NGX_HTTP_SESSION_CHANNEL_AUTH ";"                               \
-    " LISTEN " NGX_HTTP_SESSION_CHANNEL_EVENTS
+    " LISTEN " NGX_HTTP_SESSION_CHANNEL_EVENTS ";"                           \
+    " LISTEN " NGX_HTTP_SESSION_CHANNEL_WEBHOOKS
 
 
 #endif /* _NGX_HTTP_SESSION_SQL_H_INCLUDED_ */

@@ -33,6 +33,10 @@ typedef struct {
     /* expiry sweeps that ran, sessions they expired */
     ngx_atomic_t        sweeps;
     ngx_atomic_t        expired;
+    /* webhook attempts: delivered, failed and retried, failed for good */
+    ngx_atomic_t        webhooks_delivered;
+    ngx_atomic_t        webhooks_retried;
+    ngx_atomic_t        webhooks_failed;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;
