@@ -38,6 +38,8 @@
 #define NGX_HTTP_SESSION_WEBHOOK_RETRY      1000
 /* the lease beyond session_webhook_timeout + session_db_timeout, ms */
 #define NGX_HTTP_SESSION_WEBHOOK_LEASE_PAD  10000
+/* "resolver_timeout" when the http block sets none, as nginx's default */
+#define NGX_HTTP_SESSION_WEBHOOK_RESOLVER_TIMEOUT  30000
 /* the status line must fit in this many bytes */
 #define NGX_HTTP_SESSION_WEBHOOK_ANSWER     1024
 #define NGX_HTTP_SESSION_WEBHOOK_ERROR_MAX  256
@@ -120,12 +122,16 @@ typedef struct {
 
     ngx_http_session_webhook_state_e  state;
     ngx_str_t                     error;
+    /* the next attempt, milliseconds from the outcome; 0: none */
+    ngx_msec_t                    retry;
 
     unsigned                      finished:1;
 } ngx_http_session_webhook_delivery_t;
 
 
 static void ngx_http_session_webhook_schedule(ngx_http_session_webhook_t *wh,
+    ngx_msec_t delay);
+static void ngx_http_session_webhook_due(ngx_http_session_webhook_t *wh,
     ngx_msec_t delay);
 static void ngx_http_session_webhook_timer_handler(ngx_event_t *ev);
 static void ngx_http_session_webhook_claim(ngx_http_session_webhook_t *wh);
@@ -290,8 +296,15 @@ ngx_http_session_webhook_init_process(ngx_cycle_t *cycle)
     ctx = (ngx_http_conf_ctx_t *) cycle->conf_ctx[ngx_http_module.index];
     clcf = ctx->loc_conf[ngx_http_core_module.ctx_index];
 
+    /*
+     * The http block's own: merging fills in the servers' values, not
+     * those of the http level, so an unset timeout keeps nginx's default.
+     */
+
     wh->resolver = clcf->resolver;
-    wh->resolver_timeout = clcf->resolver_timeout;
+    wh->resolver_timeout = (clcf->resolver_timeout == NGX_CONF_UNSET_MSEC)
+                           ? NGX_HTTP_SESSION_WEBHOOK_RESOLVER_TIMEOUT
+                           : clcf->resolver_timeout;
 
 #if (NGX_SSL)
     wh->ssl = smcf->webhook_ssl;
@@ -390,6 +403,23 @@ ngx_http_session_webhook_schedule(ngx_http_session_webhook_t *wh,
     }
 
     ngx_add_timer(&wh->timer, delay);
+}
+
+
+/* an event is due in delay ms: the timer fires by then */
+
+static void
+ngx_http_session_webhook_due(ngx_http_session_webhook_t *wh,
+    ngx_msec_t delay)
+{
+    if (wh->timer.timer_set
+        && (ngx_msec_int_t) (wh->timer.timer.key - ngx_current_msec - delay)
+           <= 0)
+    {
+        return;
+    }
+
+    ngx_http_session_webhook_schedule(wh, delay);
 }
 
 
@@ -544,7 +574,8 @@ ngx_http_session_webhook_claimed(ngx_http_session_db_query_t *q,
         next = NGX_HTTP_SESSION_WEBHOOK_RESCAN;
     }
 
-    ngx_http_session_webhook_schedule(wh, (ngx_msec_t) next);
+    /* a retry recorded meanwhile may want the timer sooner */
+    ngx_http_session_webhook_due(wh, (ngx_msec_t) next);
 }
 
 
@@ -1501,6 +1532,8 @@ ngx_http_session_webhook_finish(ngx_http_session_webhook_delivery_t *d,
             ngx_http_session_db_param(q, p, 0, 0);
             ngx_http_session_stat(webhooks_retried, 1);
 
+            d->retry = (ngx_msec_t) delay;
+
             ngx_log_error(NGX_LOG_INFO, d->log, 0,
                           "session webhook: event %V to \"%V\", attempt %ui "
                           "of %ui: %V; next in %uL ms", &d->id, &d->url,
@@ -1545,6 +1578,10 @@ ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
         ngx_log_error(NGX_LOG_INFO, d->log, 0,
                       "session webhook: event %V: outcome not recorded, "
                       "the lease had ended", &d->id);
+
+    } else if (d->retry) {
+        /* this worker retries the event unless another does sooner */
+        ngx_http_session_webhook_due(d->wh, d->retry);
     }
 
     ngx_http_session_webhook_free(d);
