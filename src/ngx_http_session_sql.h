@@ -108,8 +108,8 @@
     " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED),"             \
     " claimed AS ("                                                           \
     "UPDATE webhook_outbox o SET attempts = o.attempts + 1,"                  \
-    " claimed_until = now() + $2::float8 * interval '1 millisecond',"                 \
-    " next_attempt_at = now() + $2::float8 * interval '1 millisecond'"                \
+    " claimed_until = now() + $2::float8 * interval '1 millisecond',"         \
+    " next_attempt_at = now() + $2::float8 * interval '1 millisecond'"        \
     " FROM due WHERE o.id = due.id"                                           \
     " RETURNING o.id, o.project_id, o.url, o.payload, o.attempts)"            \
     " SELECT c.id::text, c.url, c.payload, p.webhook_secret, c.attempts,"     \

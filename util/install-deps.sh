@@ -6,7 +6,8 @@ set -euo pipefail
 PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
       postgresql postgresql-contrib postgresql-common check pkg-config wrk
       curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
-      libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd"
+      libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
+      openssl ca-certificates libio-socket-ssl-perl"
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
