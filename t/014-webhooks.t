@@ -85,6 +85,23 @@ sub openssl {
 }
 
 
+# nginx's own way to the database, through a relay the script can cut
+our ($RELAY_PORT, $RELAY_PID) = relay_start();
+our $RELAY_DB = db_conninfo();
+
+if (defined $RELAY_PORT) {
+    $RELAY_DB =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
+    $RELAY_DB .= " host=127.0.0.1 port=$RELAY_PORT";
+}
+
+$ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($RELAY_DB);
+
+END {
+    local $?;
+    relay_stop($RELAY_PID) if $RELAY_PID;
+}
+
+
 # --- helpers -------------------------------------------------------------
 
 my $Seq = 0;
@@ -144,18 +161,21 @@ sub png {
 
 # an event queued straight into the outbox (as another node would),
 # whatever its URL; returns its id
+# (held: as if a sender had claimed it for an hour)
 sub queue_event {
-    my ($url) = @_;
+    my ($url, $held) = @_;
 
     my $sid = session_to('http://queued.example/unused');
+    my $lease = $held ? "now() + interval '1 hour'" : 'NULL';
 
     return scalar psql(
         'INSERT INTO webhook_outbox (id, project_id, session_id, event_type,'
-        . ' url, payload)'
+        . ' url, payload, attempts, claimed_until, next_attempt_at)'
         . ' SELECT u, ' . sql_quote($F->{project_id}) . ', '
         . sql_quote($sid) . ", 'session.completed', " . sql_quote($url)
         . ", json_build_object('id', u, 'type', 'session.completed',"
-        . " 'created_at', '2026-11-25T00:00:00Z', 'data', '{}'::json)::text"
+        . " 'created_at', '2026-11-25T00:00:00Z', 'data', '{}'::json)::text,"
+        . ($held ? 1 : 0) . ", $lease, coalesce($lease, now())"
         . ' FROM gen_random_uuid() u RETURNING id');
 }
 
@@ -372,12 +392,14 @@ $checks{redirect} = sub {
        "$name - the Location was not requested");
 };
 
-# session_webhook_max_attempts 3 against a receiver that always fails
+# session_webhook_max_attempts 3 against a receiver that fails three
+# times; then "sessionctl webhook list" shows it and "webhook retry"
+# sends it again
 $checks{max_attempts} = sub {
     my ($name) = @_;
 
     my $tag = tag();
-    my $path = "/status/503/$tag";
+    my $path = "/status/503x3/$tag";
     my $sid = session_to("http://127.0.0.1:$HOOK$path");
 
     complete($sid);
@@ -406,6 +428,86 @@ $checks{max_attempts} = sub {
     my $st = status_json()->{webhooks} || {};
     cmp_ok($st->{failed} // 0, '>=', 1, "$name - session_status: failed");
     cmp_ok($st->{retried} // 0, '>=', 2, "$name - session_status: retried");
+
+    # the operator's view
+    my $list = sessionctl_ok('webhook', 'list', '--session', $sid);
+    my ($e) = @{ $list->{events} || [] };
+    is($e->{event_id}, $row->{id}, "$name - webhook list: the event");
+    is($e->{state}, 'failed', "$name - webhook list: failed");
+    is($e->{attempts}, 3, "$name - webhook list: attempts");
+    is($e->{last_error}, 'answered 503', "$name - webhook list: last_error");
+    is($e->{next_attempt_at}, undef, "$name - webhook list: no next attempt");
+    like($e->{finished_at} // '', qr/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/,
+         "$name - webhook list: finished_at");
+
+    $list = sessionctl_ok('webhook', 'list', '--project', $F->{project_id},
+                          '--state', 'failed', '--limit', '1000');
+    ok((grep { $_->{event_id} eq $row->{id} } @{ $list->{events} }),
+       "$name - webhook list --project --state failed: the event");
+
+    # again, by hand: the fourth request is answered 204
+    my $r = sessionctl_ok('webhook', 'retry', $row->{id});
+    is($r->{state}, 'pending', "$name - webhook retry: pending");
+
+    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
+                 sub { @_ == 1 && $_[0]{delivered} }),
+       "$name - retried by hand: delivered");
+    is(scalar(receiver_requests($LOG, $path)), 4, "$name - four requests");
+    ($row) = session_rows($sid);
+    is($row->{attempts}, 1, "$name - a fresh count of attempts");
+};
+
+# sessionctl webhook: refusals
+$checks{sessionctl} = sub {
+    my ($name) = @_;
+
+    my ($code, $err) = sessionctl('webhook', 'list');
+    is($code, 2, "$name - list without --project or --session: exit 2");
+
+    ($code, $err) = sessionctl('webhook', 'list', '--project', 'x');
+    is("$code $err", '1 sessionctl: project not found',
+       "$name - list, malformed project");
+
+    ($code, $err) = sessionctl('webhook', 'list', '--session',
+                               $F->{project_id}, '--state', 'done');
+    is("$code $err", '1 sessionctl: invalid state "done": pending, sending,'
+       . ' delivered or failed', "$name - list, unknown state");
+
+    ($code, $err) = sessionctl('webhook', 'list', '--session',
+                               $F->{project_id}, '--limit', '0');
+    is("$code $err", '1 sessionctl: invalid limit "0": 1 to 10000',
+       "$name - list, limit 0");
+
+    my ($c, $list) = sessionctl('webhook', 'list', '--session',
+                                $F->{project_id});
+    is_deeply([$c, $list], [0, { events => [] }],
+              "$name - list, no such session: no events");
+
+    ($code, $err) = sessionctl('webhook', 'retry',
+                               '00000000-0000-4000-8000-000000000000');
+    is("$code $err", '1 sessionctl: event not found',
+       "$name - retry, unknown event");
+
+    ($code, $err) = sessionctl('webhook', 'retry', 'nope');
+    is("$code $err", '1 sessionctl: event not found',
+       "$name - retry, malformed id");
+
+    # an event a sender holds is left alone
+    my $id = queue_event('http://192.0.2.1/held', 1);
+
+    ($code, $err) = sessionctl('webhook', 'retry', $id);
+    is("$code $err", "1 sessionctl: event $id is being sent now; try again"
+       . ' once its attempt has ended', "$name - retry, event in flight");
+
+    my ($row) = event_rows($id);
+    is($row->{attempts}, 1, "$name - retry, event in flight: untouched");
+
+    ($c, $list) = sessionctl('webhook', 'list', '--session',
+                             psql('SELECT session_id FROM webhook_outbox'
+                                  . ' WHERE id = ' . sql_quote($id)));
+    is($list->{events}[0]{state}, 'sending', "$name - list: sending");
+
+    psql('DELETE FROM webhook_outbox WHERE id = ' . sql_quote($id));
 };
 
 # a receiver that never answers: the attempt ends at the timeout
@@ -617,6 +719,49 @@ EOF
            "$name - the second nginx logged no error");
 };
 
+# an event queued while nginx cannot reach PostgreSQL (its NOTIFY is
+# lost) is sent once the database is back: LISTEN's return wakes the
+# workers, not the one-minute rescan
+$checks{outage} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip "$name - no relay to the database (conninfo is a URI or has"
+             . ' several hosts)', 4 unless defined $RELAY_PORT;
+
+        my $tag = tag();
+        my $sid = session_to("http://127.0.0.1:$HOOK/ok/$tag");
+
+        relay_stop($RELAY_PID);
+        undef $RELAY_PID;
+
+        my $r = api('POST', "/api/v1/sessions/$sid/complete");
+        is($r->{status}, 503, "$name - nginx has no database");
+
+        # queued by another node, as it were
+        psql('INSERT INTO webhook_outbox (id, project_id, session_id,'
+             . ' event_type, url, payload)'
+             . ' SELECT u, project_id, id, \'session.completed\','
+             . " webhook_url, json_build_object('id', u)::text"
+             . ' FROM sessions, gen_random_uuid() u WHERE id = '
+             . sql_quote($sid));
+
+        my $t0 = Time::HiRes::time();
+        (undef, $RELAY_PID) = relay_start($RELAY_PORT);
+
+        my @req = wait_requests("/ok/$tag", 1, 20);
+        is(scalar @req, 1, "$name - delivered once the database is back");
+        my $late = @req ? $req[0]{t} - $t0 : 99;
+        Test::More::note(sprintf '%s: %.3f s after the database came back',
+                         $name, $late);
+        cmp_ok($late, '<', 15, "$name - well before the one-minute rescan");
+
+        ok(wait_rows('session_id = ' . sql_quote($sid), 10,
+                     sub { @_ == 1 && $_[0]{delivered} }),
+           "$name - recorded as delivered");
+    }
+};
+
 # https: the CA is trusted (session_webhook_trusted_certificate), SNI and
 # the host name are checked
 $checks{https} = sub {
@@ -751,7 +896,7 @@ __DATA__
 
 
 
-=== TEST 4: session_webhook_max_attempts 3: failed with last_error
+=== TEST 4: session_webhook_max_attempts 3: failed, listed, retried by hand
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_allow_private on;
@@ -765,7 +910,15 @@ qr/\[warn\] .*session webhook: event \S+ to "[^"]+" failed after 3 attempts: ans
 
 
 
-=== TEST 5: session_webhook_timeout 1s against a receiver that never answers
+=== TEST 5: sessionctl webhook list and retry refusals
+--- check: sessionctl
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 6: session_webhook_timeout 1s against a receiver that never answers
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_allow_private on;
@@ -777,7 +930,7 @@ qr/\[warn\] .*session webhook: event \S+ to "[^"]+" failed after 3 attempts: ans
 
 
 
-=== TEST 6: allow_private off: private addresses are refused at connect time
+=== TEST 7: allow_private off: private addresses are refused at connect time
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     resolver 127.0.0.1:$TEST_NGINX_DNS_PORT ipv6=off;
@@ -788,7 +941,7 @@ qr/\[warn\] .*session webhook: event \S+ to "[^"]+" failed after 3 attempts: ans
 
 
 
-=== TEST 7: allow_private on: a host name is resolved and delivered
+=== TEST 8: allow_private on: a host name is resolved and delivered
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_allow_private on;
@@ -801,7 +954,7 @@ no "resolver"
 
 
 
-=== TEST 8: no resolver: host names fail with a clear last_error
+=== TEST 9: no resolver: host names fail with a clear last_error
 --- check: no_resolver
 --- error_log
 no "resolver" in the http block: webhooks to host names will fail
@@ -811,7 +964,7 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 9: a receiver that is down at first gets the event later
+=== TEST 10: a receiver that is down at first gets the event later
 --- check: down_then_up
 --- no_error_log
 [error]
@@ -819,7 +972,7 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 10: two workers and a second nginx: every event sent once
+=== TEST 11: two workers and a second nginx: every event sent once
 --- workers: 2
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
@@ -832,7 +985,20 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 11: https with the test CA trusted: SNI and host name checked
+=== TEST 12: the database goes away while an event is queued
+--- http_config
+    session_db $TEST_NGINX_RELAY_DB_CONF;
+    session_db_timeout 1s;
+    session_webhook_allow_private on;
+--- check: outage
+--- no_error_log
+[alert]
+[crit]
+[emerg]
+
+
+
+=== TEST 13: https with the test CA trusted: SNI and host name checked
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_allow_private on;
@@ -845,7 +1011,7 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 12: https with the system's trust store: the test CA is refused
+=== TEST 14: https with the system's trust store: the test CA is refused
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_allow_private on;
@@ -857,7 +1023,7 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 13: session_webhook_timeout 0
+=== TEST 15: session_webhook_timeout 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_timeout 0;
@@ -867,7 +1033,7 @@ qr/\[emerg\] .*"session_webhook_timeout" directive must be greater than zero in 
 
 
 
-=== TEST 14: session_webhook_timeout abc
+=== TEST 16: session_webhook_timeout abc
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_timeout abc;
@@ -877,7 +1043,7 @@ qr/\[emerg\] .*"session_webhook_timeout" directive invalid value in \S+nginx\.co
 
 
 
-=== TEST 15: session_webhook_max_attempts 0
+=== TEST 17: session_webhook_max_attempts 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 0;
@@ -887,7 +1053,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive must be between 1 and 10
 
 
 
-=== TEST 16: session_webhook_max_attempts 101
+=== TEST 18: session_webhook_max_attempts 101
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 101;
@@ -897,7 +1063,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive must be between 1 and 10
 
 
 
-=== TEST 17: session_webhook_max_attempts x
+=== TEST 19: session_webhook_max_attempts x
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts x;
@@ -907,7 +1073,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive invalid number in \S+ngi
 
 
 
-=== TEST 18: session_webhook_max_attempts twice
+=== TEST 20: session_webhook_max_attempts twice
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 3;
@@ -918,7 +1084,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive is duplicate in \S+nginx
 
 
 
-=== TEST 19: session_webhook_concurrency 0
+=== TEST 21: session_webhook_concurrency 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_concurrency 0;
@@ -928,7 +1094,7 @@ qr/\[emerg\] .*"session_webhook_concurrency" directive must be between 1 and 409
 
 
 
-=== TEST 20: session_webhook_trusted_certificate that does not exist
+=== TEST 22: session_webhook_trusted_certificate that does not exist
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_trusted_certificate /nonexistent/ca.pem;
@@ -938,7 +1104,7 @@ qr/\[emerg\] .*cannot load "session_webhook_trusted_certificate" "\/nonexistent\
 
 
 
-=== TEST 21: session_webhook_timeout in a server block
+=== TEST 23: session_webhook_timeout in a server block
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
 --- config
