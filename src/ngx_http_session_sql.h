@@ -122,22 +122,23 @@
     " WHERE delivered_at IS NULL AND failed_at IS NULL"                       \
     " AND next_attempt_at > now()"
 
-/* $1 event id, $2 attempts of the claim */
-#define NGX_HTTP_SESSION_SQL_WEBHOOK_DELIVERED                                \
-    "UPDATE webhook_outbox SET delivered_at = now(), failed_at = NULL,"       \
-    " claimed_until = NULL"                                                   \
-    " WHERE id = $1 AND attempts = $2 AND delivered_at IS NULL"
-
 /*
- * $1 event id, $2 attempts of the claim, $3 the error, $4 milliseconds to
- * the next attempt, or NULL: no more attempts, the event failed
+ * The outcomes of attempts, as arrays of one element per attempt: $1 event
+ * ids, $2 attempts of the claims (the lease's token), $3 errors (NULL when
+ * delivered), $4 milliseconds to the next attempt (NULL: none), $5
+ * delivered.  Neither delivered nor a next attempt: the event failed.
  */
-#define NGX_HTTP_SESSION_SQL_WEBHOOK_FAILED                                   \
-    "UPDATE webhook_outbox SET claimed_until = NULL, last_error = $3,"        \
-    " next_attempt_at = CASE WHEN $4::bigint IS NULL THEN next_attempt_at"    \
-    " ELSE now() + $4::float8 * interval '1 millisecond' END,"                \
-    " failed_at = CASE WHEN $4::bigint IS NULL THEN now() END"                \
-    " WHERE id = $1 AND attempts = $2 AND delivered_at IS NULL"
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD                                   \
+    "UPDATE webhook_outbox o SET claimed_until = NULL,"                       \
+    " delivered_at = CASE WHEN b.ok THEN now() END,"                          \
+    " failed_at = CASE WHEN NOT b.ok AND b.delay IS NULL THEN now() END,"     \
+    " last_error = CASE WHEN b.ok THEN o.last_error ELSE b.err END,"          \
+    " next_attempt_at = CASE WHEN b.delay IS NULL THEN o.next_attempt_at"     \
+    " ELSE now() + b.delay * interval '1 millisecond' END"                    \
+    " FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::float8[],"       \
+    " $5::boolean[]) AS b(id, attempts, err, delay, ok)"                      \
+    " WHERE o.id = b.id AND o.attempts = b.attempts"                          \
+    " AND o.delivered_at IS NULL"
 
 
 /* the channels every worker listens on */

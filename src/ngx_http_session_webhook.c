@@ -58,6 +58,17 @@ typedef enum {
 } ngx_http_session_webhook_state_e;
 
 
+/* an attempt's outcome, waiting to be recorded */
+typedef struct {
+    ngx_str_t                     id;
+    ngx_str_t                     error;
+    ngx_uint_t                    attempts;
+    /* milliseconds to the next attempt; 0: none (delivered or failed) */
+    uint64_t                      delay;
+    ngx_uint_t                    delivered;
+} ngx_http_session_webhook_outcome_t;
+
+
 typedef struct {
     ngx_event_t                   timer;
     ngx_log_t                    *log;
@@ -82,6 +93,15 @@ typedef struct {
 
     ngx_queue_t                   active;
     ngx_uint_t                    nactive;
+
+    /* outcomes gathered (the pool holds them), and the statement in flight */
+    ngx_pool_t                   *batch;
+    ngx_array_t                   outcomes;
+    ngx_pool_t                   *flush;
+    ngx_uint_t                    flush_rows;
+    ngx_msec_t                    flush_due;
+    u_char                       *params[5];
+    ngx_uint_t                    nbatch_failed;
 
     unsigned                      enabled:1;
     /* claim again as soon as possible */
@@ -122,8 +142,6 @@ typedef struct {
 
     ngx_http_session_webhook_state_e  state;
     ngx_str_t                     error;
-    /* the next attempt, milliseconds from the outcome; 0: none */
-    ngx_msec_t                    retry;
 
     unsigned                      finished:1;
 } ngx_http_session_webhook_delivery_t;
@@ -168,6 +186,10 @@ static void ngx_http_session_webhook_close(
     ngx_http_session_webhook_delivery_t *d);
 static void ngx_http_session_webhook_finish(
     ngx_http_session_webhook_delivery_t *d, ngx_uint_t delivered);
+static ngx_http_session_webhook_outcome_t *ngx_http_session_webhook_outcome(
+    ngx_http_session_webhook_t *wh);
+static void ngx_http_session_webhook_flush(ngx_http_session_webhook_t *wh);
+static u_char *ngx_http_session_webhook_quote(u_char *p, ngx_str_t *text);
 static void ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_webhook_free(
@@ -355,6 +377,18 @@ ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
     if (wh->claim) {
         ngx_destroy_pool(wh->claim);
         wh->claim = NULL;
+    }
+
+    /* outcomes not recorded: their leases run out */
+
+    if (wh->flush) {
+        ngx_destroy_pool(wh->flush);
+        wh->flush = NULL;
+    }
+
+    if (wh->batch) {
+        ngx_destroy_pool(wh->batch);
+        wh->batch = NULL;
     }
 
     /* what is still in flight: its lease runs out, another sends it */
@@ -1464,16 +1498,18 @@ ngx_http_session_webhook_close(ngx_http_session_webhook_delivery_t *d)
 }
 
 
-/* the outcome: the connection goes, the database learns it */
+/*
+ * The outcome: the connection and the slot go at once, the outcome joins
+ * the batch that the next statement records.
+ */
 
 static void
 ngx_http_session_webhook_finish(ngx_http_session_webhook_delivery_t *d,
     ngx_uint_t delivered)
 {
-    u_char                       *p;
-    uint64_t                      delay;
-    ngx_http_session_webhook_t   *wh;
-    ngx_http_session_db_query_t  *q;
+    uint64_t                             delay;
+    ngx_http_session_webhook_t          *wh;
+    ngx_http_session_webhook_outcome_t  *o;
 
     if (d->finished) {
         return;
@@ -1484,25 +1520,7 @@ ngx_http_session_webhook_finish(ngx_http_session_webhook_delivery_t *d,
 
     ngx_http_session_webhook_close(d);
 
-    q = ngx_http_session_db_query_create_pool(d->pool, d->log,
-                           delivered ? NGX_HTTP_SESSION_SQL_WEBHOOK_DELIVERED
-                                     : NGX_HTTP_SESSION_SQL_WEBHOOK_FAILED,
-                           ngx_http_session_webhook_recorded);
-    p = ngx_pnalloc(d->pool, 2 * (NGX_INT64_LEN + 1));
-
-    if (q == NULL || p == NULL) {
-        ngx_http_session_webhook_free(d);
-        return;
-    }
-
-    q->data = d;
-
-    /* parameters in text format are C strings */
-
-    ngx_http_session_db_param(q, d->id.data, 0, 0);
-    (void) ngx_sprintf(p, "%ui%Z", d->attempts);
-    ngx_http_session_db_param(q, p, 0, 0);
-    p += NGX_INT64_LEN + 1;
+    delay = 0;
 
     if (delivered) {
         ngx_http_session_stat(webhooks_delivered, 1);
@@ -1511,49 +1529,236 @@ ngx_http_session_webhook_finish(ngx_http_session_webhook_delivery_t *d,
                        "session webhook: event %V delivered to \"%V\", "
                        "attempt %ui", &d->id, &d->url, d->attempts);
 
+    } else if (d->attempts >= wh->max_attempts) {
+        ngx_http_session_stat(webhooks_failed, 1);
+
+        ngx_log_error(NGX_LOG_WARN, d->log, 0,
+                      "session webhook: event %V to \"%V\" failed after "
+                      "%ui attempts: %V", &d->id, &d->url, d->attempts,
+                      &d->error);
+
     } else {
-        ngx_http_session_db_param(q, d->error.data, 0, 0);
+        delay = ngx_http_session_webhook_backoff(d->attempts,
+                                     (uint32_t) ngx_random()
+                                     ^ ((uint32_t) ngx_random() << 16));
+        ngx_http_session_stat(webhooks_retried, 1);
 
-        if (d->attempts >= wh->max_attempts) {
-            ngx_http_session_db_param(q, NULL, 0, 0);
-            ngx_http_session_stat(webhooks_failed, 1);
+        ngx_log_error(NGX_LOG_INFO, d->log, 0,
+                      "session webhook: event %V to \"%V\", attempt %ui "
+                      "of %ui: %V; next in %uL ms", &d->id, &d->url,
+                      d->attempts, wh->max_attempts, &d->error, delay);
+    }
 
-            ngx_log_error(NGX_LOG_WARN, d->log, 0,
-                          "session webhook: event %V to \"%V\" failed after "
-                          "%ui attempts: %V", &d->id, &d->url, d->attempts,
-                          &d->error);
+    o = ngx_http_session_webhook_outcome(wh);
 
-        } else {
-            delay = ngx_http_session_webhook_backoff(d->attempts,
-                                                     (uint32_t) ngx_random()
-                                                     ^ ((uint32_t) ngx_random()
-                                                        << 16));
-            (void) ngx_sprintf(p, "%uL%Z", delay);
-            ngx_http_session_db_param(q, p, 0, 0);
-            ngx_http_session_stat(webhooks_retried, 1);
+    if (o == NULL) {
+        ngx_log_error(NGX_LOG_WARN, d->log, 0,
+                      "session webhook: event %V: cannot record the "
+                      "outcome (out of memory), it is sent again once its "
+                      "lease ends", &d->id);
 
-            d->retry = (ngx_msec_t) delay;
+    } else {
+        o->delivered = delivered;
+        o->attempts = d->attempts;
+        o->delay = delay;
 
-            ngx_log_error(NGX_LOG_INFO, d->log, 0,
-                          "session webhook: event %V to \"%V\", attempt %ui "
-                          "of %ui: %V; next in %uL ms", &d->id, &d->url,
-                          d->attempts, wh->max_attempts, &d->error, delay);
+        o->id.data = ngx_pstrdup(wh->batch, &d->id);
+        o->id.len = d->id.len;
+
+        if (!delivered) {
+            o->error.data = ngx_pstrdup(wh->batch, &d->error);
+            o->error.len = d->error.len;
+        }
+
+        if (o->id.data == NULL || (!delivered && o->error.data == NULL)) {
+            /* the batch is not recorded: every lease in it ends */
+            wh->nbatch_failed = 1;
         }
     }
 
-    d->state = ngx_http_session_webhook_recording;
+    ngx_http_session_webhook_free(d);
+
+    if (wh->flush == NULL) {
+        ngx_http_session_webhook_flush(wh);
+    }
+}
+
+
+/* a place in the batch being gathered, NULL when out of memory */
+
+static ngx_http_session_webhook_outcome_t *
+ngx_http_session_webhook_outcome(ngx_http_session_webhook_t *wh)
+{
+    if (wh->batch == NULL) {
+        wh->batch = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE,
+                                    wh->log);
+        if (wh->batch == NULL) {
+            return NULL;
+        }
+
+        if (ngx_array_init(&wh->outcomes, wh->batch, 16,
+                           sizeof(ngx_http_session_webhook_outcome_t))
+            != NGX_OK)
+        {
+            ngx_destroy_pool(wh->batch);
+            wh->batch = NULL;
+            return NULL;
+        }
+
+        wh->nbatch_failed = 0;
+    }
+
+    return ngx_array_push(&wh->outcomes);
+}
+
+
+/*
+ * One statement records the whole batch gathered while the previous one
+ * ran: under load, one transaction (one WAL flush) for many attempts.
+ */
+
+static void
+ngx_http_session_webhook_flush(ngx_http_session_webhook_t *wh)
+{
+    u_char                              *p[5];
+    size_t                               len[5];
+    ngx_uint_t                           i, n, k;
+    ngx_msec_t                           due;
+    ngx_pool_t                          *pool;
+    ngx_http_session_db_query_t         *q;
+    ngx_http_session_webhook_outcome_t  *o;
+
+    pool = wh->batch;
+
+    if (pool == NULL) {
+        return;
+    }
+
+    wh->batch = NULL;
+
+    o = wh->outcomes.elts;
+    n = wh->outcomes.nelts;
+
+    if (wh->nbatch_failed || n == 0) {
+        goto failed;
+    }
+
+    /* array literals: {uuid,...} {int,...} {"text" or NULL,...} ... */
+
+    ngx_memzero(len, sizeof(len));
+    due = 0;
+
+    for (i = 0; i < n; i++) {
+        len[0] += o[i].id.len + 1;
+        len[1] += NGX_INT_T_LEN + 1;
+        len[2] += o[i].delivered ? sizeof("NULL") : 2 * o[i].error.len + 3;
+        len[3] += NGX_INT64_LEN + 1;
+        len[4] += 2;
+
+        if (o[i].delay && (due == 0 || o[i].delay < due)) {
+            due = (ngx_msec_t) o[i].delay;
+        }
+    }
+
+    for (k = 0; k < 5; k++) {
+        p[k] = ngx_pnalloc(pool, len[k] + 3);
+        if (p[k] == NULL) {
+            goto failed;
+        }
+
+        wh->params[k] = p[k];
+        *p[k]++ = '{';
+    }
+
+    for (i = 0; i < n; i++) {
+        if (i) {
+            for (k = 0; k < 5; k++) {
+                *p[k]++ = ',';
+            }
+        }
+
+        p[0] = ngx_cpymem(p[0], o[i].id.data, o[i].id.len);
+        p[1] = ngx_sprintf(p[1], "%ui", o[i].attempts);
+
+        if (o[i].delivered) {
+            p[2] = ngx_cpymem(p[2], "NULL", 4);
+
+        } else {
+            p[2] = ngx_http_session_webhook_quote(p[2], &o[i].error);
+        }
+
+        if (o[i].delivered || o[i].delay == 0) {
+            p[3] = ngx_cpymem(p[3], "NULL", 4);
+
+        } else {
+            p[3] = ngx_sprintf(p[3], "%uL", o[i].delay);
+        }
+
+        *p[4]++ = o[i].delivered ? 't' : 'f';
+    }
+
+    for (k = 0; k < 5; k++) {
+        *p[k]++ = '}';
+        *p[k] = '\0';
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, wh->log,
+                                        NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD,
+                                        ngx_http_session_webhook_recorded);
+    if (q == NULL) {
+        goto failed;
+    }
+
+    q->data = wh;
+
+    /* parameters in text format are C strings */
+
+    for (k = 0; k < 5; k++) {
+        ngx_http_session_db_param(q, wh->params[k], 0, 0);
+    }
+
+    wh->flush = pool;
+    wh->flush_rows = n;
+    wh->flush_due = due;
 
     if (ngx_http_session_db_query_run(q) == NGX_OK) {
         /* ngx_http_session_webhook_recorded() follows */
         return;
     }
 
-    ngx_log_error(NGX_LOG_WARN, d->log, 0,
-                  "session webhook: event %V: cannot record the outcome "
-                  "(database unavailable), it is sent again once its lease "
-                  "ends", &d->id);
+    wh->flush = NULL;
 
-    ngx_http_session_webhook_free(d);
+failed:
+
+    ngx_log_error(NGX_LOG_WARN, wh->log, 0,
+                  "session webhook: cannot record the outcome of %ui "
+                  "attempts (database unavailable), their events are sent "
+                  "again once their leases end", n);
+
+    ngx_destroy_pool(pool);
+}
+
+
+/* "text" as an element of an array literal */
+
+static u_char *
+ngx_http_session_webhook_quote(u_char *p, ngx_str_t *text)
+{
+    size_t  i;
+
+    *p++ = '"';
+
+    for (i = 0; i < text->len; i++) {
+        if (text->data[i] == '"' || text->data[i] == '\\') {
+            *p++ = '\\';
+        }
+
+        *p++ = text->data[i];
+    }
+
+    *p++ = '"';
+
+    return p;
 }
 
 
@@ -1561,30 +1766,42 @@ static void
 ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
     PGresult *res)
 {
-    ngx_http_session_webhook_delivery_t  *d;
+    ngx_uint_t                   recorded;
+    ngx_http_session_webhook_t  *wh;
 
-    d = q->data;
+    wh = q->data;
 
     if (res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK) {
-        ngx_log_error(NGX_LOG_WARN, d->log, 0,
-                      "session webhook: event %V: cannot record the "
-                      "outcome (%s), it is sent again once its lease ends",
-                      &d->id,
+        ngx_log_error(NGX_LOG_WARN, wh->log, 0,
+                      "session webhook: cannot record the outcome of %ui "
+                      "attempts (%s), their events are sent again once "
+                      "their leases end", wh->flush_rows,
                       res ? PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY)
                           : "database unavailable");
 
-    } else if (PQcmdTuples(res)[0] == '0') {
-        /* the lease ran out and another sender has the event */
-        ngx_log_error(NGX_LOG_INFO, d->log, 0,
-                      "session webhook: event %V: outcome not recorded, "
-                      "the lease had ended", &d->id);
+    } else {
+        recorded = ngx_atoi((u_char *) PQcmdTuples(res),
+                            ngx_strlen(PQcmdTuples(res)));
 
-    } else if (d->retry) {
-        /* this worker retries the event unless another does sooner */
-        ngx_http_session_webhook_due(d->wh, d->retry);
+        if (recorded != wh->flush_rows) {
+            /* leases that ran out: other senders have those events */
+            ngx_log_error(NGX_LOG_INFO, wh->log, 0,
+                          "session webhook: %ui of %ui outcomes not "
+                          "recorded, their leases had ended",
+                          wh->flush_rows - recorded, wh->flush_rows);
+        }
+
+        if (wh->flush_due) {
+            /* this worker retries them unless another does sooner */
+            ngx_http_session_webhook_due(wh, wh->flush_due);
+        }
     }
 
-    ngx_http_session_webhook_free(d);
+    ngx_destroy_pool(wh->flush);
+    wh->flush = NULL;
+
+    /* what gathered meanwhile */
+    ngx_http_session_webhook_flush(wh);
 }
 
 
