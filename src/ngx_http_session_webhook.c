@@ -20,8 +20,9 @@
  * session_webhook_trusted_certificate, SNI, host name check), and
  * ngx_http_parse_status_line() for the answer.  One timer bounds it all
  * (session_webhook_timeout).  The status line decides; the rest of the
- * answer is not read.  The outcome is then recorded with the claim's
- * attempts as its token, and the slot is free.
+ * answer is not read.  The slot is then free, and the outcome joins a
+ * batch: one statement records every outcome that gathered while the
+ * previous one ran, each with its claim's attempts as the lease's token.
  */
 
 #include "ngx_http_session_webhook.h"
@@ -53,8 +54,7 @@ typedef enum {
     ngx_http_session_webhook_connecting,
     ngx_http_session_webhook_handshaking,
     ngx_http_session_webhook_sending,
-    ngx_http_session_webhook_reading,
-    ngx_http_session_webhook_recording
+    ngx_http_session_webhook_reading
 } ngx_http_session_webhook_state_e;
 
 
@@ -202,8 +202,7 @@ static const char  *ngx_http_session_webhook_stages[] = {
     "connecting",
     "in the TLS handshake",
     "sending the request",
-    "waiting for the answer",
-    "recording"
+    "waiting for the answer"
 };
 
 
