@@ -22,6 +22,7 @@
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sweep.h"
+#include "ngx_http_session_webhook.h"
 
 
 #define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
@@ -70,6 +71,10 @@ static char *ngx_http_session_poll_timeout_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_poll_max_check(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_session_webhook_attempts_check(ngx_conf_t *cf,
+    void *post, void *data);
+static char *ngx_http_session_webhook_concurrency_check(ngx_conf_t *cf,
+    void *post, void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
@@ -101,6 +106,14 @@ static ngx_conf_post_t  ngx_http_session_poll_timeout_post = {
 
 static ngx_conf_post_t  ngx_http_session_poll_max_post = {
     ngx_http_session_poll_max_check
+};
+
+static ngx_conf_post_t  ngx_http_session_webhook_attempts_post = {
+    ngx_http_session_webhook_attempts_check
+};
+
+static ngx_conf_post_t  ngx_http_session_webhook_concurrency_post = {
+    ngx_http_session_webhook_concurrency_check
 };
 
 
@@ -195,6 +208,34 @@ static ngx_command_t  ngx_http_session_commands[] = {
       ngx_conf_set_flag_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_session_main_conf_t, webhook_allow_private),
+      NULL },
+
+    { ngx_string("session_webhook_timeout"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, webhook_timeout),
+      &ngx_http_session_positive_msec_post },
+
+    { ngx_string("session_webhook_max_attempts"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, webhook_max_attempts),
+      &ngx_http_session_webhook_attempts_post },
+
+    { ngx_string("session_webhook_concurrency"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, webhook_concurrency),
+      &ngx_http_session_webhook_concurrency_post },
+
+    { ngx_string("session_webhook_trusted_certificate"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_str_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, webhook_trusted_certificate),
       NULL },
 
     { ngx_string("session_key_prefix"),
@@ -324,6 +365,8 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
      *     smcf->key_prefix = { 0, NULL };
      *     smcf->api_file = { 0, NULL };
      *     smcf->status_file = { 0, NULL };
+     *     smcf->webhook_trusted_certificate = { 0, NULL };
+     *     smcf->webhook_ssl = NULL;
      *     smcf->enabled = 0;
      */
 
@@ -331,6 +374,9 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
     smcf->webhook_allow_private = NGX_CONF_UNSET;
+    smcf->webhook_timeout = NGX_CONF_UNSET_MSEC;
+    smcf->webhook_max_attempts = NGX_CONF_UNSET_UINT;
+    smcf->webhook_concurrency = NGX_CONF_UNSET_UINT;
     smcf->sweep_interval = NGX_CONF_UNSET_MSEC;
     smcf->retention = NGX_CONF_UNSET;
 
@@ -349,6 +395,11 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
     ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
     ngx_conf_init_value(smcf->webhook_allow_private, 0);
+    ngx_conf_init_msec_value(smcf->webhook_timeout, 5000);
+    ngx_conf_init_uint_value(smcf->webhook_max_attempts,
+                             NGX_HTTP_SESSION_WEBHOOK_ATTEMPTS);
+    ngx_conf_init_uint_value(smcf->webhook_concurrency,
+                             NGX_HTTP_SESSION_WEBHOOK_CONCURRENCY);
     ngx_conf_init_msec_value(smcf->sweep_interval,
                              NGX_HTTP_SESSION_SWEEP_INTERVAL);
     ngx_conf_init_value(smcf->retention, NGX_HTTP_SESSION_RETENTION);
@@ -373,6 +424,10 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
         ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
                       "\"session_db\" is required where \"session_api\" "
                       "is used in %V:%ui", &smcf->api_file, smcf->api_line);
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_session_webhook_init_conf(cf, smcf) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -817,6 +872,34 @@ ngx_http_session_positive_sec(ngx_conf_t *cf, void *post, void *data)
 }
 
 
+static char *
+ngx_http_session_webhook_attempts_check(ngx_conf_t *cf, void *post,
+    void *data)
+{
+    ngx_uint_t  *n = data;
+
+    if (*n < 1 || *n > NGX_HTTP_SESSION_WEBHOOK_ATTEMPTS_MAX) {
+        return "must be between 1 and 100";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_webhook_concurrency_check(ngx_conf_t *cf, void *post,
+    void *data)
+{
+    ngx_uint_t  *n = data;
+
+    if (*n < 1 || *n > NGX_HTTP_SESSION_WEBHOOK_CONCURRENCY_MAX) {
+        return "must be between 1 and 4096";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
 static ngx_int_t
 ngx_http_session_init_module(ngx_cycle_t *cycle)
 {
@@ -869,13 +952,18 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    return ngx_http_session_sweep_init_process(cycle);
+    if (ngx_http_session_sweep_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    return ngx_http_session_webhook_init_process(cycle);
 }
 
 
 static void
 ngx_http_session_exit_process(ngx_cycle_t *cycle)
 {
+    ngx_http_session_webhook_exit_process(cycle);
     ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
     ngx_http_session_poll_exit_process(cycle);

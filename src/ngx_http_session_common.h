@@ -54,6 +54,14 @@ typedef struct {
     ngx_msec_t                  auth_cache_ttl;
 
     ngx_flag_t                  webhook_allow_private;
+    ngx_msec_t                  webhook_timeout;
+    ngx_uint_t                  webhook_max_attempts;
+    /* deliveries in flight per worker */
+    ngx_uint_t                  webhook_concurrency;
+    /* CA certificates for https targets; empty: the system's */
+    ngx_str_t                   webhook_trusted_certificate;
+    /* the TLS client context (ngx_ssl_t), NULL without SSL */
+    void                       *webhook_ssl;
 
     /* how often each worker tries the expiry sweep, milliseconds */
     ngx_msec_t                  sweep_interval;

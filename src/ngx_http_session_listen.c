@@ -4,6 +4,8 @@
  *   "account:<uuid>"                     an account was suspended/activated
  * and on session_events, for the long polls of this worker:
  *   "uploaded:<uuid>", "completed:<uuid>", "expired:<uuid>"
+ * and on session_webhooks, for the webhook dispatcher: "" (a row was
+ * queued in webhook_outbox).
  * While the connection is down notifications are lost, so every
  * (re)connection empties the auth cache once LISTEN is in effect, and
  * every waiting long poll reads its session again.
@@ -14,6 +16,7 @@
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
+#include "ngx_http_session_webhook.h"
 
 
 static void ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc);
@@ -98,6 +101,7 @@ ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
 
     /* a change may have come and gone unheard while this was down */
     ngx_http_session_poll_wake_all();
+    ngx_http_session_webhook_wake();
 }
 
 
@@ -110,6 +114,11 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
 
     if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_EVENTS) == 0) {
         ngx_http_session_listen_event(dc, n);
+        return;
+    }
+
+    if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_WEBHOOKS) == 0) {
+        ngx_http_session_webhook_wake();
         return;
     }
 

@@ -305,13 +305,64 @@ typedef enum {
 } ngx_http_session_stmt_e;
 
 
+/*
+ * Webhook delivery, see src/sql/008_webhooks.sql.  $1 most rows, $2 the
+ * lease in milliseconds: the claimed rows (id, url, payload, the
+ * project's secret, attempts including this one, NULL), then one row
+ * (NULL, ..., milliseconds until the next row is due, or NULL when none
+ * is pending).
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM                                    \
+    "WITH due AS ("                                                           \
+    "SELECT id FROM webhook_outbox"                                           \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"                       \
+    " AND next_attempt_at <= now()"                                           \
+    " ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED),"             \
+    " claimed AS ("                                                           \
+    "UPDATE webhook_outbox o SET attempts = o.attempts + 1,"                  \
+    " claimed_until = now() + $2::float8 * interval '1 millisecond',"         \
+    " next_attempt_at = now() + $2::float8 * interval '1 millisecond'"        \
+    " FROM due WHERE o.id = due.id"                                           \
+    " RETURNING o.id, o.project_id, o.url, o.payload, o.attempts)"            \
+    " SELECT c.id::text, c.url, c.payload, p.webhook_secret, c.attempts,"     \
+    " NULL::bigint"                                                           \
+    " FROM claimed c JOIN projects p ON p.id = c.project_id"                  \
+    " UNION ALL"                                                              \
+    " SELECT NULL, NULL, NULL, NULL, NULL,"                                   \
+    " ceil(extract(epoch FROM min(next_attempt_at) - now()) * 1000)::bigint"  \
+    " FROM webhook_outbox"                                                    \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"                       \
+    " AND next_attempt_at > now()"
+
+/*
+ * The outcomes of attempts, as arrays of one element per attempt: $1 event
+ * ids, $2 attempts of the claims (the lease's token), $3 errors (NULL when
+ * delivered), $4 milliseconds to the next attempt (NULL: none), $5
+ * delivered.  Neither delivered nor a next attempt: the event failed.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD                                   \
+    "UPDATE webhook_outbox o SET claimed_until = NULL,"                       \
+    " delivered_at = CASE WHEN b.ok THEN now() END,"                          \
+    " failed_at = CASE WHEN NOT b.ok AND b.delay IS NULL THEN now() END,"     \
+    " last_error = CASE WHEN b.ok THEN o.last_error ELSE b.err END,"          \
+    " next_attempt_at = CASE WHEN b.delay IS NULL THEN o.next_attempt_at"     \
+    " ELSE now() + b.delay * interval '1 millisecond' END"                    \
+    " FROM unnest($1::uuid[], $2::integer[], $3::text[], $4::float8[],"       \
+    " $5::boolean[]) AS b(id, attempts, err, delay, ok)"                      \
+    " WHERE o.id = b.id AND o.attempts = b.attempts"                          \
+    " AND o.delivered_at IS NULL"
+
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"
+/* a webhook_outbox row was queued (src/sql/008_webhooks.sql) */
+#define NGX_HTTP_SESSION_CHANNEL_WEBHOOKS  "session_webhooks"
 
 #define NGX_HTTP_SESSION_SQL_LISTEN                                           \
     "LISTEN " NGX_HTTP_SESSION_CHANNEL_AUTH ";"                               \
-    " LISTEN " NGX_HTTP_SESSION_CHANNEL_EVENTS
+    " LISTEN " NGX_HTTP_SESSION_CHANNEL_EVENTS ";"                           \
+    " LISTEN " NGX_HTTP_SESSION_CHANNEL_WEBHOOKS
 
 
 #endif /* _NGX_HTTP_SESSION_SQL_H_INCLUDED_ */

@@ -35,6 +35,10 @@ typedef struct {
     ngx_atomic_t        expired;
     /* sessions their runs deleted after session_retention */
     ngx_atomic_t        purged;
+    /* webhook attempts: delivered, failed and retried, failed for good */
+    ngx_atomic_t        webhooks_delivered;
+    ngx_atomic_t        webhooks_retried;
+    ngx_atomic_t        webhooks_failed;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;

@@ -328,12 +328,15 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
                    "\"expiry_sweep\": {\"runs\": %uA, "
                    "\"sessions_expired\": %uA, \"sessions_purged\": %uA}, "
+                   "\"webhooks\": {\"delivered\": %uA, \"retried\": %uA, "
+                   "\"failed\": %uA}, "
                    "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
                    "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.sweeps, st->s.expired, st->s.purged, &st->zone,
-                   st->fig.size,
+                   st->s.sweeps, st->s.expired, st->s.purged,
+                   st->s.webhooks_delivered, st->s.webhooks_retried,
+                   st->s.webhooks_failed, &st->zone, st->fig.size,
                    st->fig.free, st->fig.keys, st->fig.evictions);
 }
 
@@ -381,6 +384,16 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
     p = ngx_http_session_status_metric(p, "sessions_purged_total",
                             "counter", "Sessions this node's sweeps deleted "
                             "after session_retention.", st->s.purged);
+    p = ngx_http_session_status_metric(p, "webhooks_delivered_total",
+                            "counter", "Webhook events this node delivered "
+                            "(2xx).", st->s.webhooks_delivered);
+    p = ngx_http_session_status_metric(p, "webhooks_retried_total",
+                            "counter", "Webhook attempts that failed and "
+                            "were rescheduled.", st->s.webhooks_retried);
+    p = ngx_http_session_status_metric(p, "webhooks_failed_total",
+                            "counter", "Webhook events given up after "
+                            "session_webhook_max_attempts.",
+                            st->s.webhooks_failed);
     p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
                             "Size of session_limit_zone.", st->fig.size);
     p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",

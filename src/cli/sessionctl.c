@@ -8,6 +8,7 @@
  * or failed (message on stderr).
  */
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,10 @@ static int sessionctl_key_list(sessionctl_ctx_t *ctx, int argc,
     char **argv);
 static int sessionctl_key_delete(sessionctl_ctx_t *ctx, int argc,
     char **argv);
+static int sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc,
+    char **argv);
+static int sessionctl_webhook_retry(sessionctl_ctx_t *ctx, int argc,
+    char **argv);
 
 
 static const char  sessionctl_usage_text[] =
@@ -136,6 +141,9 @@ static const char  sessionctl_usage_text[] =
     "  key create PROJECT_ID [--prefix XXXX]\n"
     "  key list PROJECT_ID\n"
     "  key delete KEY_ID\n"
+    "  webhook list (--project ID | --session ID) [--state STATE]"
+    " [--limit N]\n"
+    "  webhook retry EVENT_ID\n"
     "  help [COMMAND]\n"
     "\n"
     "options:\n"
@@ -146,6 +154,7 @@ static const char  sessionctl_usage_text[] =
     "                command\n"
     "\n"
     "features: long_poll, webhook\n"
+    "webhook states: pending, sending, delivered, failed\n"
     "key prefix: --prefix, else $SESSION_KEY_PREFIX, else \"sess\"\n"
     "exit status: 0 success, 1 refused request, 2 usage error,\n"
     "             3 database unreachable or failed\n";
@@ -236,6 +245,25 @@ static const sessionctl_command_t  sessionctl_commands[] = {
       "deleted or unknown key is refused (exit 1).\n"
       "\n"
       "--json: {\"key_id\": ID, \"deleted\": true}\n" },
+
+    { "webhook", "list", sessionctl_webhook_list,
+      "usage: sessionctl [--json] [-d CONNINFO] webhook list\n"
+      "           (--project ID | --session ID) [--state STATE]"
+      " [--limit N]\n"
+      "\n"
+      "Lists webhook events, newest first: their state (pending,\n"
+      "sending, delivered, failed), attempts, next attempt and last\n"
+      "error.  --limit: 1 to 10000 (default 100).\n"
+      "\n"
+      "--json: {\"events\": [...]}\n" },
+
+    { "webhook", "retry", sessionctl_webhook_retry,
+      "usage: sessionctl [--json] [-d CONNINFO] webhook retry EVENT_ID\n"
+      "\n"
+      "Sends a failed or pending event again now, from its first attempt;\n"
+      "an event being sent right now is refused (exit 1).\n"
+      "\n"
+      "--json: {\"event_id\": ID, \"state\": \"pending\"}\n" },
 
     { NULL, NULL, NULL, NULL }
 };
@@ -1629,6 +1657,197 @@ sessionctl_key_delete(sessionctl_ctx_t *ctx, int argc, char **argv)
     }
 
     printf("key_id %s\ndeleted true\n", id);
+
+    return SESSIONCTL_OK;
+}
+
+
+/* the outbox, newest first: what was sent, what waits, what failed */
+
+static int
+sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc, char **argv)
+{
+    int                i, n, rc, limit;
+    char              *end, lim[16];
+    json_t            *events, *item;
+    PGresult          *res;
+    const char        *values[4], *v;
+    sessionctl_opt_t   opts[4] = {
+        { "--project", NULL }, { "--session", NULL }, { "--state", NULL },
+        { "--limit", NULL }
+    };
+
+    rc = sessionctl_parse_args(argc, argv, NULL, 0, opts, 4);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    if (opts[0].value == NULL && opts[1].value == NULL) {
+        return sessionctl_usage("webhook list needs --project or --session");
+    }
+
+    if (opts[0].value && !sessionctl_uuid_valid(opts[0].value)) {
+        return sessionctl_refuse("project not found");
+    }
+
+    if (opts[1].value && !sessionctl_uuid_valid(opts[1].value)) {
+        return sessionctl_refuse("session not found");
+    }
+
+    v = opts[2].value;
+
+    if (v && strcmp(v, "pending") != 0 && strcmp(v, "sending") != 0
+        && strcmp(v, "delivered") != 0 && strcmp(v, "failed") != 0)
+    {
+        return sessionctl_refuse("invalid state \"%s\": pending, sending, "
+                                 "delivered or failed", v);
+    }
+
+    limit = 100;
+
+    if (opts[3].value) {
+        errno = 0;
+        limit = (int) strtol(opts[3].value, &end, 10);
+
+        if (errno || *end != '\0' || end == opts[3].value || limit < 1
+            || limit > 10000)
+        {
+            return sessionctl_refuse("invalid limit \"%s\": 1 to 10000",
+                                     opts[3].value);
+        }
+    }
+
+    snprintf(lim, sizeof(lim), "%d", limit);
+
+    rc = sessionctl_connect(ctx);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    values[0] = opts[0].value;
+    values[1] = opts[1].value;
+    values[2] = opts[2].value;
+    values[3] = lim;
+
+    res = sessionctl_exec(ctx, SESSIONCTL_SQL_WEBHOOK_LIST, 4, values, NULL,
+                          NULL);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    n = PQntuples(res);
+
+    if (!ctx->json) {
+        printf("%-36s  %-17s  %-9s  %8s  %-20s  %s\n", "event_id", "type",
+               "state", "attempts", "next_attempt", "last_error");
+
+        for (i = 0; i < n; i++) {
+            printf("%-36s  %-17s  %-9s  %8s  %-20s  %s\n",
+                   PQgetvalue(res, i, 0), PQgetvalue(res, i, 2),
+                   PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
+                   PQgetisnull(res, i, 8) ? "-" : PQgetvalue(res, i, 8),
+                   PQgetisnull(res, i, 5) ? "-" : PQgetvalue(res, i, 5));
+        }
+
+        PQclear(res);
+
+        return SESSIONCTL_OK;
+    }
+
+    events = json_array();
+
+    if (events == NULL) {
+        PQclear(res);
+        return sessionctl_refuse("out of memory");
+    }
+
+    for (i = 0; i < n; i++) {
+        item = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:s, s:s, s:o, s:o}",
+                         "event_id", PQgetvalue(res, i, 0),
+                         "session_id", PQgetvalue(res, i, 1),
+                         "type", PQgetvalue(res, i, 2),
+                         "state", PQgetvalue(res, i, 3),
+                         "attempts", atoi(PQgetvalue(res, i, 4)),
+                         "last_error",
+                         PQgetisnull(res, i, 5)
+                             ? json_null()
+                             : json_string(PQgetvalue(res, i, 5)),
+                         "url", PQgetvalue(res, i, 6),
+                         "created_at", PQgetvalue(res, i, 7),
+                         "next_attempt_at",
+                         PQgetisnull(res, i, 8)
+                             ? json_null()
+                             : json_string(PQgetvalue(res, i, 8)),
+                         "finished_at",
+                         PQgetisnull(res, i, 9)
+                             ? json_null()
+                             : json_string(PQgetvalue(res, i, 9)));
+
+        if (json_array_append_new(events, item) != 0) {
+            PQclear(res);
+            json_decref(events);
+            return sessionctl_refuse("out of memory");
+        }
+    }
+
+    PQclear(res);
+
+    return sessionctl_print_json(json_pack("{s:o}", "events", events));
+}
+
+
+/* an event due again now, with a fresh count of attempts */
+
+static int
+sessionctl_webhook_retry(sessionctl_ctx_t *ctx, int argc, char **argv)
+{
+    int          rc, busy;
+    char         id[SESSIONCTL_UUID_LEN + 1];
+    PGresult    *res;
+    const char  *pos[1], *values[1];
+
+    rc = sessionctl_parse_args(argc, argv, pos, 1, NULL, 0);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    if (!sessionctl_uuid_valid(pos[0])) {
+        return sessionctl_refuse("event not found");
+    }
+
+    rc = sessionctl_connect(ctx);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    values[0] = pos[0];
+
+    res = sessionctl_exec(ctx, SESSIONCTL_SQL_WEBHOOK_RETRY, 1, values, NULL,
+                          NULL);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    if (PQntuples(res) == 0) {
+        PQclear(res);
+        return sessionctl_refuse("event not found");
+    }
+
+    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+    busy = PQgetvalue(res, 0, 1)[0] == 't';
+    PQclear(res);
+
+    if (busy) {
+        return sessionctl_refuse("event %s is being sent now; try again "
+                                 "once its attempt has ended", id);
+    }
+
+    if (ctx->json) {
+        return sessionctl_print_json(json_pack("{s:s, s:s}", "event_id", id,
+                                               "state", "pending"));
+    }
+
+    printf("event_id %s\nstate pending\n", id);
 
     return SESSIONCTL_OK;
 }

@@ -132,4 +132,47 @@
     " FROM api_keys WHERE id = $1::uuid"
 
 
+/*
+ * webhook list: $1 project or NULL, $2 session or NULL, $3 state or NULL,
+ * $4 most rows; newest first
+ */
+
+#define SESSIONCTL_SQL_WEBHOOK_LIST                                           \
+    "SELECT id, session_id, event_type, state, attempts, last_error, url,"    \
+    " created, next_attempt, finished FROM ("                                 \
+    "SELECT o.id::text AS id, o.session_id::text AS session_id,"              \
+    " o.event_type, CASE"                                                     \
+    " WHEN o.delivered_at IS NOT NULL THEN 'delivered'"                       \
+    " WHEN o.failed_at IS NOT NULL THEN 'failed'"                             \
+    " WHEN o.claimed_until > now() THEN 'sending'"                            \
+    " ELSE 'pending' END AS state,"                                           \
+    " o.attempts, o.last_error, o.url, o.created_at, o.id AS uid, "           \
+    SESSIONCTL_SQL_TIME("o.created_at") " AS created, "                       \
+    "CASE WHEN o.delivered_at IS NULL AND o.failed_at IS NULL THEN "          \
+    SESSIONCTL_SQL_TIME("o.next_attempt_at") " END AS next_attempt, "         \
+    SESSIONCTL_SQL_TIME("coalesce(o.delivered_at, o.failed_at)")              \
+    " AS finished"                                                            \
+    " FROM webhook_outbox o"                                                  \
+    " WHERE ($1::uuid IS NULL OR o.project_id = $1::uuid)"                    \
+    " AND ($2::uuid IS NULL OR o.session_id = $2::uuid)) e"                   \
+    " WHERE ($3::text IS NULL OR state = $3::text)"                           \
+    " ORDER BY created_at DESC, uid DESC LIMIT $4::integer"
+
+/*
+ * webhook retry: $1 event id.  No row: unknown; busy: a sender holds it
+ * now (left alone: its outcome would be lost); else it is due again
+ * with a fresh count of attempts, and every worker hears of it.
+ */
+
+#define SESSIONCTL_SQL_WEBHOOK_RETRY                                          \
+    "WITH e AS (SELECT id, coalesce(claimed_until > now(), false) AS busy"    \
+    " FROM webhook_outbox WHERE id = $1::uuid FOR UPDATE),"                   \
+    " u AS (UPDATE webhook_outbox o SET delivered_at = NULL,"                 \
+    " failed_at = NULL, attempts = 0, next_attempt_at = now(),"               \
+    " claimed_until = NULL FROM e WHERE o.id = e.id AND NOT e.busy"           \
+    " RETURNING o.id)"                                                        \
+    " SELECT e.id::text, e.busy, pg_notify('session_webhooks', '')"           \
+    " FROM e"
+
+
 #endif /* _NGX_HTTP_SESSION_CTL_SQL_H_INCLUDED_ */

@@ -25,6 +25,7 @@ static const ngx_http_session_suite_pt  ngx_http_session_suites[] = {
     make_idem_suite,
     make_image_suite,
     make_doc_suite,
+    make_delivery_suite,
     NULL
 };
 
