@@ -21,9 +21,6 @@
 #define NGX_HTTP_SESSION_DB_BACKOFF_MIN  100
 #define NGX_HTTP_SESSION_DB_BACKOFF_MAX  2000
 
-/* waiting queries per connection before new ones are refused with 503 */
-#define NGX_HTTP_SESSION_DB_QUEUE_PER_CONN  256
-
 /*
  * libpq grows a connection's input and output buffers to the largest
  * message it has read or written and never shrinks them: a connection
@@ -39,9 +36,15 @@ typedef struct {
     char                        *prepare;
     ngx_http_session_db_conn_t  *conns;
     ngx_uint_t                   nconns;
+    /*
+     * Queries that wait for a connection, each until session_db_timeout
+     * at most.  Not capped: an entry is the query object its request (or
+     * timer task) holds anyway, linked in place, so the queue is bounded
+     * by the worker's connections (a request waits for one query at a
+     * time) plus one read per long-polled session.
+     */
     ngx_queue_t                  waiting;
     ngx_uint_t                   nwaiting;
-    ngx_uint_t                   max_waiting;
     ngx_msec_t                   timeout;
 } ngx_http_session_db_pool_t;
 
@@ -127,7 +130,6 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     }
 
     ngx_queue_init(&pool->waiting);
-    pool->max_waiting = pool->nconns * NGX_HTTP_SESSION_DB_QUEUE_PER_CONN;
     pool->timeout = smcf->db_timeout;
 
     if (ngx_http_session_db_prepare_text(cycle, pool) != NGX_OK) {
@@ -993,9 +995,12 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
         }
     }
 
-    /* no connection that could answer soon: do not make the client wait */
+    /*
+     * No connection that could answer soon: do not make the client wait.
+     * Otherwise wait, however many wait: a burst is served in turn.
+     */
 
-    if (alive == 0 || pool->nwaiting >= pool->max_waiting) {
+    if (alive == 0) {
         ngx_http_session_stat(db_failures, 1);
         return NGX_DECLINED;
     }

@@ -387,7 +387,8 @@ ngx_http_session_render_tail(u_char *p, u_char *cursor, size_t cursor_len)
 
 
 ngx_buf_t *
-ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
+ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log, PGresult *res,
+    int n)
 {
     int                              i;
     size_t                           len;
@@ -397,10 +398,10 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
     ngx_http_session_doc_session_t   s;
 
     if (ngx_http_session_render_read_session(res, 0, 0, &s) != NGX_OK) {
-        return ngx_http_session_render_bad(r);
+        goto bad;
     }
 
-    im = ngx_palloc(r->pool, (n ? n : 1) * sizeof(*im));
+    im = ngx_palloc(pool, (n ? n : 1) * sizeof(*im));
     if (im == NULL) {
         return NULL;
     }
@@ -414,13 +415,13 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
                                                &im[i])
             != NGX_OK)
         {
-            return ngx_http_session_render_bad(r);
+            goto bad;
         }
 
         len += ngx_http_session_doc_image_size(&im[i]) + sizeof(", ") - 1;
     }
 
-    b = ngx_create_temp_buf(r->pool, len);
+    b = ngx_create_temp_buf(pool, len);
     if (b == NULL) {
         return NULL;
     }
@@ -443,4 +444,12 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
     b->last = p;
 
     return b;
+
+bad:
+
+    /* the one answer is shared by every waiter: no request to log with */
+    ngx_log_error(NGX_LOG_ERR, log, 0,
+                  "session db: a row is not what the statement returns");
+
+    return NULL;
 }
