@@ -34,6 +34,7 @@
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_sessions.h"
 #include "ngx_http_session_sql.h"
+#include "ngx_http_session_stats.h"
 
 
 /* the most images one answer carries (API.md section 5) */
@@ -266,6 +267,7 @@ ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
     node = p->node;
 
     ngx_queue_insert_tail(&node->waiters, &p->queue);
+    ngx_http_session_stat(polls_waiting, 1);
 
     if (!p->final) {
         p->timer.handler = ngx_http_session_poll_timeout;
@@ -419,6 +421,8 @@ ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "session poll: reading %s", node->sid);
+
+    ngx_http_session_stat(poll_reads, 1);
 
     node->read_pool = pool;
     node->reading = 1;
@@ -676,6 +680,7 @@ ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
 
         p = ngx_queue_data(q, ngx_http_session_poll_t, queue);
         p->node = NULL;
+        ngx_http_session_stat(polls_waiting, -1);
 
         if (p->timer.timer_set) {
             ngx_del_timer(&p->timer);
@@ -757,6 +762,7 @@ ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
 
     if (p->queue.next) {
         ngx_queue_remove(&p->queue);
+        ngx_http_session_stat(polls_waiting, -1);
     }
 
     p->node = NULL;
@@ -1032,6 +1038,7 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 
             ngx_queue_remove(qq);
             p->node = NULL;
+            ngx_http_session_stat(polls_waiting, -1);
 
             if (p->timer.timer_set) {
                 ngx_del_timer(&p->timer);
