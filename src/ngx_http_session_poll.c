@@ -804,14 +804,19 @@ ngx_http_session_poll_cleanup(void *data)
 static void
 ngx_http_session_poll_timeout(ngx_event_t *ev)
 {
-    ngx_http_session_poll_t  *p = ev->data;
+    ngx_http_session_poll_t       *p = ev->data;
+    ngx_http_session_poll_node_t  *node;
+
+    node = p->node;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ev->log, 0,
-                   "session poll: timeout on %s", p->node->sid);
+                   "session poll: timeout on %s", node->sid);
 
     p->final = 1;
 
-    ngx_http_session_poll_want(p->node, 1);
+    /* a read that cannot start answers the poll and may empty the node */
+    ngx_http_session_poll_want(node, 1);
+    ngx_http_session_poll_release(node);
 }
 
 
