@@ -5,6 +5,7 @@
 #   make stop       stop them
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
+#   make bench-poll the long-poll fan-out beside nchan (bounded)
 #   make lint       80 columns, no tabs, cppcheck
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
@@ -30,7 +31,7 @@ MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
 MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench lint clean \
+.PHONY: all build deps run stop test unit integration bench bench-poll lint clean \
         distclean
 
 all: build
@@ -100,6 +101,9 @@ test: deps
 
 bench: deps build
 	@bash util/bench.sh
+
+bench-poll: deps build
+	@bash util/bench-poll.sh
 
 lint:
 	@bash util/lint.sh

@@ -437,6 +437,35 @@ main(int argc, char **argv)
         pcounts[conns[n + i].status % 1000]++;
     }
 
+    /* the publish requests' own answers: the upload's commit, say */
+
+    for (i = 0, t = 0; i < npub; i++) {
+        if (conns[n + i].status) {
+            lat[i] = (conns[n + i].at - pub_sent[i]) * 1000;
+
+        } else {
+            lat[i] = 0;
+        }
+    }
+
+    if (npub && npub <= n) {
+        qsort(lat, npub, sizeof(double), cmp_double);
+        printf("publish_p50_ms %.2f\n", lat[(npub - 1) / 2]);
+        printf("publish_max_ms %.2f\n", lat[npub - 1]);
+    }
+
+    k = 0;
+
+    for (i = 0; i < n; i++) {
+        c = &conns[i];
+
+        if (c->status == 0 || c->early) {
+            continue;
+        }
+
+        lat[k++] = (c->at - pub_sent[c->id]) * 1000;
+    }
+
     for (i = 0; i < 1000; i++) {
         if (counts[i]) {
             printf("status %d %d\n", i, counts[i]);
