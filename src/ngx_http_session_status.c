@@ -328,8 +328,9 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.polls_waiting, st->s.poll_reads, st->s.sweeps, st->s.expired, &st->zone, st->fig.size,
-                   st->fig.free, st->fig.keys, st->fig.evictions);
+                   st->s.polls_waiting, st->s.poll_reads, st->s.sweeps,
+                   st->s.expired, &st->zone, st->fig.size, st->fig.free,
+                   st->fig.keys, st->fig.evictions);
 }
 
 
