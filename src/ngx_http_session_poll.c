@@ -410,6 +410,9 @@ ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
     q->result_format = 1;
     q->data = node;
 
+    /* one read answers many waiters: not held behind a burst of writes */
+    q->first = 1;
+
     ngx_http_session_db_param(q, node->project, 0, 0);
     ngx_http_session_db_param(q, node->sid, 0, 0);
     ngx_http_session_db_param(q, NGX_HTTP_SESSION_POLL_IMAGES, 0, 0);

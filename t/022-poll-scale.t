@@ -194,6 +194,14 @@ $checks{shared} = sub {
     # the keys are in the auth cache: the polls' only statements are reads
     api('GET', "/api/v1/sessions/$sid", $KEY{$_}) for qw(MAIN OTHER);
 
+    # the worker's LISTEN connection is up (a poll woken by an upload), so
+    # that its first wake-up of every node does not come in between
+    my $warm = create()->{json}{id};
+    my $wp = poll_send($warm, '?timeout=30');
+    ok(!answered($wp, 0.5), "$name - warm-up poll waits");
+    upload($warm);
+    is(answer($wp, 10)->{status}, 200, "$name - warm-up poll woken");
+
     my $before = long_poll();
     is($before->{waiting}, 0, "$name - nobody waits before");
 
@@ -252,6 +260,9 @@ $checks{burst} = sub {
     my $sid = create()->{json}{id};
     api('GET', "/api/v1/sessions/$sid", $KEY{MAIN});
 
+    # sessions whose polls' reads wait in the queue beside the requests
+    my @psid = map { create()->{json}{id} } 1 .. 5;
+
     open my $lock, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
         or die "psql: $!";
     $lock->autoflush(1);
@@ -264,13 +275,16 @@ $checks{burst} = sub {
        "$name - the lock is held");
 
     my @req = map { send_request("/api/v1/sessions/$sid") } 1 .. $n;
+    my @polls = map { poll_send($_, '?timeout=0') } @psid;
+
+    # polls of other sessions: their reads take turns with the queue
 
     my $blocked = q{SELECT count(*) FROM pg_stat_activity}
                   . q{ WHERE wait_event_type = 'Lock'};
     ok((wait_until(10, 0.05, sub { psql($blocked) >= 1 }))[0],
        "$name - a statement waits for the lock");
 
-    my $sel = IO::Select->new(map { $_->{sock} } @req);
+    my $sel = IO::Select->new(map { $_->{sock} } @req, @polls);
     ok(!$sel->can_read(1), "$name - nobody is answered while it waits");
 
     print $lock "COMMIT;\n";
@@ -283,6 +297,10 @@ $checks{burst} = sub {
     is($by{200} // 0, $n, "$name - $n x 200")
         or diag(explain(\%by));
     ok(!$by{503}, "$name - no 503");
+
+    my @p = map { answer($_, 20) } @polls;
+    is(scalar(grep { $_->{status} == 200 } @p), scalar @psid,
+       "$name - the polls waiting beside them: 200");
 };
 
 # a second nginx on the same database: an upload on either wakes a poll
