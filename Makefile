@@ -5,6 +5,7 @@
 #   make stop       stop them
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
+#   make bench-poll the long-poll fan-out beside nchan (bounded)
 #   make lint       80 columns, no tabs, cppcheck
 #   make openapi    validate docs/openapi.yaml (part of make test too)
 #   make deb        build/deb/libnginx-mod-http-session_*.deb (+ lintian)
@@ -38,8 +39,8 @@ MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
 MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench lint clean \
-        distclean openapi deb deb-test
+.PHONY: all build deps run stop test unit integration bench bench-poll lint \
+        clean distclean openapi deb deb-test
 
 all: build
 
@@ -109,6 +110,9 @@ test: deps
 
 bench: deps build
 	@bash util/bench.sh
+
+bench-poll: deps build
+	@bash util/bench-poll.sh
 
 lint:
 	@bash util/lint.sh

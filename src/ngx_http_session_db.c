@@ -21,9 +21,6 @@
 #define NGX_HTTP_SESSION_DB_BACKOFF_MIN  100
 #define NGX_HTTP_SESSION_DB_BACKOFF_MAX  2000
 
-/* waiting queries per connection before new ones are refused with 503 */
-#define NGX_HTTP_SESSION_DB_QUEUE_PER_CONN  256
-
 /*
  * libpq grows a connection's input and output buffers to the largest
  * message it has read or written and never shrinks them: a connection
@@ -39,9 +36,23 @@ typedef struct {
     char                        *prepare;
     ngx_http_session_db_conn_t  *conns;
     ngx_uint_t                   nconns;
+    /*
+     * Queries that wait for a connection, each until session_db_timeout
+     * at most.  Not capped: an entry is the query object its request (or
+     * timer task) holds anyway, linked in place, so the queue is bounded
+     * by the worker's connections (a request waits for one query at a
+     * time) plus one read per long-polled session.
+     */
     ngx_queue_t                  waiting;
+    /*
+     * Queries with q->first (a long poll's shared read): they and those
+     * of "waiting" take turns for a free connection, so that a read that
+     * many polls wait for is not held behind a burst of writes, and
+     * writes are not held behind reads either.
+     */
+    ngx_queue_t                  first;
+    ngx_uint_t                   turn;
     ngx_uint_t                   nwaiting;
-    ngx_uint_t                   max_waiting;
     ngx_msec_t                   timeout;
 } ngx_http_session_db_pool_t;
 
@@ -69,6 +80,8 @@ static size_t ngx_http_session_db_row_size(PGresult *res);
 static ngx_int_t ngx_http_session_db_send_query(
     ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_dispatch(void);
+static ngx_queue_t *ngx_http_session_db_next(
+    ngx_http_session_db_pool_t *pool);
 static void ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_query_timeout(ngx_event_t *ev);
 static void ngx_http_session_db_query_cleanup(void *data);
@@ -129,7 +142,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     }
 
     ngx_queue_init(&pool->waiting);
-    pool->max_waiting = pool->nconns * NGX_HTTP_SESSION_DB_QUEUE_PER_CONN;
+    ngx_queue_init(&pool->first);
     pool->timeout = smcf->db_timeout;
 
     if (ngx_http_session_db_prepare_text(cycle, pool) != NGX_OK) {
@@ -1030,14 +1043,18 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
         }
     }
 
-    /* no connection that could answer soon: do not make the client wait */
+    /*
+     * No connection that could answer soon: do not make the client wait.
+     * Otherwise wait, however many wait: a burst is served in turn.
+     */
 
-    if (alive == 0 || pool->nwaiting >= pool->max_waiting) {
+    if (alive == 0) {
         ngx_http_session_stat(db_failures, 1);
         return NGX_DECLINED;
     }
 
-    ngx_queue_insert_tail(&pool->waiting, &q->queue);
+    ngx_queue_insert_tail(q->first ? &pool->first : &pool->waiting,
+                          &q->queue);
     pool->nwaiting++;
     q->queued = 1;
 
@@ -1101,7 +1118,7 @@ ngx_http_session_db_dispatch(void)
 
     alive = 0;
 
-    for (i = 0; i < pool->nconns && !ngx_queue_empty(&pool->waiting); i++) {
+    for (i = 0; i < pool->nconns && pool->nwaiting; i++) {
         dc = &pool->conns[i];
 
         if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
@@ -1112,7 +1129,7 @@ ngx_http_session_db_dispatch(void)
             continue;
         }
 
-        head = ngx_queue_head(&pool->waiting);
+        head = ngx_http_session_db_next(pool);
         q = ngx_queue_data(head, ngx_http_session_db_query_t, queue);
 
         ngx_queue_remove(head);
@@ -1124,14 +1141,14 @@ ngx_http_session_db_dispatch(void)
         }
     }
 
-    if (alive || ngx_queue_empty(&pool->waiting)) {
+    if (alive || pool->nwaiting == 0) {
         return;
     }
 
     /* every connection is down: fail the waiting queries now */
 
-    while (!ngx_queue_empty(&pool->waiting)) {
-        head = ngx_queue_head(&pool->waiting);
+    while (pool->nwaiting) {
+        head = ngx_http_session_db_next(pool);
         q = ngx_queue_data(head, ngx_http_session_db_query_t, queue);
 
         ngx_queue_remove(head);
@@ -1140,6 +1157,25 @@ ngx_http_session_db_dispatch(void)
 
         ngx_http_session_db_complete(q, NULL);
     }
+}
+
+
+/* the next waiting query: the two queues take turns while both wait */
+
+static ngx_queue_t *
+ngx_http_session_db_next(ngx_http_session_db_pool_t *pool)
+{
+    if (ngx_queue_empty(&pool->first)) {
+        return ngx_queue_head(&pool->waiting);
+    }
+
+    if (ngx_queue_empty(&pool->waiting)) {
+        return ngx_queue_head(&pool->first);
+    }
+
+    pool->turn ^= 1;
+
+    return ngx_queue_head(pool->turn ? &pool->first : &pool->waiting);
 }
 
 

@@ -91,6 +91,8 @@ struct ngx_http_session_db_query_s {
 
     /* the handler takes res over (e.g. to send its bytes as they are) */
     unsigned                         keep_result:1;
+    /* takes turns with the other waiting queries, see db.c */
+    unsigned                         first:1;
     unsigned                         queued:1;
     unsigned                         done:1;
 };

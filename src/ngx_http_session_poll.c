@@ -1,19 +1,30 @@
 /*
  * The long poll.
  *
- * A poll reads the session and its unacknowledged images with one
- * prepared statement (NGX_HTTP_SESSION_SQL_POLL).
- * When there is nothing to answer yet, the request waits in this
- * worker's table, keyed by session id, holding no database connection,
- * with a timer for its timeout.  The LISTEN connection hands every
- * "uploaded:", "completed:" and "expired:<sid>" of session_events to
- * ngx_http_session_poll_wake(): a hint, after which each waiter of that
- * session reads again and either answers or goes on waiting.
+ * The polls of one session (and one project: the statement's images
+ * depend on it) that wait in this worker share a node of the worker's
+ * table.  The node reads the session and its unacknowledged images with
+ * one prepared statement (NGX_HTTP_SESSION_STMT_POLL) for all of them,
+ * renders the answer once and sends the same bytes to each: the database
+ * work of a wake-up is one statement per session per worker, however
+ * many polls wait on it, and polls that start together share their
+ * first read.  The read belongs to the node, not to a request, so a
+ * client that goes away does not cancel it.
  *
- * A waiter is in the table from before its first read until it answers,
- * so that a notification that arrives while a read is under way is not
- * lost: the read that is running may have missed the change, and the
- * waiter reads once more when it comes back empty.
+ * No wake-up is lost: a poll that arrives while a read is under way
+ * joins it; the read may have missed a change committed after it was
+ * sent, but that change's notification arrives after the commit, and a
+ * notification that comes during a read makes the node read once more
+ * before it concludes "nothing yet".  So once a read finds nothing, the
+ * node is settled: a new poll joins it with no read of its own, because
+ * any later change will wake it (and a LISTEN connection that comes back
+ * from an outage wakes every node).  A poll that must answer now (its
+ * timeout, timeout=0, shutdown) is answered only by a read sent after it
+ * asked.
+ *
+ * Each waiter has a timer for its timeout; the node has one for the
+ * session's expires_at, which answers every waiter 410 "session has
+ * expired" on time instead of at the next expiry sweep.
  */
 
 #include "ngx_http_session_poll.h"
@@ -23,65 +34,103 @@
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
+#include "ngx_http_session_stats.h"
 
 
 /* the most images one answer carries (API.md section 5) */
 #define NGX_HTTP_SESSION_POLL_IMAGES      "100"
 /* how soon a worker that shuts down answers its waiters, milliseconds */
 #define NGX_HTTP_SESSION_POLL_EXIT_CHECK  1000
+/* a node's read: the query object and its parameters' lengths */
+#define NGX_HTTP_SESSION_POLL_READ_POOL   1024
 
 
-/* the waiters of one session */
+/* the waiters of one session and project */
 typedef struct {
-    /* key: CRC32 of the session id's text */
+    /* key: CRC32 of the session id's text; then sid, then project */
     ngx_rbtree_node_t              node;
+    /* in the worker's list of every node */
+    ngx_queue_t                    all;
     ngx_queue_t                    waiters;
-    u_char                         sid[NGX_HTTP_SESSION_UUID_LEN];
-    /* its waiters are being woken: the node stays until that is over */
+    /* the session's expires_at: answers every waiter 410 */
+    ngx_event_t                    expiry;
+    /* the running read's pool, NULL when none runs */
+    ngx_pool_t                    *read_pool;
+    /* NUL-terminated: they are the statement's parameters */
+    u_char                         sid[NGX_HTTP_SESSION_UUID_LEN + 1];
+    u_char                         project[NGX_HTTP_SESSION_UUID_LEN + 1];
+
+    /* a read is under way */
+    unsigned                       reading:1;
+    /* something happened after that read was sent: read again */
+    unsigned                       again:1;
+    /* the last read found nothing to answer and nothing happened since */
+    unsigned                       settled:1;
+    /* its waiters are being answered: the node stays until that is over */
     unsigned                       busy:1;
 } ngx_http_session_poll_node_t;
 
 
 struct ngx_http_session_poll_s {
-    /* in node->waiters, and in the worker's list of every waiter */
+    /* in node->waiters */
     ngx_queue_t                    queue;
-    ngx_queue_t                    all;
     /* NULL once the poll no longer waits */
     ngx_http_session_poll_node_t  *node;
     ngx_http_request_t            *request;
     ngx_event_t                    timer;
-    u_char                         sid[NGX_HTTP_SESSION_UUID_LEN + 1];
 
-    /* a read of session_poll() is under way */
-    unsigned                       reading:1;
-    /* a wake-up came during that read: read again if it finds nothing */
-    unsigned                       again:1;
     /* timed out (or timeout 0, or shutting down): the next read answers */
     unsigned                       final:1;
 };
 
 
-static ngx_int_t ngx_http_session_poll_wait(ngx_http_session_poll_t *p,
+/* one rendered answer, sent as it is by every waiter it answers */
+typedef struct {
+    ngx_pool_t                    *pool;
+    ngx_buf_t                     *body;
+    /* the waiters still sending it, and the node while it answers */
+    ngx_uint_t                     refs;
+} ngx_http_session_poll_answer_t;
+
+
+static ngx_int_t ngx_http_session_poll_join(ngx_http_session_poll_t *p,
     ngx_msec_t timeout);
-static ngx_int_t ngx_http_session_poll_read(ngx_http_session_poll_t *p);
+static ngx_http_session_poll_node_t *ngx_http_session_poll_node(
+    u_char *sid, u_char *project, ngx_log_t *log);
+static void ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
+    ngx_uint_t final);
+static ngx_int_t ngx_http_session_poll_read(
+    ngx_http_session_poll_node_t *node);
 static void ngx_http_session_poll_result(ngx_http_session_db_query_t *q,
     PGresult *res);
-static void ngx_http_session_poll_kick(ngx_http_session_poll_t *p);
-static void ngx_http_session_poll_fail(ngx_http_session_poll_t *p,
-    ngx_int_t rc);
+static ngx_http_session_err_e ngx_http_session_poll_check(
+    ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
+    int *n, int64_t *expires_us);
+static void ngx_http_session_poll_expires(ngx_http_session_poll_node_t *node,
+    int64_t expires_us);
+static void ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
+    ngx_uint_t final_only, ngx_http_session_err_e err,
+    ngx_http_session_poll_answer_t *a);
+static ngx_int_t ngx_http_session_poll_send(ngx_http_request_t *r,
+    ngx_http_session_poll_answer_t *a);
+static void ngx_http_session_poll_answer_release(void *data);
 static void ngx_http_session_poll_leave(ngx_http_session_poll_t *p);
+static void ngx_http_session_poll_release(
+    ngx_http_session_poll_node_t *node);
 static void ngx_http_session_poll_cleanup(void *data);
 static void ngx_http_session_poll_timeout(ngx_event_t *ev);
+static void ngx_http_session_poll_expired(ngx_event_t *ev);
+static void ngx_http_session_poll_want_all(ngx_uint_t final);
 static void ngx_http_session_poll_exit_check(ngx_event_t *ev);
-static ngx_http_session_poll_node_t *ngx_http_session_poll_lookup(
-    u_char *sid, uint32_t hash);
+static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
+    uint32_t hash, u_char *sid, u_char *project);
 static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 
 
 static ngx_rbtree_t        ngx_http_session_poll_tree;
 static ngx_rbtree_node_t   ngx_http_session_poll_sentinel;
-static ngx_queue_t         ngx_http_session_poll_all;
+static ngx_queue_t         ngx_http_session_poll_nodes;
 static ngx_event_t         ngx_http_session_poll_exit_ev;
 /* nginx's timer traces print ev->data as a connection's fd */
 static ngx_connection_t    ngx_http_session_poll_exit_conn;
@@ -96,6 +145,7 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
     u_char                       *pos, uuid[16];
     u_char                        max[NGX_TIME_T_LEN];
+    u_char                        sid[NGX_HTTP_SESSION_UUID_LEN];
     time_t                        timeout;
     ngx_int_t                     rc;
     ngx_str_t                     name, value, text;
@@ -153,8 +203,12 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                       NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
     }
 
+    if (!ngx_http_session_poll_ready) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
     p = ngx_pcalloc(r->pool, sizeof(ngx_http_session_poll_t));
-    if (p == NULL || ngx_http_session_project(r, ctx) == NULL) {
+    if (p == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
@@ -167,26 +221,19 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     cln->data = p;
 
     p->request = r;
-    ngx_http_session_uuid_format(uuid, p->sid);
-    p->sid[NGX_HTTP_SESSION_UUID_LEN] = '\0';
-
     ctx->poll = p;
 
-    if (timeout == 0 || ngx_exiting || !ngx_http_session_poll_ready) {
-        p->final = 1;
+    ngx_http_session_uuid_format(uuid, sid);
 
-    } else {
-        if (ngx_http_session_poll_wait(p, (ngx_msec_t) timeout * 1000)
-            != NGX_OK)
-        {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        /* a client that goes away ends the wait at once */
-        r->read_event_handler = ngx_http_test_reading;
+    p->node = ngx_http_session_poll_node(sid, ctx->principal.project_id,
+                                         r->connection->log);
+    if (p->node == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    rc = ngx_http_session_poll_read(p);
+    p->final = (timeout == 0 || ngx_exiting);
+
+    rc = ngx_http_session_poll_join(p, (ngx_msec_t) timeout * 1000);
 
     if (rc != NGX_OK) {
         ngx_http_session_poll_leave(p);
@@ -196,6 +243,9 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                          : NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
+    /* a client that goes away ends the wait at once */
+    r->read_event_handler = ngx_http_test_reading;
+
     /* the request lives until the poll answers, however many reads */
     r->main->count++;
 
@@ -203,84 +253,183 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 }
 
 
-/* enters the table and arms the timeout */
+/*
+ * Enters the node (found or made by the caller), arms the timeout, and
+ * reads or joins the read under way: NGX_OK, NGX_DECLINED (no database
+ * now: 503) or NGX_ERROR.
+ */
 
 static ngx_int_t
-ngx_http_session_poll_wait(ngx_http_session_poll_t *p, ngx_msec_t timeout)
+ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
 {
-    uint32_t                       hash;
     ngx_http_session_poll_node_t  *node;
 
-    hash = ngx_crc32_short(p->sid, NGX_HTTP_SESSION_UUID_LEN);
-
-    node = ngx_http_session_poll_lookup(p->sid, hash);
-
-    if (node == NULL) {
-        node = ngx_alloc(sizeof(ngx_http_session_poll_node_t),
-                         p->request->connection->log);
-        if (node == NULL) {
-            return NGX_ERROR;
-        }
-
-        ngx_memzero(node, sizeof(ngx_http_session_poll_node_t));
-
-        node->node.key = hash;
-        ngx_memcpy(node->sid, p->sid, NGX_HTTP_SESSION_UUID_LEN);
-        ngx_queue_init(&node->waiters);
-
-        ngx_rbtree_insert(&ngx_http_session_poll_tree, &node->node);
-    }
+    node = p->node;
 
     ngx_queue_insert_tail(&node->waiters, &p->queue);
-    ngx_queue_insert_tail(&ngx_http_session_poll_all, &p->all);
-    p->node = node;
+    ngx_http_session_stat(polls_waiting, 1);
 
-    p->timer.handler = ngx_http_session_poll_timeout;
-    p->timer.data = p;
-    p->timer.log = p->request->connection->log;
+    if (!p->final) {
+        p->timer.handler = ngx_http_session_poll_timeout;
+        p->timer.data = p;
+        p->timer.log = p->request->connection->log;
 
-    ngx_add_timer(&p->timer, timeout);
+        ngx_add_timer(&p->timer, timeout);
+    }
 
-    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
-                   "session poll: waiting on %s for %M ms", p->sid, timeout);
+    ngx_log_debug3(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
+                   "session poll: waiting on %s for %M ms%s", node->sid,
+                   timeout, node->reading ? ", joins a read" : "");
 
-    return NGX_OK;
+    if (node->reading) {
+        /* the read under way was sent before this poll asked */
+        node->again |= p->final;
+        return NGX_OK;
+    }
+
+    if (node->settled && !p->final) {
+        return NGX_OK;
+    }
+
+    return ngx_http_session_poll_read(node);
+}
+
+
+/* the node of sid and project, made if there is none; NULL: no memory */
+
+static ngx_http_session_poll_node_t *
+ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
+{
+    uint32_t                       hash;
+    ngx_int_t                      rc;
+    ngx_rbtree_node_t             *n, *sentinel;
+    ngx_http_session_poll_node_t  *node;
+
+    hash = ngx_crc32_short(sid, NGX_HTTP_SESSION_UUID_LEN);
+
+    n = ngx_http_session_poll_tree.root;
+    sentinel = ngx_http_session_poll_tree.sentinel;
+
+    while (n != sentinel) {
+        node = (ngx_http_session_poll_node_t *) n;
+
+        rc = ngx_http_session_poll_cmp(node, hash, sid, project);
+
+        if (rc == 0) {
+            return node;
+        }
+
+        n = (rc < 0) ? n->left : n->right;
+    }
+
+    node = ngx_alloc(sizeof(ngx_http_session_poll_node_t), log);
+    if (node == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(node, sizeof(ngx_http_session_poll_node_t));
+
+    node->node.key = hash;
+    ngx_memcpy(node->sid, sid, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(node->project, project, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_queue_init(&node->waiters);
+
+    node->expiry.handler = ngx_http_session_poll_expired;
+    node->expiry.data = node;
+    node->expiry.log = ngx_cycle->log;
+
+    ngx_rbtree_insert(&ngx_http_session_poll_tree, &node->node);
+    ngx_queue_insert_tail(&ngx_http_session_poll_nodes, &node->all);
+
+    return node;
 }
 
 
 /*
- * One call of session_poll(): NGX_OK (the result comes from the event
- * loop), NGX_DECLINED (no database now: 503) or NGX_ERROR (500).
+ * Something may have changed (final 0: a notification), or a waiter
+ * must answer now (final 1): read, or read again after the running
+ * read.  A read that cannot start answers the node's waiters 503.
+ */
+
+static void
+ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
+    ngx_uint_t final)
+{
+    ngx_int_t  rc;
+
+    node->settled = 0;
+
+    if (node->reading) {
+        node->again = 1;
+        return;
+    }
+
+    rc = ngx_http_session_poll_read(node);
+
+    if (rc == NGX_OK) {
+        return;
+    }
+
+    /* those that must answer now, or all, with no read to wait for */
+
+    ngx_http_session_poll_answer(node, final,
+                                 (rc == NGX_DECLINED)
+                                 ? NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE
+                                 : NGX_HTTP_SESSION_ERR_INTERNAL,
+                                 NULL);
+}
+
+
+/*
+ * One execution of the poll statement for the node: NGX_OK (the result
+ * comes from the event loop), NGX_DECLINED (no database now) or
+ * NGX_ERROR.
  */
 
 static ngx_int_t
-ngx_http_session_poll_read(ngx_http_session_poll_t *p)
+ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
 {
-    ngx_http_request_t           *r;
-    ngx_http_session_ctx_t       *ctx;
+    ngx_pool_t                   *pool;
     ngx_http_session_db_query_t  *q;
 
-    r = p->request;
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_POLL,
-                                       ngx_http_session_poll_result);
-    if (q == NULL) {
+    pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_READ_POOL, ngx_cycle->log);
+    if (pool == NULL) {
         return NGX_ERROR;
     }
 
-    q->data = p;
+    q = ngx_http_session_db_query_create_pool(pool, ngx_cycle->log,
+                                              NGX_HTTP_SESSION_SQL_POLL,
+                                              ngx_http_session_poll_result);
+    if (q == NULL) {
+        ngx_destroy_pool(pool);
+        return NGX_ERROR;
+    }
 
-    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
-    ngx_http_session_db_param(q, p->sid, 0, 0);
+    /* as ngx_http_session_db_query_stmt() makes it, with no request */
+    q->stmt = NGX_HTTP_SESSION_STMT_POLL;
+    q->result_format = 1;
+    q->data = node;
+
+    /* one read answers many waiters: not held behind a burst of writes */
+    q->first = 1;
+
+    ngx_http_session_db_param(q, node->project, 0, 0);
+    ngx_http_session_db_param(q, node->sid, 0, 0);
     ngx_http_session_db_param(q, NGX_HTTP_SESSION_POLL_IMAGES, 0, 0);
 
     if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        ngx_destroy_pool(pool);
         return NGX_DECLINED;
     }
 
-    p->reading = 1;
-    p->again = 0;
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "session poll: reading %s", node->sid);
+
+    ngx_http_session_stat(poll_reads, 1);
+
+    node->read_pool = pool;
+    node->reading = 1;
+    node->again = 0;
 
     return NGX_OK;
 }
@@ -291,123 +440,313 @@ ngx_http_session_poll_read(ngx_http_session_poll_t *p)
 static void
 ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    int                       n;
-    ngx_int_t                 rc;
-    ngx_buf_t                *b;
-    ngx_http_request_t       *r;
-    ngx_http_session_err_e    err;
-    ngx_http_session_poll_t  *p;
+    int                              n;
+    int64_t                          expires_us;
+    ngx_int_t                        rc;
+    ngx_pool_t                      *pool;
+    ngx_http_session_err_e           err;
+    ngx_http_session_poll_node_t    *node;
+    ngx_http_session_poll_answer_t  *a;
 
-    p = q->data;
-    r = p->request;
+    node = q->data;
+    pool = node->read_pool;
 
-    p->reading = 0;
+    node->read_pool = NULL;
+    node->reading = 0;
 
-    err = ngx_http_session_check(q, res, NGX_HTTP_SESSION_COL_S_PROJECT,
-                                 NGX_HTTP_SESSION_COL_S_STATUS);
+    err = ngx_http_session_poll_check(node, q->log, res, &n, &expires_us);
 
-    n = 0;
+    a = NULL;
 
-    if (err == NGX_HTTP_SESSION_ERR_LAST) {
-        if (PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS
-                              + NGX_HTTP_SESSION_IMAGE_NCOLS)
-        {
-            err = NGX_HTTP_SESSION_ERR_INTERNAL;
+    if (err == NGX_HTTP_SESSION_ERR_LAST && n == 0 && node->again) {
 
-        } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_SESSION_NCOLS)) {
-            n = PQntuples(res);
+        /* something happened while this read ran: it may have missed it */
 
-        } else if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
-                   == sizeof("completed") - 1
-                   && ngx_strncmp(PQgetvalue(res, 0,
-                                             NGX_HTTP_SESSION_COL_S_STATUS),
-                                  "completed", sizeof("completed") - 1)
-                      == 0)
-        {
-            /* completed, and no image waits for an acknowledgement */
-            err = NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED;
-        }
-    }
-
-    /* nothing to deliver yet, and time is left: wait on */
-
-    if (err == NGX_HTTP_SESSION_ERR_LAST && n == 0 && !p->final) {
-        if (!p->again) {
-            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                           "session poll: nothing yet on %s", p->sid);
-            return;
-        }
-
-        rc = ngx_http_session_poll_read(p);
+        rc = ngx_http_session_poll_read(node);
 
         if (rc != NGX_OK) {
-            ngx_http_session_poll_fail(p, rc);
+            err = (rc == NGX_DECLINED) ? NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE
+                                       : NGX_HTTP_SESSION_ERR_INTERNAL;
+            ngx_http_session_poll_answer(node, 0, err, NULL);
         }
 
-        return;
+        goto done;
     }
 
-    ngx_http_session_poll_leave(p);
+    if (err == NGX_HTTP_SESSION_ERR_LAST) {
+        /* one rendering for every waiter it answers */
 
-    if (err != NGX_HTTP_SESSION_ERR_LAST) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
-        return;
+        a = ngx_palloc(pool, sizeof(ngx_http_session_poll_answer_t));
+        if (a == NULL) {
+            err = NGX_HTTP_SESSION_ERR_INTERNAL;
+            goto answer;
+        }
+
+        a->pool = pool;
+        a->refs = 1;
+        a->body = ngx_http_session_render_poll(pool, q->log, res, n);
+
+        if (a->body == NULL) {
+            a = NULL;
+            err = NGX_HTTP_SESSION_ERR_INTERNAL;
+            goto answer;
+        }
+
+        /* the answer keeps the pool; the query in it is over */
+        pool = NULL;
+
+        if (n == 0) {
+            /* nothing yet: those whose time is up answer, the rest wait */
+            node->settled = 1;
+            ngx_http_session_poll_expires(node, expires_us);
+
+            ngx_http_session_poll_answer(node, 1, err, a);
+            ngx_http_session_poll_answer_release(a);
+
+            goto done;
+        }
     }
 
-    b = ngx_http_session_render_poll(r, res, n);
-    if (b == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-        return;
+answer:
+
+    ngx_http_session_poll_answer(node, 0, err, a);
+
+    if (a) {
+        ngx_http_session_poll_answer_release(a);
     }
 
-    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
+done:
+
+    if (pool) {
+        ngx_destroy_pool(pool);
+    }
+
+    ngx_http_session_poll_release(node);
 }
 
 
-/* a hint for one waiter: read again, or again after the running read */
+/*
+ * What the read says for the node's waiters: an error, or
+ * NGX_HTTP_SESSION_ERR_LAST with n images to deliver (n may be 0).
+ */
 
-static void
-ngx_http_session_poll_kick(ngx_http_session_poll_t *p)
+static ngx_http_session_err_e
+ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
+    ngx_log_t *log, PGresult *res, int *n, int64_t *expires_us)
 {
-    ngx_int_t          rc;
-    ngx_connection_t  *c;
+    u_char  project[NGX_HTTP_SESSION_UUID_LEN];
 
-    if (p->reading) {
-        p->again = 1;
-        return;
+    *n = 0;
+    *expires_us = 0;
+
+    if (res == NULL) {
+        return NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
     }
 
-    c = p->request->connection;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        ngx_log_error(NGX_LOG_ERR, log, 0, "session db: query failed: %s",
+                      PQresultErrorMessage(res));
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
 
-    rc = ngx_http_session_poll_read(p);
+    if (PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS
+                          + NGX_HTTP_SESSION_IMAGE_NCOLS)
+    {
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
 
-    if (rc != NGX_OK) {
-        ngx_http_session_poll_fail(p, rc);
+    if (PQntuples(res) == 0
+        || PQgetisnull(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT))
+    {
+        return NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
+    }
+
+    /* the statement joins images only for $1; the row says whose it is */
+
+    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT)
+        != NGX_HTTP_SESSION_UUID_BIN_LEN)
+    {
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
+
+    ngx_http_session_uuid_format(
+              (u_char *) PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT),
+              project);
+
+    if (ngx_memcmp(project, node->project, NGX_HTTP_SESSION_UUID_LEN) != 0) {
+        return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
+    }
+
+    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+        == sizeof("expired") - 1
+        && ngx_strncmp(PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_STATUS),
+                       "expired", sizeof("expired") - 1)
+           == 0)
+    {
+        return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
+    }
+
+    if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_SESSION_NCOLS)) {
+        *n = PQntuples(res);
+        return NGX_HTTP_SESSION_ERR_LAST;
+    }
+
+    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+        == sizeof("completed") - 1
+        && ngx_strncmp(PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_STATUS),
+                       "completed", sizeof("completed") - 1)
+           == 0)
+    {
+        /* completed, and no image waits for an acknowledgement */
+        return NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED;
+    }
+
+    if (ngx_http_session_render_time(res, 0, NGX_HTTP_SESSION_COL_S_EXPIRES,
+                                     expires_us)
+        != NGX_OK)
+    {
+        return NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
+
+    return NGX_HTTP_SESSION_ERR_LAST;
+}
+
+
+/* the node's timer for expires_at (by this host's clock) */
+
+static void
+ngx_http_session_poll_expires(ngx_http_session_poll_node_t *node,
+    int64_t expires_us)
+{
+    int64_t      left;
+    ngx_time_t  *tp;
+
+    tp = ngx_timeofday();
+
+    /* milliseconds, rounded up: never before expires_at */
+    left = (expires_us + 999) / 1000
+           - ((int64_t) tp->sec * 1000 + (int64_t) tp->msec);
+
+    if (left < 1) {
+        left = 1;
+    }
+
+    /* a session lives at most session_max_ttl: far below NGX_MAX_INT32 */
+    if (left > NGX_MAX_INT32_VALUE) {
+        left = NGX_MAX_INT32_VALUE;
+    }
+
+    ngx_add_timer(&node->expiry, (ngx_msec_t) left);
+}
+
+
+/*
+ * Answers the node's waiters (only those whose time is up, with
+ * final_only): err, or a's body when err is NGX_HTTP_SESSION_ERR_LAST.
+ */
+
+static void
+ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
+    ngx_uint_t final_only, ngx_http_session_err_e err,
+    ngx_http_session_poll_answer_t *a)
+{
+    ngx_int_t                 rc;
+    ngx_queue_t               list, *q, *next;
+    ngx_connection_t         *c;
+    ngx_http_request_t       *r;
+    ngx_http_session_poll_t  *p;
+
+    /* out of the node first: an answer may bring a new poll into it */
+
+    ngx_queue_init(&list);
+
+    for (q = ngx_queue_head(&node->waiters);
+         q != ngx_queue_sentinel(&node->waiters);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        p = ngx_queue_data(q, ngx_http_session_poll_t, queue);
+
+        if (final_only && !p->final) {
+            continue;
+        }
+
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&list, q);
+    }
+
+    node->busy = 1;
+
+    while (!ngx_queue_empty(&list)) {
+        q = ngx_queue_head(&list);
+        ngx_queue_remove(q);
+
+        p = ngx_queue_data(q, ngx_http_session_poll_t, queue);
+        p->node = NULL;
+        ngx_http_session_stat(polls_waiting, -1);
+
+        if (p->timer.timer_set) {
+            ngx_del_timer(&p->timer);
+        }
+
+        r = p->request;
+        c = r->connection;
+
+        if (err != NGX_HTTP_SESSION_ERR_LAST) {
+            rc = ngx_http_session_error(r, err);
+
+        } else {
+            rc = ngx_http_session_poll_send(r, a);
+        }
+
+        ngx_http_finalize_request(r, rc);
         ngx_http_run_posted_requests(c);
     }
+
+    node->busy = 0;
 }
 
 
-/* a read could not start: the poll answers 503 (or 500) now */
+/* the shared answer's bytes, held until this request is over */
+
+static ngx_int_t
+ngx_http_session_poll_send(ngx_http_request_t *r,
+    ngx_http_session_poll_answer_t *a)
+{
+    ngx_buf_t           *b;
+    ngx_pool_cleanup_t  *cln;
+
+    b = ngx_calloc_buf(r->pool);
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (b == NULL || cln == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    cln->handler = ngx_http_session_poll_answer_release;
+    cln->data = a;
+    a->refs++;
+
+    b->pos = a->body->pos;
+    b->last = a->body->last;
+    b->memory = 1;
+
+    return ngx_http_session_send_json(r, NGX_HTTP_OK, b);
+}
+
 
 static void
-ngx_http_session_poll_fail(ngx_http_session_poll_t *p, ngx_int_t rc)
+ngx_http_session_poll_answer_release(void *data)
 {
-    ngx_http_request_t  *r;
+    ngx_http_session_poll_answer_t  *a = data;
 
-    r = p->request;
-
-    ngx_http_session_poll_leave(p);
-
-    ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                    (rc == NGX_DECLINED)
-                                    ? NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE
-                                    : NGX_HTTP_SESSION_ERR_INTERNAL));
+    if (--a->refs == 0) {
+        ngx_destroy_pool(a->pool);
+    }
 }
 
 
-/* out of the table, timer off; safe to call again */
+/* out of the node, timer off; safe to call again */
 
 static void
 ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
@@ -424,14 +763,33 @@ ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
         return;
     }
 
-    ngx_queue_remove(&p->queue);
-    ngx_queue_remove(&p->all);
+    if (p->queue.next) {
+        ngx_queue_remove(&p->queue);
+        ngx_http_session_stat(polls_waiting, -1);
+    }
+
     p->node = NULL;
 
-    if (ngx_queue_empty(&node->waiters) && !node->busy) {
-        ngx_rbtree_delete(&ngx_http_session_poll_tree, &node->node);
-        ngx_free(node);
+    ngx_http_session_poll_release(node);
+}
+
+
+/* a node with no waiter, no read and no answer under way goes */
+
+static void
+ngx_http_session_poll_release(ngx_http_session_poll_node_t *node)
+{
+    if (!ngx_queue_empty(&node->waiters) || node->reading || node->busy) {
+        return;
     }
+
+    if (node->expiry.timer_set) {
+        ngx_del_timer(&node->expiry);
+    }
+
+    ngx_rbtree_delete(&ngx_http_session_poll_tree, &node->node);
+    ngx_queue_remove(&node->all);
+    ngx_free(node);
 }
 
 
@@ -449,14 +807,36 @@ ngx_http_session_poll_cleanup(void *data)
 static void
 ngx_http_session_poll_timeout(ngx_event_t *ev)
 {
-    ngx_http_session_poll_t  *p = ev->data;
+    ngx_http_session_poll_t       *p = ev->data;
+    ngx_http_session_poll_node_t  *node;
+
+    node = p->node;
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ev->log, 0,
-                   "session poll: timeout on %s", p->sid);
+                   "session poll: timeout on %s", node->sid);
 
     p->final = 1;
 
-    ngx_http_session_poll_kick(p);
+    /* a read that cannot start answers the poll and may empty the node */
+    ngx_http_session_poll_want(node, 1);
+    ngx_http_session_poll_release(node);
+}
+
+
+/* the session's expires_at has come: every waiter answers 410 */
+
+static void
+ngx_http_session_poll_expired(ngx_event_t *ev)
+{
+    ngx_http_session_poll_node_t  *node = ev->data;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ev->log, 0,
+                   "session poll: %s expires", node->sid);
+
+    ngx_http_session_poll_answer(node, 0, NGX_HTTP_SESSION_ERR_SESSION_EXPIRED,
+                                 NULL);
+
+    ngx_http_session_poll_release(node);
 }
 
 
@@ -465,8 +845,8 @@ ngx_http_session_poll_wake(u_char *sid, size_t len)
 {
     u_char                         uuid[16], text[NGX_HTTP_SESSION_UUID_LEN];
     uint32_t                       hash;
-    ngx_queue_t                   *q, *next;
-    ngx_http_session_poll_t       *p;
+    ngx_queue_t                    list, *q;
+    ngx_rbtree_node_t             *n, *sentinel, *first;
     ngx_http_session_poll_node_t  *node;
 
     if (!ngx_http_session_poll_ready
@@ -480,28 +860,102 @@ ngx_http_session_poll_wake(u_char *sid, size_t len)
 
     hash = ngx_crc32_short(text, NGX_HTTP_SESSION_UUID_LEN);
 
-    node = ngx_http_session_poll_lookup(text, hash);
-    if (node == NULL) {
-        return;
+    /* the leftmost node of the session: its projects follow it in order */
+
+    n = ngx_http_session_poll_tree.root;
+    sentinel = ngx_http_session_poll_tree.sentinel;
+    first = NULL;
+
+    while (n != sentinel) {
+        node = (ngx_http_session_poll_node_t *) n;
+
+        if (hash != n->key) {
+            n = (hash < n->key) ? n->left : n->right;
+            continue;
+        }
+
+        if (ngx_memcmp(text, node->sid, NGX_HTTP_SESSION_UUID_LEN) <= 0) {
+            if (ngx_memcmp(text, node->sid, NGX_HTTP_SESSION_UUID_LEN) == 0) {
+                first = n;
+            }
+
+            n = n->left;
+
+        } else {
+            n = n->right;
+        }
     }
 
-    node->busy = 1;
+    /* collected first: waking may free a node and change the tree */
 
-    for (q = ngx_queue_head(&node->waiters);
-         q != ngx_queue_sentinel(&node->waiters);
-         q = next)
+    ngx_queue_init(&list);
+
+    for (n = first;
+         n != NULL
+         && n->key == hash
+         && ngx_memcmp(text, ((ngx_http_session_poll_node_t *) n)->sid,
+                       NGX_HTTP_SESSION_UUID_LEN) == 0;
+         n = ngx_rbtree_next(&ngx_http_session_poll_tree, n))
     {
-        next = ngx_queue_next(q);
-        p = ngx_queue_data(q, ngx_http_session_poll_t, queue);
+        node = (ngx_http_session_poll_node_t *) n;
 
-        ngx_http_session_poll_kick(p);
+        ngx_queue_remove(&node->all);
+        ngx_queue_insert_tail(&list, &node->all);
     }
 
-    node->busy = 0;
+    while (!ngx_queue_empty(&list)) {
+        q = ngx_queue_head(&list);
+        node = ngx_queue_data(q, ngx_http_session_poll_node_t, all);
 
-    if (ngx_queue_empty(&node->waiters)) {
-        ngx_rbtree_delete(&ngx_http_session_poll_tree, &node->node);
-        ngx_free(node);
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&ngx_http_session_poll_nodes, q);
+
+        ngx_http_session_poll_want(node, 0);
+        ngx_http_session_poll_release(node);
+    }
+}
+
+
+/*
+ * Every node reads again (final 0: notifications may have been lost), or
+ * every waiter answers after one more read (final 1: shutting down).
+ */
+
+static void
+ngx_http_session_poll_want_all(ngx_uint_t final)
+{
+    ngx_queue_t                   *q, *qq, list;
+    ngx_http_session_poll_t       *p;
+    ngx_http_session_poll_node_t  *node;
+
+    /* a node answered (and freed) by a failed read is out of the list */
+
+    ngx_queue_init(&list);
+
+    if (!ngx_queue_empty(&ngx_http_session_poll_nodes)) {
+        ngx_queue_add(&list, &ngx_http_session_poll_nodes);
+        ngx_queue_init(&ngx_http_session_poll_nodes);
+    }
+
+    while (!ngx_queue_empty(&list)) {
+        q = ngx_queue_head(&list);
+        node = ngx_queue_data(q, ngx_http_session_poll_node_t, all);
+
+        ngx_queue_remove(q);
+        ngx_queue_insert_tail(&ngx_http_session_poll_nodes, q);
+
+        if (final) {
+            for (qq = ngx_queue_head(&node->waiters);
+                 qq != ngx_queue_sentinel(&node->waiters);
+                 qq = ngx_queue_next(qq))
+            {
+                p = ngx_queue_data(qq, ngx_http_session_poll_t, queue);
+                p->final = 1;
+            }
+        }
+
+        ngx_http_session_poll_want(node, final);
+        ngx_http_session_poll_release(node);
     }
 }
 
@@ -509,21 +963,8 @@ ngx_http_session_poll_wake(u_char *sid, size_t len)
 void
 ngx_http_session_poll_wake_all(void)
 {
-    ngx_queue_t              *q, *next;
-    ngx_http_session_poll_t  *p;
-
-    if (!ngx_http_session_poll_ready) {
-        return;
-    }
-
-    for (q = ngx_queue_head(&ngx_http_session_poll_all);
-         q != ngx_queue_sentinel(&ngx_http_session_poll_all);
-         q = next)
-    {
-        next = ngx_queue_next(q);
-        p = ngx_queue_data(q, ngx_http_session_poll_t, all);
-
-        ngx_http_session_poll_kick(p);
+    if (ngx_http_session_poll_ready) {
+        ngx_http_session_poll_want_all(0);
     }
 }
 
@@ -538,24 +979,12 @@ ngx_http_session_poll_wake_all(void)
 static void
 ngx_http_session_poll_exit_check(ngx_event_t *ev)
 {
-    ngx_queue_t              *q, *next;
-    ngx_http_session_poll_t  *p;
-
     if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
         ngx_add_timer(ev, NGX_HTTP_SESSION_POLL_EXIT_CHECK);
         return;
     }
 
-    for (q = ngx_queue_head(&ngx_http_session_poll_all);
-         q != ngx_queue_sentinel(&ngx_http_session_poll_all);
-         q = next)
-    {
-        next = ngx_queue_next(q);
-        p = ngx_queue_data(q, ngx_http_session_poll_t, all);
-
-        p->final = 1;
-        ngx_http_session_poll_kick(p);
-    }
+    ngx_http_session_poll_want_all(1);
 }
 
 
@@ -573,7 +1002,7 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
                     &ngx_http_session_poll_sentinel,
                     ngx_http_session_poll_insert_value);
 
-    ngx_queue_init(&ngx_http_session_poll_all);
+    ngx_queue_init(&ngx_http_session_poll_nodes);
 
     ngx_http_session_poll_exit_ev.handler = ngx_http_session_poll_exit_check;
     ngx_http_session_poll_exit_conn.fd = (ngx_socket_t) -1;
@@ -590,13 +1019,14 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
 }
 
 
-/* the requests are gone with the process; their nodes are ours */
+/* the requests are gone with the process; the nodes are ours */
 
 void
 ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_queue_t              *q;
-    ngx_http_session_poll_t  *p;
+    ngx_queue_t                   *q, *qq;
+    ngx_http_session_poll_t       *p;
+    ngx_http_session_poll_node_t  *node;
 
     if (!ngx_http_session_poll_ready) {
         return;
@@ -606,46 +1036,58 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
         ngx_del_timer(&ngx_http_session_poll_exit_ev);
     }
 
-    while (!ngx_queue_empty(&ngx_http_session_poll_all)) {
-        q = ngx_queue_head(&ngx_http_session_poll_all);
-        p = ngx_queue_data(q, ngx_http_session_poll_t, all);
+    while (!ngx_queue_empty(&ngx_http_session_poll_nodes)) {
+        q = ngx_queue_head(&ngx_http_session_poll_nodes);
+        node = ngx_queue_data(q, ngx_http_session_poll_node_t, all);
 
-        ngx_http_session_poll_leave(p);
+        while (!ngx_queue_empty(&node->waiters)) {
+            qq = ngx_queue_head(&node->waiters);
+            p = ngx_queue_data(qq, ngx_http_session_poll_t, queue);
+
+            ngx_queue_remove(qq);
+            p->node = NULL;
+            ngx_http_session_stat(polls_waiting, -1);
+
+            if (p->timer.timer_set) {
+                ngx_del_timer(&p->timer);
+            }
+        }
+
+        if (node->read_pool) {
+            /* the pool's cleanup detaches the query from its connection */
+            ngx_destroy_pool(node->read_pool);
+            node->read_pool = NULL;
+        }
+
+        node->reading = 0;
+        node->busy = 0;
+
+        ngx_http_session_poll_release(node);
     }
 
     ngx_http_session_poll_ready = 0;
 }
 
 
-static ngx_http_session_poll_node_t *
-ngx_http_session_poll_lookup(u_char *sid, uint32_t hash)
+/* by hash, then session id, then project */
+
+static ngx_int_t
+ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a, uint32_t hash,
+    u_char *sid, u_char *project)
 {
-    ngx_int_t                      rc;
-    ngx_rbtree_node_t             *node, *sentinel;
-    ngx_http_session_poll_node_t  *pn;
+    ngx_int_t  rc;
 
-    node = ngx_http_session_poll_tree.root;
-    sentinel = ngx_http_session_poll_tree.sentinel;
-
-    while (node != sentinel) {
-
-        if (hash != node->key) {
-            node = (hash < node->key) ? node->left : node->right;
-            continue;
-        }
-
-        pn = (ngx_http_session_poll_node_t *) node;
-
-        rc = ngx_memcmp(sid, pn->sid, NGX_HTTP_SESSION_UUID_LEN);
-
-        if (rc == 0) {
-            return pn;
-        }
-
-        node = (rc < 0) ? node->left : node->right;
+    if (hash != a->node.key) {
+        return (hash < a->node.key) ? -1 : 1;
     }
 
-    return NULL;
+    rc = ngx_memcmp(sid, a->sid, NGX_HTTP_SESSION_UUID_LEN);
+
+    if (rc == 0) {
+        rc = ngx_memcmp(project, a->project, NGX_HTTP_SESSION_UUID_LEN);
+    }
+
+    return rc;
 }
 
 
@@ -654,20 +1096,16 @@ ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
 {
     ngx_rbtree_node_t             **p;
-    ngx_http_session_poll_node_t   *n, *t;
+    ngx_http_session_poll_node_t   *n;
+
+    n = (ngx_http_session_poll_node_t *) node;
 
     for ( ;; ) {
 
-        n = (ngx_http_session_poll_node_t *) node;
-        t = (ngx_http_session_poll_node_t *) temp;
-
-        if (node->key != temp->key) {
-            p = (node->key < temp->key) ? &temp->left : &temp->right;
-
-        } else {
-            p = (ngx_memcmp(n->sid, t->sid, NGX_HTTP_SESSION_UUID_LEN) < 0)
-                ? &temp->left : &temp->right;
-        }
+        p = (ngx_http_session_poll_cmp((ngx_http_session_poll_node_t *) temp,
+                                       n->node.key, n->sid, n->project)
+             < 0)
+            ? &temp->left : &temp->right;
 
         if (*p == sentinel) {
             break;

@@ -345,13 +345,14 @@ static ngx_http_session_render_kind_t  ngx_http_session_render_images_kind = {
 /* reads the n documents into *docs; their bytes with separators */
 
 static ngx_int_t
-ngx_http_session_render_items(ngx_http_request_t *r, PGresult *res, int col,
-    int n, ngx_http_session_render_kind_t *kind, u_char **docs, size_t *len)
+ngx_http_session_render_items(ngx_pool_t *pool, ngx_log_t *log,
+    PGresult *res, int col, int n, ngx_http_session_render_kind_t *kind,
+    u_char **docs, size_t *len)
 {
     int      i;
     u_char  *d;
 
-    d = ngx_palloc(r->pool, (n ? n : 1) * kind->size);
+    d = ngx_palloc(pool, (n ? n : 1) * kind->size);
     if (d == NULL) {
         return NGX_ERROR;
     }
@@ -360,7 +361,9 @@ ngx_http_session_render_items(ngx_http_request_t *r, PGresult *res, int col,
 
     for (i = 0; i < n; i++) {
         if (kind->read(res, i, col, d + i * kind->size) != NGX_OK) {
-            (void) ngx_http_session_render_bad(r);
+            ngx_log_error(NGX_LOG_ERR, log, 0,
+                          "session db: a row is not what the statement "
+                          "returns");
             return NGX_ERROR;
         }
 
@@ -400,7 +403,8 @@ ngx_http_session_render_list(ngx_http_request_t *r, PGresult *res, int col,
     u_char     *docs, *p;
     ngx_buf_t  *b;
 
-    if (ngx_http_session_render_items(r, res, col, n, kind, &docs, &len)
+    if (ngx_http_session_render_items(r->pool, r->connection->log, res, col,
+                                      n, kind, &docs, &len)
         != NGX_OK)
     {
         return NULL;
@@ -462,7 +466,8 @@ ngx_http_session_render_tail(u_char *p, u_char *cursor, size_t cursor_len)
 
 
 ngx_buf_t *
-ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
+ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log, PGresult *res,
+    int n)
 {
     size_t                           len;
     u_char                          *docs, *p;
@@ -470,10 +475,11 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
     ngx_http_session_doc_session_t   s;
 
     if (ngx_http_session_render_read_session(res, 0, 0, &s) != NGX_OK) {
-        return ngx_http_session_render_bad(r);
+        goto bad;
     }
 
-    if (ngx_http_session_render_items(r, res, NGX_HTTP_SESSION_SESSION_NCOLS,
+    if (ngx_http_session_render_items(pool, log, res,
+                                      NGX_HTTP_SESSION_SESSION_NCOLS,
                                       n, &ngx_http_session_render_images_kind,
                                       &docs, &len)
         != NGX_OK)
@@ -481,7 +487,7 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
         return NULL;
     }
 
-    b = ngx_create_temp_buf(r->pool,
+    b = ngx_create_temp_buf(pool,
                             len + ngx_http_session_doc_session_size(&s)
                             + sizeof("{\"session\": , \"images\": []}"));
     if (b == NULL) {
@@ -499,4 +505,12 @@ ngx_http_session_render_poll(ngx_http_request_t *r, PGresult *res, int n)
     b->last = p;
 
     return b;
+
+bad:
+
+    /* the one answer is shared by every waiter: no request to log with */
+    ngx_log_error(NGX_LOG_ERR, log, 0,
+                  "session db: a row is not what the statement returns");
+
+    return NULL;
 }

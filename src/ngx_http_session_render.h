@@ -79,9 +79,10 @@ ngx_buf_t *ngx_http_session_render_images(ngx_http_request_t *r,
 
 /*
  * {"session": {...}, "images": [...]}: the session of row 0 and the
- * images of rows 0 .. n - 1 after its columns
+ * images of rows 0 .. n - 1 after its columns, in pool (the answer of
+ * every poll that waits on the session, so no request's pool)
  */
-ngx_buf_t *ngx_http_session_render_poll(ngx_http_request_t *r,
+ngx_buf_t *ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log,
     PGresult *res, int n);
 
 

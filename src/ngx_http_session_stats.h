@@ -30,6 +30,9 @@ typedef struct {
     /* statements answered, and those that got no answer (503) */
     ngx_atomic_t        db_queries;
     ngx_atomic_t        db_failures;
+    /* polls waiting now; the long poll's shared reads of sessions */
+    ngx_atomic_t        polls_waiting;
+    ngx_atomic_t        poll_reads;
     /* expiry sweeps that ran, sessions they expired */
     ngx_atomic_t        sweeps;
     ngx_atomic_t        expired;

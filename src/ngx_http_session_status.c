@@ -170,7 +170,7 @@ ngx_http_session_status_handler(ngx_http_request_t *r)
     ngx_http_session_status_read(r, &st);
 
     /* a line per figure and per status, with room to spare */
-    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 32)
+    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 40)
                                      * NGX_HTTP_SESSION_STATUS_LINE * 2);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -326,6 +326,7 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
                    "\"entries\": %ui}, "
                    "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
+                   "\"long_poll\": {\"waiting\": %uA, \"reads\": %uA}, "
                    "\"expiry_sweep\": {\"runs\": %uA, "
                    "\"sessions_expired\": %uA, \"sessions_purged\": %uA}, "
                    "\"webhooks\": {\"delivered\": %uA, \"retried\": %uA, "
@@ -334,10 +335,11 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.sweeps, st->s.expired, st->s.purged,
-                   st->s.webhooks_delivered, st->s.webhooks_retried,
-                   st->s.webhooks_failed, &st->zone, st->fig.size,
-                   st->fig.free, st->fig.keys, st->fig.evictions);
+                   st->s.polls_waiting, st->s.poll_reads, st->s.sweeps,
+                   st->s.expired, st->s.purged, st->s.webhooks_delivered,
+                   st->s.webhooks_retried, st->s.webhooks_failed, &st->zone,
+                   st->fig.size, st->fig.free, st->fig.keys,
+                   st->fig.evictions);
 }
 
 
@@ -376,6 +378,11 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
     p = ngx_http_session_status_metric(p, "db_failures_total", "counter",
                             "Statements without an answer (no connection, "
                             "timeout): 503.", st->s.db_failures);
+    p = ngx_http_session_status_metric(p, "polls_waiting", "gauge",
+                            "Long polls waiting now.", st->s.polls_waiting);
+    p = ngx_http_session_status_metric(p, "poll_reads_total", "counter",
+                            "Reads of a session, each shared by the long "
+                            "polls that wait on it.", st->s.poll_reads);
     p = ngx_http_session_status_metric(p, "expiry_sweeps_total", "counter",
                             "Expiry sweeps run by this node.", st->s.sweeps);
     p = ngx_http_session_status_metric(p, "sessions_expired_total",

@@ -623,6 +623,16 @@ notes() {
 }
 
 
+# bench/poll.md, kept by hand: the figures of "make bench-poll"
+# (util/bench-poll.sh), a run of its own, go at the end of the page
+poll_section() {
+    if [ -f "$ROOT/bench/poll.md" ]; then
+        printf '\n'
+        cat "$ROOT/bench/poll.md"
+    fi
+}
+
+
 cpu_of() {
     printf '%s' "${CPU[$1]}"
 }
@@ -784,6 +794,7 @@ $(cat "$W/images.md" 2>/dev/null)
     BENCH_SESSION_DB="host=... dbname=..." bash util/bench.sh   # an existing database
 
 \`BENCH_OUT=-\` prints the table without writing this page.
+$(poll_section)
 EOF
 
     log "wrote $OUT"

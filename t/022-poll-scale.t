@@ -1,0 +1,487 @@
+# The long poll at scale (issue 11, DESIGN.md "Long polls"): the polls of
+# one session share the worker's reads of it (one statement per wake-up,
+# however many wait), a poll ends when its session expires, a burst of
+# requests waits for the one database connection instead of being
+# refused, and a poll on one nginx is woken by an upload on another.
+#
+# Blocks whose checks need Perl say "--- check: NAME" (as t/012 does).
+# Waiting polls are sent on raw sockets and read later; "it does not
+# answer yet" is a bounded select(), never a fixed sleep before acting.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use File::Temp ();
+use HTTP::Tiny ();
+use IO::Handle ();
+use IO::Select ();
+use IO::Socket::INET ();
+use POSIX ();
+use Time::HiRes ();
+use Session qw(:DEFAULT decode_json encode_json);
+use SessionTest;
+
+our $TAG = sprintf 't022-%d-%d', $$, time;
+
+our (%KEY, %PROJECT);
+
+for my $name (qw(MAIN OTHER)) {
+    my $f = fixture(plan => 'pro', name => "$TAG-$name");
+    $KEY{$name} = $f->{key};
+    $PROJECT{$name} = $f->{project_id};
+}
+
+our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
+
+
+# --- helpers -------------------------------------------------------------
+
+sub api {
+    my ($method, $path, $key, $body, $headers, $port) = @_;
+
+    my %h = (Authorization => "Bearer $key", %{ $headers || {} });
+    my %opt = (headers => \%h);
+
+    if (defined $body) {
+        $h{'Content-Type'} //= 'application/json';
+        $opt{content} = ref $body ? encode_json($body) : $body;
+    }
+
+    $port //= $Test::Nginx::Util::ServerPort;
+    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 30);
+    my $t0 = Time::HiRes::time();
+    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
+    $res->{t0} = $t0;
+    $res->{t1} = Time::HiRes::time();
+
+    $res->{json} = eval { decode_json($res->{content}) }
+        if defined $res->{content} && length $res->{content};
+
+    return $res;
+}
+
+sub create {
+    my ($body) = @_;
+
+    my $r = api('POST', '/api/v1/sessions', $KEY{MAIN},
+                $body || { delivery_mode => 'long_poll' });
+
+    die "create: $r->{status} $r->{content}\n"
+        unless $r->{status} == 201 && ref $r->{json} eq 'HASH';
+
+    return $r;
+}
+
+sub upload {
+    my ($sid, $port) = @_;
+
+    my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN},
+                $PNG, { 'Content-Type' => 'image/png' }, $port);
+
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json};
+}
+
+# a request sent on its own connection, answered later by answer()
+sub send_request {
+    my ($path, $key, $port) = @_;
+
+    $port //= $Test::Nginx::Util::ServerPort;
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $port, Proto => 'tcp')
+        or die "send_request: connect: $!";
+
+    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
+             . "Authorization: Bearer " . ($key // $KEY{MAIN}) . "\r\n"
+             . "Connection: close\r\n\r\n";
+
+    return { sock => $s, t0 => Time::HiRes::time() };
+}
+
+sub poll_send {
+    my ($sid, $query, $key, $port) = @_;
+
+    return send_request("/api/v1/sessions/$sid/poll" . ($query // ''),
+                        $key, $port);
+}
+
+sub answered {
+    my ($p, $secs) = @_;
+
+    return scalar IO::Select->new($p->{sock})->can_read($secs);
+}
+
+# the whole answer (the connection closes after it), at most $secs away
+sub answer {
+    my ($p, $secs) = @_;
+
+    my $sel = IO::Select->new($p->{sock});
+    my $deadline = Time::HiRes::time() + ($secs // 30);
+    my $buf = '';
+
+    for (;;) {
+        my $left = $deadline - Time::HiRes::time();
+        last if $left <= 0 || !$sel->can_read($left);
+
+        my $n = sysread $p->{sock}, my $chunk, 65536;
+        last unless $n;
+        $buf .= $chunk;
+    }
+
+    my %res = (status => 0, t1 => Time::HiRes::time());
+
+    close $p->{sock};
+
+    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
+    return \%res unless defined $head;
+
+    $res{status} = $1 if $head =~ m{^HTTP/1\.\d (\d{3})};
+    $res{content} = $body;
+    $res{json} = eval { decode_json($body) } if defined $body && length $body;
+
+    return \%res;
+}
+
+sub status_json {
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $r = HTTP::Tiny->new(timeout => 10)
+                      ->get("http://127.0.0.1:$port/status");
+    die "GET /status: $r->{status}\n" unless $r->{status} == 200;
+    return decode_json($r->{content});
+}
+
+sub long_poll { status_json()->{long_poll} }
+
+sub error_log {
+    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return '';
+    local $/;
+    return <$fh> // '';
+}
+
+sub free_port {
+    for (1 .. 200) {
+        my $p = 20000 + int(rand(20000));
+        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                      LocalPort => $p, Listen => 1,
+                                      ReuseAddr => 1) or next;
+        close $s;
+        return $p;
+    }
+
+    die "no free port\n";
+}
+
+
+# --- the checks -----------------------------------------------------------
+
+my %checks;
+
+# 40 polls of one session share one read; the upload's wake-up is one
+# more read, and each poll gets the same answer.  A poll of another
+# project on the same session is not given that answer: 403.
+$checks{shared} = sub {
+    my ($name) = @_;
+    my $n = 40;
+
+    my $sid = create()->{json}{id};
+
+    # the keys are in the auth cache: the polls' only statements are reads
+    api('GET', "/api/v1/sessions/$sid", $KEY{$_}) for qw(MAIN OTHER);
+
+    # the worker's LISTEN connection is up (a poll woken by an upload), so
+    # that its first wake-up of every node does not come in between
+    my $warm = create()->{json}{id};
+    my $wp = poll_send($warm, '?timeout=30');
+    ok(!answered($wp, 0.5), "$name - warm-up poll waits");
+    upload($warm);
+    is(answer($wp, 10)->{status}, 200, "$name - warm-up poll woken");
+
+    my $before = long_poll();
+    is($before->{waiting}, 0, "$name - nobody waits before");
+
+    my $other = poll_send($sid, '?timeout=30', $KEY{OTHER});
+    my @polls = map { poll_send($sid, '?timeout=30') } 1 .. $n;
+
+    my $o = answer($other, 10);
+    is($o->{status}, 403, "$name - another project's poll: 403");
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == $n ? $s : undef;
+    });
+
+    ok($lp, "$name - $n polls wait");
+    is($lp && $lp->{reads} - $before->{reads}, 2,
+       "$name - one first read for the $n (and one for the other project)");
+
+    my $up = upload($sid);
+    my @r = map { answer($_, 10) } @polls;
+
+    is(scalar(grep { $_->{status} == 200 } @r), $n, "$name - $n x 200");
+    is(scalar(grep { ($_->{json}{images}[0]{id} // '') eq $up->{id} } @r),
+       $n, "$name - each with the image");
+    is(scalar(grep { ($_->{content} // '') eq $r[0]{content} } @r), $n,
+       "$name - the same bytes");
+
+    my $after = long_poll();
+    is($after->{reads} - $lp->{reads}, 1, "$name - the wake-up: one read");
+    is($after->{waiting}, 0, "$name - nobody waits after");
+};
+
+# expires_in 2: the poll answers 410 when the session expires, not at the
+# next sweep (30 s away here) nor at its timeout
+$checks{expiry} = sub {
+    my ($name) = @_;
+
+    my $c = create({ delivery_mode => 'long_poll', expires_in => 2 });
+    my $p = poll_send($c->{json}{id}, '?timeout=30');
+    my $r = answer($p, 10);
+
+    is($r->{status}, 410, "$name - 410");
+    is($r->{json}{message}, 'session has expired', "$name - message");
+
+    # expires_at is set between the create's send and its answer
+    cmp_ok($r->{t1} - $c->{t0}, '>=', 1.99, "$name - not before expires_at");
+    cmp_ok($r->{t1} - $c->{t1}, '<', 2.1, "$name - within 100 ms of it");
+};
+
+# session_db_connections 1, its statement held by a lock: 400 requests
+# (more than the 256 the queue used to take) wait, then all answer
+$checks{burst} = sub {
+    my ($name) = @_;
+    my $n = 400;
+
+    my $sid = create()->{json}{id};
+    api('GET', "/api/v1/sessions/$sid", $KEY{MAIN});
+
+    # sessions whose polls' reads wait in the queue beside the requests
+    my @psid = map { create()->{json}{id} } 1 .. 5;
+
+    open my $lock, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
+        or die "psql: $!";
+    $lock->autoflush(1);
+    print $lock "BEGIN;\nLOCK TABLE sessions IN ACCESS EXCLUSIVE MODE;\n";
+
+    my $held = q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+               . q{ ON c.oid = l.relation WHERE c.relname = 'sessions'}
+               . q{ AND l.mode = 'AccessExclusiveLock' AND l.granted};
+    ok((wait_until(10, 0.05, sub { psql($held) == 1 }))[0],
+       "$name - the lock is held");
+
+    my @req = map { send_request("/api/v1/sessions/$sid") } 1 .. $n;
+    my @polls = map { poll_send($_, '?timeout=0') } @psid;
+
+    # polls of other sessions: their reads take turns with the queue
+
+    my $blocked = q{SELECT count(*) FROM pg_stat_activity}
+                  . q{ WHERE wait_event_type = 'Lock'};
+    ok((wait_until(10, 0.05, sub { psql($blocked) >= 1 }))[0],
+       "$name - a statement waits for the lock");
+
+    my $sel = IO::Select->new(map { $_->{sock} } @req, @polls);
+    ok(!$sel->can_read(1), "$name - nobody is answered while it waits");
+
+    print $lock "COMMIT;\n";
+    close $lock;
+
+    my @r = map { answer($_, 20) } @req;
+    my %by;
+    $by{$_->{status}}++ for @r;
+
+    is($by{200} // 0, $n, "$name - $n x 200")
+        or diag(explain(\%by));
+    ok(!$by{503}, "$name - no 503");
+
+    my @p = map { answer($_, 20) } @polls;
+    is(scalar(grep { $_->{status} == 200 } @p), scalar @psid,
+       "$name - the polls waiting beside them: 200");
+};
+
+# a second nginx on the same database: an upload on either wakes a poll
+# on the other
+$checks{two_nodes} = sub {
+    my ($name) = @_;
+
+    my $dir = File::Temp::tempdir('t022-node-XXXXXX', TMPDIR => 1,
+                                  CLEANUP => 1);
+    my $port = free_port();
+    my $module = $ENV{TEST_NGINX_LOAD_MODULES}
+                 // repo_root() . '/build/ngx_http_session_module.so';
+    mkdir "$dir/logs";
+
+    open my $fh, '>', "$dir/nginx.conf" or die "$dir/nginx.conf: $!";
+    print $fh <<"EOF";
+load_module $module;
+worker_processes 1;
+error_log $dir/logs/error.log info;
+pid $dir/logs/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $dir;
+    proxy_temp_path $dir;
+    fastcgi_temp_path $dir;
+    uwsgi_temp_path $dir;
+    scgi_temp_path $dir;
+    session_db $ENV{TEST_NGINX_SESSION_DB_CONF};
+    server {
+        listen 127.0.0.1:$port;
+        location /api/ { session_api; }
+    }
+}
+EOF
+    close $fh;
+
+    my $pid = fork // die "fork: $!";
+
+    if ($pid == 0) {
+        exec($ENV{TEST_NGINX_BINARY} // '/usr/sbin/nginx', '-p', $dir,
+             '-c', "$dir/nginx.conf", '-g', 'daemon off;')
+            or POSIX::_exit(127);
+    }
+
+    my $ok = eval {
+        my ($up) = wait_until(10, 0.05, sub {
+            my $r = api('GET', '/api/v1/sessions?limit=1', $KEY{MAIN},
+                        undef, undef, $port);
+            $r->{status} == 200;
+        });
+        ok($up, "$name - the second nginx answers");
+
+        my $sid = create()->{json}{id};
+
+        # a poll on the second node, the upload on the first
+        my $p = poll_send($sid, '?timeout=30', undef, $port);
+        ok(!answered($p, 1), "$name - the poll on the second node waits");
+
+        my $img = upload($sid);
+        my $r = answer($p, 10);
+        is($r->{status}, 200, "$name - woken by the first node's upload");
+        is($r->{json}{images}[0]{id}, $img->{id}, "$name - with the image");
+        cmp_ok($r->{t1} - $p->{t0}, '<', 10, "$name - before its timeout");
+
+        # and the other way round
+        my $sid2 = create()->{json}{id};
+        $p = poll_send($sid2, '?timeout=30');
+        ok(!answered($p, 1), "$name - the poll on the first node waits");
+
+        $img = upload($sid2, $port);
+        $r = answer($p, 10);
+        is($r->{status}, 200, "$name - woken by the second node's upload");
+        is($r->{json}{images}[0]{id}, $img->{id}, "$name - with its image");
+        1;
+    };
+
+    my $err = $@;
+    kill 'TERM', $pid;
+    waitpid $pid, 0;
+
+    die $err unless $ok;
+
+    my $log = do {
+        local $/;
+        open my $l, '<', "$dir/logs/error.log";
+        $l ? <$l> // '' : '';
+    };
+    unlike($log, qr/\[(?:error|alert|emerg)\]/,
+           "$name - no error in the second node's log");
+};
+
+
+# --- blocks -------------------------------------------------------------
+
+master_on();
+no_shuffle();
+no_long_string();
+worker_connections(1024);
+
+my $CONFIG = <<'EOF';
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+    location = /status {
+        session_status;
+    }
+EOF
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    workers(1);
+
+    if (!defined $block->http_config) {
+        $block->set_value('http_config',
+                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
+                          . "session_expiry_sweep_interval 30s;\n");
+    }
+
+    $block->set_value('config', $CONFIG) unless defined $block->config;
+    $block->set_value('more_headers', "Authorization: Bearer $KEY{MAIN}\n");
+
+    if (defined $block->check) {
+        (my $check = $block->check) =~ s/\s+//g;
+        die "no check $check" unless $checks{$check};
+
+        $block->set_value('init', "main::run_check('$check', \$block->name)");
+    }
+});
+
+sub run_check {
+    my ($check, $name) = @_;
+
+    eval { $checks{$check}->($name); 1 }
+        or fail("$name - check $check died: $@");
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: the polls of one session share its reads and one rendering
+--- check: shared
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: a poll ends with 410 when its session expires
+--- check: expiry
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: a burst waits for the one database connection, none refused
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 20s;
+--- check: burst
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: two nginx on one database: an upload on one wakes a poll on the other
+--- check: two_nodes
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]

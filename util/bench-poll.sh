@@ -1,0 +1,415 @@
+#!/usr/bin/env bash
+# The long-poll fan-out benchmark (issue 11), "make bench-poll": N polls
+# wait (N = 1,000 and 10,000), on one session and spread over 1,000
+# sessions, then one upload per session wakes them; and the same fan-out
+# against nchan (Debian libnginx-mod-nchan: a long-poll subscriber
+# location and a publisher location) in the same run, with the same
+# worker count, limits and client.
+#
+#   bash util/bench-poll.sh                 a throw-away PostgreSQL
+#   BENCH_SESSION_DB="..." bash util/bench-poll.sh    an existing one
+#
+# The client is bench/poll-fanout.c (epoll, one process): it opens the N
+# connections, waits until the server says all N wait (session_status
+# long_poll.waiting, nchan_stub_status subscribers), then sends the
+# uploads (publishes) and takes each answer's latency from its upload's
+# send to the kernel's receive timestamp of the answer.  Worker memory
+# per waiting poll is the growth of the workers' VmRSS (private and
+# shared pages they touched) from an idle, warmed-up nginx to all N
+# waiting, divided by N.  A fresh nginx serves every run.
+#
+# Loopback only, bounded: every run ends within BENCH_POLL_TIMEOUT.
+#
+# Environment:
+#   BENCH_POLL_SIZES     the N to run (default "1000 10000")
+#   BENCH_POLL_SPREAD    sessions of the "spread" runs (default 1000)
+#   BENCH_POLL_KINDS     the servers (default "module nchan")
+#   BENCH_POLL_ROUNDS    rounds; each figure is the median (default 1)
+#   BENCH_POLL_TIMEOUT   seconds a run may take (default 60)
+#   BENCH_WORKERS        worker_processes (default 2)
+#   BENCH_POLL_TUNED     set: request_pool_size 1k and
+#                        client_header_buffer_size 512 on both servers
+#   BENCH_POLL_OUT       write the Markdown table here (default stdout)
+#   BENCH_KEEP           keep the scratch directory
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
+MODULE=$ROOT/build/ngx_http_session_module.so
+SESSIONCTL=$ROOT/build/sessionctl
+NCHAN=/usr/lib/nginx/modules/ngx_nchan_module.so
+
+SIZES=${BENCH_POLL_SIZES:-1000 10000}
+SPREAD=${BENCH_POLL_SPREAD:-1000}
+KINDS=${BENCH_POLL_KINDS:-module nchan}
+ROUNDS=${BENCH_POLL_ROUNDS:-1}
+TIMEOUT=${BENCH_POLL_TIMEOUT:-60}
+WORKERS=${BENCH_WORKERS:-2}
+OUT=${BENCH_POLL_OUT:--}
+
+# connections per worker: the largest N and the publishers, twice over
+WORKER_CONNECTIONS=32768
+
+die() {
+    echo "bench-poll.sh: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "bench-poll.sh: $*" >&2
+}
+
+. "$ROOT/util/bench-lib.sh"
+
+conninfo_value() {
+    local v=$1
+    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
+        printf '%s' "$v"
+    else
+        v=${v//\\/\\\\}
+        v=${v//\'/\\\'}
+        printf "'%s'" "$v"
+    fi
+}
+
+W=
+DB=
+PORT=
+NGINX_UP=
+
+sql() {
+    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"
+}
+
+cleanup() {
+    local rc=$?
+    nginx_down
+    if [ -n "$W" ]; then
+        if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
+            log "kept $W"
+        else
+            rm -rf "$W"
+        fi
+    fi
+    exit "$rc"
+}
+
+
+# --- dependencies ------------------------------------------------------------
+
+deps() {
+    if [ ! -f "$NCHAN" ]; then
+        log "installing libnginx-mod-nchan"
+        DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
+            install -y -q libnginx-mod-nchan >/dev/null \
+            || die "cannot install libnginx-mod-nchan"
+    fi
+
+    [ -f "$NCHAN" ] || die "$NCHAN not found"
+
+    cc -O2 -Wall -Wextra -o "$W/poll-fanout" "$ROOT/bench/poll-fanout.c" \
+        || die "cannot build bench/poll-fanout.c"
+}
+
+
+# --- servers ---------------------------------------------------------------
+
+conf_head() {
+    cat <<EOF
+$1
+worker_processes $WORKERS;
+worker_rlimit_nofile $((WORKER_CONNECTIONS * 2));
+error_log $W/error.log warn;
+pid $W/nginx.pid;
+events {
+    worker_connections $WORKER_CONNECTIONS;
+}
+http {
+    access_log off;
+    keepalive_requests 1000000;
+$(conf_tuned)
+$(nginx_temp_paths)
+EOF
+}
+
+# BENCH_POLL_TUNED=1: smaller request pools and header buffers (both servers)
+conf_tuned() {
+    if [ -n "${BENCH_POLL_TUNED:-}" ]; then
+        printf '    request_pool_size 1k;\n'
+        printf '    client_header_buffer_size 512;\n'
+    fi
+}
+
+conf_module() {
+    {
+        conf_head "load_module $MODULE;"
+        cat <<EOF
+    session_db $(nginx_quote "$DB");
+    session_poll_max_timeout 120s;
+    server {
+        listen 127.0.0.1:$PORT backlog=16384;
+        location = /ok { return 204; }
+        location = /status { session_status; }
+        location /api/ {
+            session_api;
+            session_limits create=100000000 list=100000000
+                           other=100000000;
+        }
+    }
+}
+EOF
+    } > "$W/nginx.conf"
+}
+
+conf_nchan() {
+    {
+        conf_head "load_module $NCHAN;"
+        cat <<EOF
+    nchan_shared_memory_size 256m;
+    server {
+        listen 127.0.0.1:$PORT backlog=16384;
+        location = /ok { return 204; }
+        location = /status { nchan_stub_status; }
+        location = /sub {
+            nchan_subscriber longpoll;
+            nchan_channel_id \$arg_id;
+            nchan_subscriber_timeout 120s;
+        }
+        location = /pub {
+            nchan_publisher;
+            nchan_channel_id \$arg_id;
+            nchan_message_buffer_length 10;
+            nchan_message_timeout 5m;
+        }
+    }
+}
+EOF
+    } > "$W/nginx.conf"
+}
+
+# the summed VmRSS of the workers, kB
+workers_rss() {
+    local master pid sum=0 kb
+    master=$(cat "$W/nginx.pid")
+    for pid in $(pgrep -P "$master"); do
+        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
+             || echo 0)
+        sum=$((sum + ${kb:-0}))
+    done
+    echo "$sum"
+}
+
+
+# --- runs ------------------------------------------------------------------
+
+# ready.sh: exits 0 once N wait (and notes the workers' RSS then)
+ready_script() {
+    local kind=$1 n=$2
+    cat > "$W/ready.sh" <<EOF
+#!/usr/bin/env bash
+set -u
+. "$ROOT/util/bench-lib.sh"
+W=$W
+$(declare -f workers_rss)
+if [ "$kind" = module ]; then
+    w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
+         | perl -MJSON::PP -e 'local \$/; print JSON::PP->new->decode(<STDIN>)->{long_poll}{waiting}')
+else
+    w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
+         | awk '/^subscribers:/ { print \$2 }')
+fi
+[ "\${w:-0}" -ge $n ] || exit 1
+workers_rss > "$W/rss-ready"
+exit 0
+EOF
+}
+
+# run KIND N SESSIONS: one fan-out; appends "key value" lines to $W/run
+run() {
+    local kind=$1 n=$2 nsess=$3 base ready
+
+    if [ "$kind" = module ]; then
+        conf_module
+        sessions "$nsess" > "$W/ids"
+        printf 'GET /api/v1/sessions/@ID@/poll?timeout=100 HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer %s\r\n\r\n' \
+            "$KEY" > "$W/sub"
+        {
+            printf 'POST /api/v1/sessions/@ID@/images HTTP/1.1\r\nHost: b\r\n'
+            printf 'Authorization: Bearer %s\r\nContent-Type: image/png\r\n' \
+                "$KEY"
+            printf 'Content-Length: %s\r\nConnection: close\r\n\r\n' \
+                "$(stat -c %s "$W/png")"
+            cat "$W/png"
+        } > "$W/pub"
+    else
+        conf_nchan
+        seq -f "ch%g" "$nsess" > "$W/ids"
+        printf 'GET /sub?id=@ID@ HTTP/1.1\r\nHost: b\r\n\r\n' > "$W/sub"
+        printf 'POST /pub?id=@ID@ HTTP/1.1\r\nHost: b\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello' \
+            > "$W/pub"
+    fi
+
+    start_nginx
+
+    # warmed up: every worker has answered and connected to the database
+    local i
+    for i in $(seq 20); do
+        curl -s -o /dev/null "http://127.0.0.1:$PORT/status"
+    done
+    if [ "$kind" = module ]; then
+        curl -s -o /dev/null -H "Authorization: Bearer $KEY" \
+            "http://127.0.0.1:$PORT/api/v1/sessions?limit=1"
+    fi
+
+    base=$(workers_rss)
+    ready_script "$kind" "$n"
+    rm -f "$W/rss-ready"
+
+    "$W/poll-fanout" "$PORT" "$n" "$W/ids" "$W/sub" "$W/pub" \
+        "bash $W/ready.sh" "$TIMEOUT" > "$W/out" \
+        || die "poll-fanout failed"
+
+    ready=$(cat "$W/rss-ready" 2>/dev/null || echo "$base")
+    stop_nginx
+
+    {
+        cat "$W/out"
+        awk -v b="$base" -v r="$ready" -v n="$n" \
+            'BEGIN { printf "rss_kb_per_poll %.2f\n", (r - b) / n }'
+    } > "$W/run.$kind.$n.$nsess.$ROUND"
+
+    log "$kind N=$n sessions=$nsess: $(tr '\n' ' ' < "$W/run.$kind.$n.$nsess.$ROUND")"
+}
+
+# N open long_poll sessions of the bench project, their ids
+sessions() {
+    sql "INSERT INTO sessions (project_id, delivery_mode, expires_at)
+         SELECT '$PROJECT', 'long_poll', now() + interval '1 day'
+         FROM generate_series(1, $1) RETURNING id"
+}
+
+# the median of a key over the rounds of one configuration
+fig() {
+    local key=$1 pat=$2
+    cat $pat 2>/dev/null | awk -v k="$key" '$1 == k { print $2 }' | median
+}
+
+# "200 x 10000, 503 x 12" for the answers of one configuration's rounds
+statuses() {
+    local pat=$1
+    cat $pat | awk '
+        $1 == "status" { s[$2] += $3 }
+        $1 == "early" { e[$2] += $3 }
+        $1 == "unanswered" && $2 > 0 { u += $2 }
+        END {
+            out = ""
+            for (k in s) out = out sprintf("%s%s x %d", out ? ", " : "", k, s[k])
+            for (k in e) out = out sprintf("%searly %s x %d", out ? ", " : "", k, e[k])
+            if (u) out = out sprintf("%sunanswered x %d", out ? ", " : "", u)
+            print out
+        }'
+}
+
+inside() {
+    W=$(mktemp -d /tmp/ngx-session-bench-poll.XXXXXX)
+    trap cleanup EXIT
+    PORT=$(free_port) || die "no free port"
+
+    ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+    deps
+
+    "$SESSIONCTL" -d "$DB" migrate >/dev/null
+    local a p k
+    a=$(ctl account create bench-poll --plan unlimited | json_field account_id)
+    p=$(ctl project create "$a" bench-poll | json_field project_id)
+    k=$(ctl key create "$p" | json_field key)
+    ACCOUNT=$a PROJECT=$p KEY=$k
+
+    { printf '\x89PNG\r\n\x1a\n'; head -c 32 /dev/zero | tr '\0' 'x'; } \
+        > "$W/png"
+
+    local n s kind
+    for ROUND in $(seq "$ROUNDS"); do
+        for n in $SIZES; do
+            for s in 1 "$SPREAD"; do
+                for kind in $KINDS; do
+                    run "$kind" "$n" "$s"
+                done
+            done
+        done
+    done
+
+    {
+        echo "| waiting polls | sessions | server | answers | p50 ms | p99 ms | max ms | upload (publish) answer p50 ms | KB per waiting poll |"
+        echo "|---|---|---|---|---|---|---|---|---|"
+        for n in $SIZES; do
+            for s in 1 "$SPREAD"; do
+                for kind in $KINDS; do
+                    pat="$W/run.$kind.$n.$s.*"
+                    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+                        "$n" "$s" "$kind" "$(statuses "$pat")" \
+                        "$(fig p50_ms "$pat")" "$(fig p99_ms "$pat")" \
+                        "$(fig max_ms "$pat")" \
+                        "$(fig publish_p50_ms "$pat")" \
+                        "$(fig rss_kb_per_poll "$pat")"
+                done
+            done
+        done
+    } > "$W/table"
+
+    if [ "$OUT" = - ]; then
+        cat "$W/table"
+    else
+        cp "$W/table" "$OUT"
+        log "wrote $OUT"
+    fi
+
+    delete_rows "$PROJECT" "$ACCOUNT"
+}
+
+
+if [ "${1:-}" = --inside-pg-virtualenv ]; then
+    DB="host=$(conninfo_value "$PGHOST") port=$(conninfo_value "$PGPORT")"
+    DB+=" dbname=$(conninfo_value "$PGDATABASE")"
+    DB+=" user=$(conninfo_value "$PGUSER")"
+    DB+=" password=$(conninfo_value "$PGPASSWORD")"
+    : > "$BENCH_POLL_MARKER"
+    inside
+    exit $?
+fi
+
+[ -f "$MODULE" ] || die "$MODULE not built (run make)"
+
+if [ -n "${BENCH_SESSION_DB:-}" ]; then
+    DB=$BENCH_SESSION_DB
+    inside
+    exit $?
+fi
+
+for v in $(compgen -e); do
+    case $v in
+        PG*|SESSION_DB) unset "$v" ;;
+    esac
+done
+export TMPDIR=/tmp LC_ALL=C
+
+for attempt in 1 2 3; do
+    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    export PGPORT
+    BENCH_POLL_MARKER=$(mktemp /tmp/ngx-session-bench-poll-marker.XXXXXX)
+    rm -f "$BENCH_POLL_MARKER"
+    export BENCH_POLL_MARKER
+    rc=0
+    pg_virtualenv -t -- bash "$ROOT/util/bench-poll.sh" \
+        --inside-pg-virtualenv || rc=$?
+    if [ "$rc" -eq 0 ] || [ -e "$BENCH_POLL_MARKER" ]; then
+        rm -f "$BENCH_POLL_MARKER"
+        exit "$rc"
+    fi
+    log "the PostgreSQL cluster did not start (attempt $attempt)"
+done
+
+die "could not start a throw-away PostgreSQL cluster"
