@@ -448,7 +448,7 @@ static void
 ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take)
 {
-    uint32_t                       minute;
+    uint32_t                       minute, counted, remaining;
     ngx_uint_t                     evicted;
     ngx_http_session_shm_t        *sh;
     ngx_http_session_counter_t    *c;
@@ -499,21 +499,23 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     }
 
     c = &rn->counters[take->cls];
+    counted = minute;
 
-    if (c->minute != minute) {
-        c->minute = minute;
-        c->count = 0;
-    }
+    /*
+     * The window moves forward only: a worker whose cached clock lags
+     * counts in the minute another worker has already begun (and answers
+     * with that window's figures), it never resets it.
+     */
 
-    if (c->count >= take->limit) {
-        /* a refused request is not counted */
-        take->remaining = 0;
-        take->rc = NGX_BUSY;
+    take->rc = (ngx_http_session_window_take(&c->minute, &c->count,
+                                             &counted, (uint32_t) take->limit,
+                                             &remaining)
+                == 0)
+               ? NGX_OK : NGX_BUSY;
+    take->remaining = remaining;
 
-    } else {
-        c->count++;
-        take->remaining = take->limit - c->count;
-        take->rc = NGX_OK;
+    if (counted != minute) {
+        take->now = (time_t) counted * NGX_HTTP_SESSION_WINDOW_SECONDS;
     }
 
     if (evicted) {
@@ -573,8 +575,10 @@ ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
 
         live = 0;
 
+        /* a counter of a later minute (a clock ahead) is live too */
+
         for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
-            if (rn->counters[i].minute == minute) {
+            if (rn->counters[i].minute >= minute) {
                 live = 1;
             }
         }
