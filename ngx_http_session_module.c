@@ -218,6 +218,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       offsetof(ngx_http_session_main_conf_t, sweep_interval),
       &ngx_http_session_sweep_interval_post },
 
+    { ngx_string("session_auth_fail_limit"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_auth_fail_limit,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, auth_fail_limit),
+      NULL },
+
       ngx_null_command
 };
 
@@ -325,6 +332,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
     smcf->webhook_allow_private = NGX_CONF_UNSET;
     smcf->sweep_interval = NGX_CONF_UNSET_MSEC;
+    smcf->auth_fail_limit = NGX_CONF_UNSET_UINT;
 
     return smcf;
 }
@@ -343,6 +351,8 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(smcf->webhook_allow_private, 0);
     ngx_conf_init_msec_value(smcf->sweep_interval,
                              NGX_HTTP_SESSION_SWEEP_INTERVAL);
+    ngx_conf_init_uint_value(smcf->auth_fail_limit,
+                             NGX_HTTP_SESSION_AUTH_FAIL_LIMIT);
 
     if (smcf->key_prefix.data == NULL) {
         ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);

@@ -33,6 +33,8 @@ typedef struct {
 
     ngx_str_t                   key_prefix;
     ngx_msec_t                  auth_cache_ttl;
+    /* failed lookups per client address per minute, 0: no limit */
+    ngx_uint_t                  auth_fail_limit;
 
     ngx_flag_t                  webhook_allow_private;
 
@@ -145,9 +147,14 @@ typedef struct {
     /* SHA-256 of the request body, once something needed it */
     u_char                        body_sha256[32];
 
+    /* the minute of a failure counted in advance (fail_reserved) */
+    uint32_t                      fail_minute;
+
     unsigned                      own_response:1;
     unsigned                      json_error_sent:1;
     unsigned                      body_hashed:1;
+    /* a lookup started by this request counted a failure in advance */
+    unsigned                      fail_reserved:1;
 } ngx_http_session_ctx_t;
 
 

@@ -14,6 +14,9 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Compress::Zlib ();
+use HTTP::Tiny ();
+use IO::Select ();
+use IO::Socket::INET ();
 use MIME::Base64 ();
 use Session qw(:DEFAULT decode_json);
 use SessionTest;
@@ -94,7 +97,270 @@ sub listening {
     ok($ok, "every worker listens (the auth cache was emptied)");
 }
 
+# An ACCESS EXCLUSIVE lock on api_keys, held by a psql of its own until
+# unlock_keys(): every key lookup blocks behind it, so a lookup that was
+# started shows in pg_stat_activity and its request gets no answer.
+sub lock_keys {
+    open my $psql, '|-', 'psql', '-X', '-q', '-d', Session::db_conninfo()
+        or die "psql: $!";
+    $psql->autoflush(1);
+    print $psql "BEGIN;\nLOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE;\n";
+
+    my ($ok) = wait_until(10, 0.02, sub {
+        psql(q{SELECT count(*) FROM pg_locks l JOIN pg_class c }
+             . q{ON c.oid = l.relation WHERE c.relname = 'api_keys' }
+             . q{AND l.mode = 'AccessExclusiveLock' AND l.granted}) > 0
+    });
+    die "lock_keys: no lock" unless $ok;
+
+    return $psql;
+}
+
+sub unlock_keys {
+    my ($psql) = @_;
+    print $psql "COMMIT;\n";
+    close $psql;
+}
+
+# key lookups that wait behind lock_keys()
+sub blocked_lookups {
+    return psql(q{SELECT count(*) FROM pg_stat_activity }
+                . q{WHERE wait_event_type = 'Lock' }
+                . q{AND query LIKE '%FROM api_keys k%'});
+}
+
+# a request written on a new connection, its answer read later (read_answer)
+sub send_request {
+    my ($path, $key, $local) = @_;
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
+                                  ($local ? (LocalAddr => $local) : ()),
+                                  Proto => 'tcp', Timeout => 5)
+        or die "connect: $!";
+    print $s "GET $path HTTP/1.0\r\nHost: localhost\r\n"
+             . ($key ? "Authorization: Bearer $key\r\n" : '') . "\r\n";
+    return $s;
+}
+
+sub read_answer {
+    my ($s, $timeout) = @_;
+    my $sel = IO::Select->new($s);
+    my $buf = '';
+    my $deadline = time + ($timeout // 10);
+    while (time < $deadline) {
+        last unless $sel->can_read(1);
+        my $n = sysread $s, $buf, 65536, length $buf;
+        last unless $n;
+    }
+    close $s;
+    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
+    my ($status) = ($head // '') =~ m{^HTTP/1\.\d (\d+)};
+    return { status => $status // 0, head => $head // '',
+             content => $body // '' };
+}
+
+# GET path with the key, from the address $local (e.g. 127.0.0.2)
+sub api_from {
+    my ($local, $path, $key) = @_;
+    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10,
+                               local_address => $local);
+    my $port = $Test::Nginx::Util::ServerPort;
+    return $http->request('GET', "http://127.0.0.1:$port$path",
+                          { headers => { Authorization => "Bearer $key" } });
+}
+
 my %checks;
+
+# session_auth_fail_limit 5: five unknown keys answer 401, then a sixth
+# unknown key, or a known key the cache does not hold, answers 429 with
+# Retry-After and no X-RateLimit-*, without asking the database; keys
+# the cache knows (valid or not) answer as usual; another address is not
+# affected.
+$checks{fail_limit} = sub {
+    my ($name) = @_;
+
+    listening(1);
+
+    # the MAIN key in the cache before the failures
+    is(api('GET', '/api/v1/nope', $KEY{MAIN})->{status}, 404,
+       "$name - a valid key first");
+
+    my @unknown = map { random_key('sess') } 1 .. 5;
+    my @st = map { api('GET', '/api/v1/nope', $_)->{status} } @unknown;
+    is("@st", '401 401 401 401 401', "$name - five unknown keys: 401");
+
+    my $lock = lock_keys();
+
+    my $r = eval {
+        my $t0 = time;
+        my $r = api('GET', '/api/v1/nope', random_key('sess'));
+        is($r->{status}, 429, "$name - the sixth unknown key: 429");
+        is($r->{content}, $TOO_MANY, "$name - the message");
+        is($r->{headers}{'content-type'}, 'application/json',
+           "$name - JSON");
+        my $ra = $r->{headers}{'retry-after'} // '';
+        my $left = 60 - $t0 % 60;
+        ok($ra =~ /^\d+$/ && $ra >= 1 && $ra <= 60
+           && abs($ra - $left) <= 2,
+           "$name - Retry-After $ra: the seconds to the minute's end");
+        ok(!grep({ /^x-ratelimit/ } keys %{ $r->{headers} }),
+           "$name - no X-RateLimit-* headers");
+
+        # a valid key the cache does not know is refused the same way
+        my $v = api('GET', '/api/v1/nope', $KEY{LIMIT});
+        is($v->{status}, 429, "$name - an uncached valid key: 429");
+
+        # the lock is held: any lookup would have blocked
+        is(blocked_lookups(), 0, "$name - no lookup reached the database");
+
+        # keys the cache knows answer as usual
+        my $m = api('GET', '/api/v1/nope', $KEY{MAIN});
+        is($m->{status}, 404, "$name - the cached valid key: 404");
+        is($m->{headers}{'x-ratelimit-limit'}, 200,
+           "$name - the cached valid key is rate limited as usual");
+        is(api('GET', '/api/v1/nope', $unknown[0])->{status}, 401,
+           "$name - a cached unknown key: 401");
+        1;
+    };
+    unlock_keys($lock);
+    die $@ unless $r;
+
+    # another address has its own count
+    my $o = api_from('127.0.0.2', '/api/v1/nope', random_key('sess'));
+    is($o->{status}, 401, "$name - another address: 401");
+    is(api_from('127.0.0.2', '/api/v1/nope', $KEY{LIMIT})->{status}, 404,
+       "$name - another address with an uncached valid key: 404");
+};
+
+# session_auth_fail_limit off: nothing is counted
+$checks{fail_off} = sub {
+    my ($name) = @_;
+
+    my @st = map { api('GET', '/api/v1/nope', random_key('sess'))->{status} }
+             1 .. 12;
+    is("@st", join(' ', ('401') x 12), "$name - twelve unknown keys: 401");
+};
+
+# A known key's lookup is not a failure: looking up a valid key over and
+# over (the cache holds nothing: session_auth_cache_ttl 0) never reaches
+# the limit.
+$checks{fail_valid} = sub {
+    my ($name) = @_;
+
+    my @st = map { api('GET', '/api/v1/nope', $KEY{LIMIT})->{status} }
+             1 .. 6;
+    is("@st", '404 404 404 404 404 404', "$name - six lookups of a valid key");
+    my @u = map { api('GET', '/api/v1/nope', random_key('sess'))->{status} }
+            1 .. 3;
+    is("@u", '401 401 429',
+       "$name - then two unknown keys are looked up, the third is over");
+};
+
+# Concurrent requests from many clients could start many lookups before
+# the first one fails: the lookup counts in advance, so with a limit of 3,
+# eight unknown keys at once start three lookups and five get 429.
+$checks{fail_concurrent} = sub {
+    my ($name) = @_;
+
+    listening(1);
+
+    my $lock = lock_keys();
+    my (@socks, $ok);
+    my $r = eval {
+        @socks = map { send_request('/api/v1/nope', random_key('sess')) }
+                 1 .. 8;
+        ($ok) = wait_until(10, 0.05, sub { blocked_lookups() >= 3 });
+        ok($ok, "$name - three lookups wait for the database");
+        1;
+    };
+    unlock_keys($lock);
+    die $@ unless $r;
+
+    my @st = sort map { read_answer($_)->{status} } @socks;
+    is("@st", '401 401 401 429 429 429 429 429',
+       "$name - three 401, five 429");
+};
+
+# Negative results have a budget of their own: 300 unknown keys in a
+# 32 KB zone do not push the valid key out of the cache.
+$checks{negative_budget} = sub {
+    my ($name) = @_;
+
+    listening(1);
+
+    is(api('GET', '/api/v1/nope', $KEY{MAIN})->{status}, 404,
+       "$name - the valid key, looked up");
+
+    my %st;
+    $st{ api('GET', '/api/v1/nope', random_key('sess'))->{status} }++
+        for 1 .. 300;
+    is_deeply(\%st, { 401 => 300 }, "$name - 300 unknown keys: 401");
+
+    my $s0 = status_json();
+    is(api('GET', '/api/v1/nope', $KEY{MAIN})->{status}, 404,
+       "$name - the valid key again");
+    my $s1 = status_json();
+
+    is($s1->{auth_cache}{misses} - $s0->{auth_cache}{misses}, 0,
+       "$name - no miss: the valid key is still cached");
+    is($s1->{auth_cache}{hits} - $s0->{auth_cache}{hits}, 1,
+       "$name - a hit");
+    ok($s1->{auth_cache}{entries} <= 40,
+       "$name - at most the budget of unknown keys is kept "
+       . "($s1->{auth_cache}{entries} entries)");
+};
+
+# Concurrent lookups of one key in one worker share one query.
+$checks{single_flight} = sub {
+    my ($name) = @_;
+
+    listening(1);
+
+    my $key = random_key('sess');
+    my $s0 = status_json();
+    my $lock = lock_keys();
+    my (@socks, $r);
+
+    $r = eval {
+        @socks = map { send_request('/api/v1/nope', $key) } 1 .. 8;
+
+        my ($all) = wait_until(10, 0.05, sub {
+            status_json()->{auth_cache}{misses}
+                - $s0->{auth_cache}{misses} >= 8
+        });
+        ok($all, "$name - eight requests missed the cache");
+
+        my ($one) = wait_until(10, 0.05, sub { blocked_lookups() >= 1 });
+        ok($one, "$name - a lookup waits for the database");
+        is(blocked_lookups(), 1, "$name - only one");
+        1;
+    };
+    unlock_keys($lock);
+    die $@ unless $r;
+
+    my @a = map { read_answer($_) } @socks;
+    is(join(' ', map { $_->{status} } @a), join(' ', ('401') x 8),
+       "$name - every request: 401");
+    is(scalar(grep { $_->{content} eq $INVALID } @a), 8,
+       "$name - every body: API key is invalid");
+
+    # the same with a valid key: all admitted
+    my $lock2 = lock_keys();
+    $r = eval {
+        @socks = map { send_request('/api/v1/nope', $KEY{VARS}) } 1 .. 5;
+        my ($one) = wait_until(10, 0.05, sub { blocked_lookups() >= 1 });
+        ok($one, "$name - the valid key's lookup waits");
+        1;
+    };
+    unlock_keys($lock2);
+    die $@ unless $r;
+
+    @a = map { read_answer($_) } @socks;
+    is(join(' ', map { $_->{status} } @a), '404 404 404 404 404',
+       "$name - the valid key: every request admitted");
+    is(scalar(grep { $_->{head} =~ /^X-RateLimit-Remaining: \d+\r?$/mi } @a),
+       5, "$name - every answer counted by the limiter");
+};
 
 add_block_preprocessor(sub {
     my $block = shift;
@@ -204,3 +470,149 @@ qr/^\{"data": ?\[\{"id" ?: ?"$::SID"/
 ::bad('cursor is invalid')
 --- no_error_log
 [error]
+
+
+
+=== TEST 6: session_auth_fail_limit: 429 beyond the limit, no lookup
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 5;
+    session_auth_cache_ttl 60s;
+--- check: fail_limit
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: session_auth_fail_limit off
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit off;
+--- check: fail_off
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: a valid key's lookup is no failure
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 2;
+    session_auth_cache_ttl 0;
+--- check: fail_valid
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: concurrent unknown keys: the limit holds
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 3;
+--- check: fail_concurrent
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: unknown keys do not evict known ones
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_limit_zone small:32k;
+    session_auth_fail_limit off;
+    session_auth_cache_ttl 60s;
+--- check: negative_budget
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: concurrent lookups of one key share one query
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_cache_ttl 60s;
+--- check: single_flight
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: session_auth_fail_limit 0
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 0;
+--- must_die
+--- error_log
+invalid value "0" in "session_auth_fail_limit", it must be "off" or an integer between 1 and 1000000000
+
+
+
+=== TEST 13: session_auth_fail_limit not a number
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit many;
+--- must_die
+--- error_log
+invalid value "many" in "session_auth_fail_limit"
+
+
+
+=== TEST 14: session_auth_fail_limit too large
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 1000000001;
+--- must_die
+--- error_log
+invalid value "1000000001" in "session_auth_fail_limit"
+
+
+
+=== TEST 15: session_auth_fail_limit twice
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 5;
+    session_auth_fail_limit 6;
+--- must_die
+--- error_log
+"session_auth_fail_limit" directive is duplicate
+
+
+
+=== TEST 16: session_auth_fail_limit in a server
+--- config
+    session_auth_fail_limit 5;
+
+    location /api/ {
+        session_api;
+    }
+--- must_die
+--- error_log
+"session_auth_fail_limit" directive is not allowed here
+
+
+
+=== TEST 17: session_auth_fail_limit without a value
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit;
+--- must_die
+--- error_log
+invalid number of arguments in "session_auth_fail_limit" directive
