@@ -22,6 +22,7 @@
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sweep.h"
+#include "ngx_http_session_variables.h"
 
 
 #define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
@@ -39,6 +40,7 @@
 #define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
 
+static ngx_int_t ngx_http_session_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_session_postconfiguration(ngx_conf_t *cf);
 static void *ngx_http_session_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -230,7 +232,7 @@ static ngx_command_t  ngx_http_session_commands[] = {
 
 
 static ngx_http_module_t  ngx_http_session_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_session_preconfiguration,     /* preconfiguration */
     ngx_http_session_postconfiguration,    /* postconfiguration */
 
     ngx_http_session_create_main_conf,     /* create main configuration */
@@ -258,6 +260,15 @@ ngx_module_t  ngx_http_session_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/* the access-log variables, before the configuration can name them */
+
+static ngx_int_t
+ngx_http_session_preconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_session_variables_add(cf);
+}
 
 
 static ngx_int_t

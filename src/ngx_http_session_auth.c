@@ -578,7 +578,8 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
     } else if (ngx_http_session_db_result_ok(q, res) != NGX_OK
                || (PQntuples(res) == 1
                    && (PQgetlength(res, 0, 0) != NGX_HTTP_SESSION_UUID_LEN
-                       || PQgetlength(res, 0, 1)
+                       || PQgetlength(res, 0, 1) != NGX_HTTP_SESSION_UUID_LEN
+                       || PQgetlength(res, 0, 3)
                           != NGX_HTTP_SESSION_UUID_LEN)))
     {
         err = NGX_HTTP_SESSION_ERR_INTERNAL;
@@ -587,6 +588,8 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         ngx_memcpy(p.project_id, PQgetvalue(res, 0, 0),
                    NGX_HTTP_SESSION_UUID_LEN);
         ngx_memcpy(p.account_id, PQgetvalue(res, 0, 1),
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p.key_id, PQgetvalue(res, 0, 3),
                    NGX_HTTP_SESSION_UUID_LEN);
 
         status = PQgetvalue(res, 0, 2);
@@ -642,6 +645,8 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         ngx_memcpy(ctx->principal.project_id, p.project_id,
                    NGX_HTTP_SESSION_UUID_LEN);
         ngx_memcpy(ctx->principal.account_id, p.account_id,
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(ctx->principal.key_id, p.key_id,
                    NGX_HTTP_SESSION_UUID_LEN);
 
         /*

@@ -81,6 +81,8 @@ typedef struct {
     u_char                      hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
     u_char                      project_id[NGX_HTTP_SESSION_UUID_LEN];
     u_char                      account_id[NGX_HTTP_SESSION_UUID_LEN];
+    /* the key's id ($session_key_id), never the key */
+    u_char                      key_id[NGX_HTTP_SESSION_UUID_LEN];
 } ngx_http_session_principal_t;
 
 

@@ -167,6 +167,13 @@ ngx_http_session_limit_reset(time_t now, u_char *p)
 }
 
 
+const char *
+ngx_http_session_limit_class_name(ngx_uint_t cls)
+{
+    return ngx_http_session_class_names[cls];
+}
+
+
 /* the text of each class's limit, for X-RateLimit-Limit */
 
 ngx_int_t

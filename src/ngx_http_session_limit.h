@@ -37,6 +37,9 @@ ngx_int_t ngx_http_session_limit_texts(ngx_conf_t *cf,
 char *ngx_http_session_limits(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
+/* "create", "list" or "other" */
+const char *ngx_http_session_limit_class_name(ngx_uint_t cls);
+
 /* session_auth_fail_limit <n> | off; */
 char *ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);

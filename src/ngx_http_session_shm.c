@@ -27,6 +27,7 @@ typedef struct {
     ngx_uint_t                    status;
     u_char                        project_id[NGX_HTTP_SESSION_UUID_LEN];
     u_char                        account_id[NGX_HTTP_SESSION_UUID_LEN];
+    u_char                        key_id[NGX_HTTP_SESSION_UUID_LEN];
 } ngx_http_session_auth_node_t;
 
 
@@ -317,14 +318,11 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
             ngx_http_session_rate_take_locked(ctx, p->hash, take);
         }
 
-        /* a refused request goes no further than stage 2: no ids needed */
+        /* refused by stage 2 too: the ids are for the access log */
 
-        if (take == NULL || take->rc != NGX_BUSY) {
-            ngx_memcpy(p->project_id, an->project_id,
-                       NGX_HTTP_SESSION_UUID_LEN);
-            ngx_memcpy(p->account_id, an->account_id,
-                       NGX_HTTP_SESSION_UUID_LEN);
-        }
+        ngx_memcpy(p->project_id, an->project_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->account_id, an->account_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->key_id, an->key_id, NGX_HTTP_SESSION_UUID_LEN);
     }
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
@@ -423,6 +421,7 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     an->expires = ngx_current_msec + ttl;
     ngx_memcpy(an->project_id, p->project_id, NGX_HTTP_SESSION_UUID_LEN);
     ngx_memcpy(an->account_id, p->account_id, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(an->key_id, p->key_id, NGX_HTTP_SESSION_UUID_LEN);
 
 done:
 

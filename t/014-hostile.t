@@ -34,6 +34,13 @@ our (%KEY, %PROJECT, %ACCOUNT, %KEY_ID, $SID);
         $KEY_ID{$name} = $f->{key_id};
     }
 
+    my $s = fixture(plan => 'pro', name => "$TAG-SUSP");
+    sessionctl_ok('account', 'suspend', $s->{account_id});
+    $KEY{SUSP} = $s->{key};
+    $PROJECT{SUSP} = $s->{project_id};
+    $ACCOUNT{SUSP} = $s->{account_id};
+    $KEY_ID{SUSP} = $s->{key_id};
+
     ($SID) = psql('INSERT INTO sessions (project_id, delivery_mode, '
                   . 'expires_at) VALUES (' . sql_quote($PROJECT{MAIN})
                   . q{, 'long_poll', now() + interval '1 day') RETURNING id});
@@ -170,6 +177,57 @@ sub api_from {
 }
 
 my %checks;
+
+# The access-log variables: the ids once the key is known, the class and
+# what is left once the limiter counted the request, "-" (empty)
+# otherwise; the key itself never.
+$checks{variables} = sub {
+    my ($name) = @_;
+
+    my $log = "$Test::Nginx::Util::ServRoot/logs/vars.log";
+    my $unknown = random_key('sess');
+    my @sent = (
+        ['/api/v1/nope', $KEY{VARS}],        # database lookup
+        ['/api/v1/nope', $KEY{VARS}],        # cache hit
+        ['/api/v1/sessions', $KEY{VARS}],    # class list
+        ['/api/v1/nope', $KEY{VARS}],        # over other=2
+        ['/api/v1/nope', undef],
+        ['/api/v1/nope', 'sess_nothex'],
+        ['/api/v1/nope', $unknown],
+        ['/api/v1/nope', $KEY{SUSP}],
+    );
+
+    my @st = map { api('GET', $_->[0], $_->[1])->{status} } @sent;
+    is("@st", '404 404 200 429 401 401 401 403', "$name - the answers");
+
+    my @lines;
+    my ($ok) = wait_until(10, 0.05, sub {
+        open my $fh, '<', $log or return 0;
+        @lines = <$fh>;
+        chomp @lines;
+        return @lines >= @sent;
+    });
+    ok($ok, "$name - every request logged");
+
+    my $ids = "k=$KEY_ID{VARS} p=$PROJECT{VARS} a=$ACCOUNT{VARS}";
+    my $none = 'k=- p=- a=-';
+    is_deeply(\@lines, [
+        "404 $ids c=other r=1",
+        "404 $ids c=other r=0",
+        "200 $ids c=list r=299",
+        "429 $ids c=other r=0",
+        "401 $none c=- r=-",
+        "401 $none c=- r=-",
+        "401 $none c=- r=-",
+        "403 k=$KEY_ID{SUSP} p=$PROJECT{SUSP} a=$ACCOUNT{SUSP} c=- r=-",
+    ], "$name - the variables");
+
+    my $all = join "\n", @lines;
+    for my $k ($KEY{VARS}, $unknown, $KEY{SUSP}) {
+        my ($hex) = $k =~ /_([0-9a-f]{32})$/;
+        unlike($all, qr/\Q$hex\E/i, "$name - no key in the log");
+    }
+};
 
 # session_auth_fail_limit 5: five unknown keys answer 401, then a sixth
 # unknown key, or a known key the cache does not hold, answers 429 with
@@ -616,3 +674,49 @@ invalid value "1000000001" in "session_auth_fail_limit"
 --- must_die
 --- error_log
 invalid number of arguments in "session_auth_fail_limit" directive
+
+
+
+=== TEST 18: access-log variables
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    log_format vars '$status k=$session_key_id p=$session_project_id '
+                    'a=$session_account_id c=$session_rate_class '
+                    'r=$session_rate_remaining';
+--- config
+    location /api/ {
+        session_api;
+        session_limits other=2;
+        access_log logs/vars.log vars;
+    }
+
+    location = /status {
+        session_status;
+    }
+--- check: variables
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 19: the variables are empty outside session_api
+--- config
+    location /api/ {
+        session_api;
+    }
+
+    location = /t {
+        return 200 "k=$session_key_id p=$session_project_id a=$session_account_id c=$session_rate_class r=$session_rate_remaining\n";
+    }
+--- request
+GET /t
+--- more_headers eval
+"Authorization: Bearer $::KEY{VARS}"
+--- error_code: 200
+--- response_body
+k= p= a= c= r=
+--- no_error_log
+[error]
