@@ -6,6 +6,10 @@
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
 #   make lint       80 columns, no tabs, cppcheck
+#   make fuzz       libFuzzer harnesses of src/core, ASan + UBSan, bounded
+#                   (FUZZ_SECONDS=60 each); not part of make test
+#   make asan       unit tests, nginx and the module under ASan + UBSan,
+#                   some Test::Nginx scripts (ASAN_TESTS=all: every one)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -31,7 +35,7 @@ MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench lint clean \
-        distclean
+        distclean fuzz asan sanitizer-deps
 
 all: build
 
@@ -103,6 +107,15 @@ bench: deps build
 
 lint:
 	@bash util/lint.sh
+
+sanitizer-deps:
+	@bash util/install-sanitizer-deps.sh
+
+fuzz: sanitizer-deps
+	@bash fuzz/run.sh
+
+asan: deps sanitizer-deps
+	@bash util/asan.sh
 
 clean:
 	rm -rf $(BUILD)
