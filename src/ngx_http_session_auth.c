@@ -239,6 +239,14 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
 
         f = ngx_http_session_flight_start(r, ctx);
         if (f == NULL) {
+            /* no lookup, no failure: the advance is given back */
+
+            if (ctx->fail_reserved) {
+                ngx_http_session_auth_fail_count(r, ctx,
+                                                 NGX_HTTP_SESSION_FAIL_REFUND);
+                ctx->fail_reserved = 0;
+            }
+
             return NGX_DECLINED;
         }
 

@@ -25,6 +25,15 @@ our $TAG = sprintf 't014-%d-%d', $$, time;
 
 our (%KEY, %PROJECT, %ACCOUNT, %KEY_ID, $SID);
 
+# a loopback port where nothing listens: the database is unreachable
+our $DEAD_PORT = do {
+    my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Listen => 1) or die "listen: $!";
+    my $p = $l->sockport;
+    close $l;
+    $p;
+};
+
 {
     for my $name (qw(MAIN LIMIT VARS)) {
         my $f = fixture(plan => 'pro', name => "$TAG-$name");
@@ -366,6 +375,17 @@ $checks{negative_budget} = sub {
     ok($s1->{auth_cache}{entries} <= 40,
        "$name - at most the budget of unknown keys is kept "
        . "($s1->{auth_cache}{entries} entries)");
+};
+
+# A lookup the database could not answer is no failure: with the
+# database unreachable, unknown keys get 503 however many there are,
+# never 429.
+$checks{fail_db_down} = sub {
+    my ($name) = @_;
+
+    my @st = map { api('GET', '/api/v1/nope', random_key('sess'))->{status} }
+             1 .. 5;
+    is("@st", '503 503 503 503 503', "$name - five unknown keys: 503");
 };
 
 # Concurrent lookups of one key in one worker share one query.
@@ -720,3 +740,14 @@ GET /t
 k= p= a= c= r=
 --- no_error_log
 [error]
+
+
+
+=== TEST 20: no failure counted when the database cannot answer
+--- http_config eval
+"session_db \"host=127.0.0.1 port=$::DEAD_PORT dbname=x user=x\";
+    session_auth_fail_limit 2;"
+--- check: fail_db_down
+--- request
+GET /status
+--- error_code: 200

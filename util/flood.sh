@@ -195,7 +195,7 @@ LUA
     lookups=$(awk -v q=$((q1 - q0)) -v n="$n1" -v s="$s1" \
                   'BEGIN { printf "%.1f", (q - n) / s }')
     bound=$(awk -v l="$LIMIT" -v a="$ADDRS" -v s="$s1" \
-                'BEGIN { printf "%.1f", l * a / s }')
+                'BEGIN { printf "%d per minute, %.1f/s if all spent in these %.0f s", l * a, l * a / s, s }')
 
     cat <<REPORT
 
@@ -205,7 +205,9 @@ flood.sh: nginx $WORKERS workers, session_auth_fail_limit $LIMIT, loopback
   ratio                      : $(awk -v a="$n1" -v b="$n0" -v sa="$s1" -v sb="$s0" 'BEGIN { printf "%.2f", (a / sa) / (b / sb) }')
   flood                      : $frps requests/s ($ftotal requests, $ADDRS addresses)
   key lookups in the database: $lookups/s during the flood
-  bound (limit x addresses, all in this window): $bound/s
+  bound (limit x addresses)  : $bound
+                               (plus the steady key's own lookups, one per
+                               session_auth_cache_ttl, and the sweep)
 REPORT
 
     if [ "$u1" -ne 0 ]; then
