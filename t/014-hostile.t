@@ -19,6 +19,7 @@ use IO::Select ();
 use IO::Socket::INET ();
 use MIME::Base64 ();
 use Session qw(:DEFAULT decode_json);
+use Time::HiRes ();
 use SessionTest;
 
 our $TAG = sprintf 't014-%d-%d', $$, time;
@@ -185,6 +186,13 @@ sub api_from {
                           { headers => { Authorization => "Bearer $key" } });
 }
 
+# Failures count per UTC minute: a check that counts some must not see
+# the minute change under it.  Late in a minute, wait for the next one.
+sub fresh_minute {
+    my $s = Time::HiRes::time() - 60 * int(time / 60);
+    Time::HiRes::sleep(60.2 - $s) if $s > 45;
+}
+
 my %checks;
 
 # The access-log variables: the ids once the key is known, the class and
@@ -192,6 +200,8 @@ my %checks;
 # otherwise; the key itself never.
 $checks{variables} = sub {
     my ($name) = @_;
+
+    fresh_minute();
 
     my $log = "$Test::Nginx::Util::ServRoot/logs/vars.log";
     my $unknown = random_key('sess');
@@ -245,6 +255,8 @@ $checks{variables} = sub {
 # affected.
 $checks{fail_limit} = sub {
     my ($name) = @_;
+
+    fresh_minute();
 
     listening(1);
 
@@ -303,6 +315,8 @@ $checks{fail_limit} = sub {
 $checks{fail_off} = sub {
     my ($name) = @_;
 
+    fresh_minute();
+
     my @st = map { api('GET', '/api/v1/nope', random_key('sess'))->{status} }
              1 .. 12;
     is("@st", join(' ', ('401') x 12), "$name - twelve unknown keys: 401");
@@ -313,6 +327,8 @@ $checks{fail_off} = sub {
 # the limit.
 $checks{fail_valid} = sub {
     my ($name) = @_;
+
+    fresh_minute();
 
     my @st = map { api('GET', '/api/v1/nope', $KEY{LIMIT})->{status} }
              1 .. 6;
@@ -328,6 +344,8 @@ $checks{fail_valid} = sub {
 # eight unknown keys at once start three lookups and five get 429.
 $checks{fail_concurrent} = sub {
     my ($name) = @_;
+
+    fresh_minute();
 
     listening(1);
 
@@ -382,6 +400,8 @@ $checks{negative_budget} = sub {
 # never 429.
 $checks{fail_db_down} = sub {
     my ($name) = @_;
+
+    fresh_minute();
 
     my @st = map { api('GET', '/api/v1/nope', random_key('sess'))->{status} }
              1 .. 5;
