@@ -11,6 +11,10 @@
 #   make deb        build/deb/libnginx-mod-http-session_*.deb (+ lintian)
 #   make deb-test   install that package into this machine, nginx -t, one
 #                   request (changes the system: for CI or a throwaway box)
+#   make fuzz       libFuzzer harnesses of src/core, ASan + UBSan, bounded
+#                   (FUZZ_SECONDS=60 each); not part of make test
+#   make asan       unit tests, nginx and the module under ASan + UBSan,
+#                   some Test::Nginx scripts (ASAN_TESTS=all: every one)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -40,7 +44,7 @@ MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll lint \
-        clean distclean openapi deb deb-test
+        clean distclean openapi deb deb-test fuzz asan sanitizer-deps
 
 all: build
 
@@ -126,6 +130,14 @@ deb:
 
 deb-test: deb
 	@bash util/deb.sh test
+sanitizer-deps:
+	@bash util/install-sanitizer-deps.sh
+
+fuzz: sanitizer-deps
+	@bash fuzz/run.sh
+
+asan: deps sanitizer-deps
+	@bash util/asan.sh
 
 clean:
 	rm -rf $(BUILD)

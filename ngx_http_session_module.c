@@ -23,6 +23,7 @@
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sweep.h"
 #include "ngx_http_session_webhook.h"
+#include "ngx_http_session_variables.h"
 
 
 #define NGX_HTTP_SESSION_DEFAULT_ZONE       "session_limits"
@@ -40,6 +41,7 @@
 #define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
 
+static ngx_int_t ngx_http_session_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_session_postconfiguration(ngx_conf_t *cf);
 static void *ngx_http_session_create_main_conf(ngx_conf_t *cf);
 static char *ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf);
@@ -266,12 +268,19 @@ static ngx_command_t  ngx_http_session_commands[] = {
       0,
       NULL },
 
+    { ngx_string("session_auth_fail_limit"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_auth_fail_limit,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, auth_fail_limit),
+      NULL },
+
       ngx_null_command
 };
 
 
 static ngx_http_module_t  ngx_http_session_module_ctx = {
-    NULL,                                  /* preconfiguration */
+    ngx_http_session_preconfiguration,     /* preconfiguration */
     ngx_http_session_postconfiguration,    /* postconfiguration */
 
     ngx_http_session_create_main_conf,     /* create main configuration */
@@ -299,6 +308,15 @@ ngx_module_t  ngx_http_session_module = {
     NULL,                                  /* exit master */
     NGX_MODULE_V1_PADDING
 };
+
+
+/* the access-log variables, before the configuration can name them */
+
+static ngx_int_t
+ngx_http_session_preconfiguration(ngx_conf_t *cf)
+{
+    return ngx_http_session_variables_add(cf);
+}
 
 
 static ngx_int_t
@@ -379,6 +397,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->webhook_concurrency = NGX_CONF_UNSET_UINT;
     smcf->sweep_interval = NGX_CONF_UNSET_MSEC;
     smcf->retention = NGX_CONF_UNSET;
+    smcf->auth_fail_limit = NGX_CONF_UNSET_UINT;
 
     return smcf;
 }
@@ -403,6 +422,8 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_msec_value(smcf->sweep_interval,
                              NGX_HTTP_SESSION_SWEEP_INTERVAL);
     ngx_conf_init_value(smcf->retention, NGX_HTTP_SESSION_RETENTION);
+    ngx_conf_init_uint_value(smcf->auth_fail_limit,
+                             NGX_HTTP_SESSION_AUTH_FAIL_LIMIT);
 
     if (smcf->key_prefix.data == NULL) {
         ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);

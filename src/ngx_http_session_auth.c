@@ -10,6 +10,7 @@
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
 #include "ngx_http_session_stats.h"
+#include "ngx_http_session_window.h"
 
 
 /*
@@ -27,6 +28,9 @@
 
 #define NGX_HTTP_SESSION_MEMO_SIZE  256    /* a power of two */
 
+/* buckets of the per-worker table of lookups in flight */
+#define NGX_HTTP_SESSION_FLIGHTS    64     /* a power of two */
+
 
 typedef struct {
     u_char                        key[NGX_HTTP_SESSION_KEY_LEN];
@@ -35,8 +39,40 @@ typedef struct {
 } ngx_http_session_memo_t;
 
 
+/*
+ * A lookup in flight: one query per key per worker, whatever the number
+ * of requests that wait for its answer.  It lives in a pool of its own,
+ * so that it outlives any of them.
+ */
+typedef struct {
+    ngx_queue_t                   queue;
+    ngx_queue_t                   waiters;
+    ngx_pool_t                   *pool;
+    ngx_uint_t                    generation;
+    u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+} ngx_http_session_flight_t;
+
+
+/* a request waiting for a flight, in its own pool */
+typedef struct {
+    ngx_queue_t                   queue;
+    ngx_http_request_t           *request;
+    /* NULL once answered or gone */
+    ngx_http_session_flight_t    *flight;
+} ngx_http_session_waiter_t;
+
+
 static ngx_int_t ngx_http_session_auth_hash(const u_char *token,
     u_char *hash);
+static ngx_int_t ngx_http_session_auth_fail_check(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+static void ngx_http_session_auth_fail_count(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_uint_t op);
+static void ngx_http_session_auth_addr(ngx_http_request_t *r, u_char *key);
+static ngx_http_session_flight_t *ngx_http_session_flight_find(u_char *hash);
+static ngx_http_session_flight_t *ngx_http_session_flight_start(
+    ngx_http_request_t *r, ngx_http_session_ctx_t *ctx);
+static void ngx_http_session_waiter_cleanup(void *data);
 static void ngx_http_session_auth_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 
@@ -48,10 +84,22 @@ static uint64_t                 ngx_http_session_memo_seed;
 /* ngx_hash_key_lc() of "Authorization", as the header parser computes it */
 static ngx_uint_t               ngx_http_session_auth_header_hash;
 
+static ngx_queue_t              ngx_http_session_flights[
+                                                NGX_HTTP_SESSION_FLIGHTS];
+
+static ngx_str_t  ngx_http_session_auth_retry_after =
+    ngx_string("Retry-After");
+
 
 void
 ngx_http_session_auth_init_process(void)
 {
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_SESSION_FLIGHTS; i++) {
+        ngx_queue_init(&ngx_http_session_flights[i]);
+    }
+
     ngx_http_session_memo_seed = ((uint64_t) ngx_random() << 32)
                                  ^ (uint64_t) ngx_random();
 
@@ -150,6 +198,7 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     case NGX_HTTP_SESSION_AUTH_INVALID:
         ngx_http_session_stat(auth_hits, 1);
+        ngx_http_session_auth_fail_count(r, ctx, NGX_HTTP_SESSION_FAIL_ADD);
         ctx->err = NGX_HTTP_SESSION_ERR_KEY_INVALID;
         return NGX_DECLINED;
 
@@ -160,7 +209,7 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     default:
         ngx_http_session_stat(auth_misses, 1);
-        return NGX_BUSY;
+        return ngx_http_session_auth_fail_check(r, ctx);
     }
 }
 
@@ -169,33 +218,291 @@ ngx_int_t
 ngx_http_session_auth_lookup(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume)
 {
-    ngx_http_session_db_query_t  *q;
+    ngx_pool_cleanup_t         *cln;
+    ngx_http_session_flight_t  *f;
+    ngx_http_session_waiter_t  *w;
 
-    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                   "session auth: cache miss, asking the database");
+    w = ngx_palloc(r->pool, sizeof(ngx_http_session_waiter_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
 
-    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_AUTH,
-                                       ngx_http_session_auth_done);
-    if (q == NULL) {
+    if (w == NULL || cln == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
 
-    /* the answer is read as text */
-    q->result_format = 0;
+    ctx->resume = resume;
 
-    ngx_http_session_db_param(q, ctx->principal.hash,
-                              NGX_HTTP_SESSION_KEY_HASH_LEN, 1);
+    f = ngx_http_session_flight_find(ctx->principal.hash);
 
-    if (ngx_http_session_db_query_run(q) != NGX_OK) {
-        ctx->err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+    if (f == NULL) {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "session auth: cache miss, asking the database");
+
+        f = ngx_http_session_flight_start(r, ctx);
+        if (f == NULL) {
+            /* no lookup, no failure: the advance is given back */
+
+            if (ctx->fail_reserved) {
+                ngx_http_session_auth_fail_count(r, ctx,
+                                                 NGX_HTTP_SESSION_FAIL_REFUND);
+                ctx->fail_reserved = 0;
+            }
+
+            return NGX_DECLINED;
+        }
+
+    } else {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "session auth: cache miss, joining a lookup");
+    }
+
+    w->request = r;
+    w->flight = f;
+    ngx_queue_insert_tail(&f->waiters, &w->queue);
+
+    cln->handler = ngx_http_session_waiter_cleanup;
+    cln->data = w;
+
+    return NGX_AGAIN;
+}
+
+
+/*
+ * Stage 1 on a cache miss: a client address at session_auth_fail_limit
+ * gets 429 without a lookup.  Starting a lookup counts a failure in
+ * advance (given back when the key turns out known), so that however
+ * many lookups a client has in flight, it never has more than the limit
+ * per minute; joining one that runs costs nothing and counts nothing yet.
+ */
+
+static ngx_int_t
+ngx_http_session_auth_fail_check(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    u_char                        *p;
+    size_t                         len;
+    time_t                         now;
+    ngx_time_t                    *tp;
+    ngx_http_session_fail_t        f;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+    if (smcf->auth_fail_limit == 0) {
+        return NGX_BUSY;
+    }
+
+    tp = ngx_timeofday();
+
+    ngx_http_session_auth_addr(r, f.key);
+    f.op = ngx_http_session_flight_find(ctx->principal.hash)
+           ? NGX_HTTP_SESSION_FAIL_CHECK : NGX_HTTP_SESSION_FAIL_RESERVE;
+    f.limit = (uint32_t) smcf->auth_fail_limit;
+    f.minute = (uint32_t) ngx_http_session_window_minute(tp->sec);
+
+    if (ngx_http_session_auth_fail(smcf->shm_zone, &f) == NGX_OK) {
+        ctx->fail_reserved = (f.op == NGX_HTTP_SESSION_FAIL_RESERVE);
+        ctx->fail_minute = f.minute;
+        return NGX_BUSY;
+    }
+
+    /* the minute counted in may be ahead of this worker's clock */
+
+    now = (time_t) f.minute * NGX_HTTP_SESSION_WINDOW_SECONDS;
+    now = ngx_max(now, tp->sec);
+
+    p = ctx->rl_buf;
+    len = ngx_http_session_decimal(p,
+                   ngx_http_session_window_retry_after(now, tp->msec))
+          - p;
+
+    if (ngx_http_session_header_add(r, &ngx_http_session_auth_retry_after,
+                                    p, len)
+        == NULL)
+    {
+        ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
 
-    ctx->query = q;
-    ctx->resume = resume;
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session auth: the client is at its failure limit");
 
-    return NGX_AGAIN;
+    ctx->err = NGX_HTTP_SESSION_ERR_AUTH_FAIL_LIMITED;
+
+    return NGX_DECLINED;
+}
+
+
+/* counts a failure of the request's address, or gives a reserved one back */
+
+static void
+ngx_http_session_auth_fail_count(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_uint_t op)
+{
+    ngx_http_session_fail_t        f;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+    if (smcf->auth_fail_limit == 0) {
+        return;
+    }
+
+    ngx_http_session_auth_addr(r, f.key);
+    f.op = op;
+    f.limit = (uint32_t) smcf->auth_fail_limit;
+    f.minute = (op == NGX_HTTP_SESSION_FAIL_REFUND)
+               ? ctx->fail_minute
+               : (uint32_t) ngx_http_session_window_minute(ngx_time());
+
+    (void) ngx_http_session_auth_fail(smcf->shm_zone, &f);
+}
+
+
+/*
+ * The client address ($remote_addr, after realip if any) as a tree key:
+ * four bytes of hash first (the tree orders by them), then the family
+ * and the address; every Unix-socket client shares one.
+ */
+
+static void
+ngx_http_session_auth_addr(ngx_http_request_t *r, u_char *key)
+{
+    uint32_t              h;
+    struct sockaddr      *sa;
+    struct sockaddr_in   *sin;
+#if (NGX_HAVE_INET6)
+    struct sockaddr_in6  *sin6;
+#endif
+
+    ngx_memzero(key, NGX_HTTP_SESSION_KEY_HASH_LEN);
+
+    sa = r->connection->sockaddr;
+    key[4] = (u_char) sa->sa_family;
+
+    switch (sa->sa_family) {
+
+    case AF_INET:
+        sin = (struct sockaddr_in *) sa;
+        ngx_memcpy(key + 8, &sin->sin_addr, 4);
+        break;
+
+#if (NGX_HAVE_INET6)
+    case AF_INET6:
+        sin6 = (struct sockaddr_in6 *) sa;
+        ngx_memcpy(key + 8, &sin6->sin6_addr, 16);
+        break;
+#endif
+
+    default:
+        break;
+    }
+
+    h = ngx_murmur_hash2(key + 4, NGX_HTTP_SESSION_KEY_HASH_LEN - 4);
+
+    key[0] = (u_char) (h >> 24);
+    key[1] = (u_char) (h >> 16);
+    key[2] = (u_char) (h >> 8);
+    key[3] = (u_char) h;
+}
+
+
+/* the per-worker table of lookups in flight */
+
+static ngx_http_session_flight_t *
+ngx_http_session_flight_find(u_char *hash)
+{
+    ngx_queue_t                *b, *q;
+    ngx_http_session_flight_t  *f;
+
+    b = &ngx_http_session_flights[hash[4] & (NGX_HTTP_SESSION_FLIGHTS - 1)];
+
+    for (q = ngx_queue_head(b);
+         q != ngx_queue_sentinel(b);
+         q = ngx_queue_next(q))
+    {
+        f = ngx_queue_data(q, ngx_http_session_flight_t, queue);
+
+        if (ngx_memcmp(f->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN) == 0) {
+            return f;
+        }
+    }
+
+    return NULL;
+}
+
+
+static ngx_http_session_flight_t *
+ngx_http_session_flight_start(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    ngx_pool_t                   *pool;
+    ngx_http_session_flight_t    *f;
+    ngx_http_session_db_query_t  *q;
+
+    pool = ngx_create_pool(512, ngx_cycle->log);
+    if (pool == NULL) {
+        goto failed;
+    }
+
+    f = ngx_palloc(pool, sizeof(ngx_http_session_flight_t));
+    if (f == NULL) {
+        goto failed;
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, ngx_cycle->log,
+                                              NGX_HTTP_SESSION_SQL_AUTH,
+                                              ngx_http_session_auth_done);
+    if (q == NULL) {
+        goto failed;
+    }
+
+    f->pool = pool;
+    f->generation = ctx->cache_generation;
+    ngx_memcpy(f->hash, ctx->principal.hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+    ngx_queue_init(&f->waiters);
+
+    /* prepared once per connection; the answer is read as text */
+    q->stmt = NGX_HTTP_SESSION_STMT_AUTH;
+
+    q->data = f;
+    ngx_http_session_db_param(q, f->hash, NGX_HTTP_SESSION_KEY_HASH_LEN, 1);
+
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        ngx_destroy_pool(pool);
+        ctx->err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+        return NULL;
+    }
+
+    ngx_queue_insert_tail(&ngx_http_session_flights[f->hash[4]
+                                          & (NGX_HTTP_SESSION_FLIGHTS - 1)],
+                          &f->queue);
+
+    return f;
+
+failed:
+
+    if (pool) {
+        ngx_destroy_pool(pool);
+    }
+
+    ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
+
+    return NULL;
+}
+
+
+/* a waiting client went away: the flight goes on without it */
+
+static void
+ngx_http_session_waiter_cleanup(void *data)
+{
+    ngx_http_session_waiter_t  *w = data;
+
+    if (w->flight) {
+        ngx_queue_remove(&w->queue);
+        w->flight = NULL;
+    }
 }
 
 
@@ -250,47 +557,51 @@ ngx_http_session_auth_hash(const u_char *token, u_char *hash)
 }
 
 
+/* the answer of a flight, for every request that waits for it */
+
 static void
 ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
     char                          *status;
     ngx_int_t                      rc;
-    ngx_uint_t                     outcome;
+    ngx_uint_t                     outcome, err;
+    ngx_queue_t                   *wq;
+    ngx_connection_t              *c;
     ngx_http_request_t            *r;
     ngx_http_session_ctx_t        *ctx;
+    ngx_http_session_flight_t     *f;
+    ngx_http_session_waiter_t     *w;
+    ngx_http_session_principal_t   p;
     ngx_http_session_main_conf_t  *smcf;
 
-    r = q->request;
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+    f = q->data;
 
-    ctx->query = NULL;
+    ngx_queue_remove(&f->queue);
+
+    ngx_memzero(&p, sizeof(ngx_http_session_principal_t));
+    ngx_memcpy(p.hash, f->hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+
+    outcome = NGX_HTTP_SESSION_AUTH_INVALID;
+    err = NGX_HTTP_SESSION_ERR_LAST;
 
     if (res == NULL) {
-        ctx->err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
-        ctx->resume(r, NGX_DECLINED);
-        return;
-    }
+        err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
 
-    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
-        || (PQntuples(res) == 1
-            && (PQgetlength(res, 0, 0) != NGX_HTTP_SESSION_UUID_LEN
-                || PQgetlength(res, 0, 1) != NGX_HTTP_SESSION_UUID_LEN)))
+    } else if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+               || (PQntuples(res) == 1
+                   && (PQgetlength(res, 0, 0) != NGX_HTTP_SESSION_UUID_LEN
+                       || PQgetlength(res, 0, 1) != NGX_HTTP_SESSION_UUID_LEN
+                       || PQgetlength(res, 0, 3)
+                          != NGX_HTTP_SESSION_UUID_LEN)))
     {
-        ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-        ctx->resume(r, NGX_DECLINED);
-        return;
-    }
+        err = NGX_HTTP_SESSION_ERR_INTERNAL;
 
-    if (PQntuples(res) == 0) {
-        outcome = NGX_HTTP_SESSION_AUTH_INVALID;
-        ngx_memzero(ctx->principal.project_id, NGX_HTTP_SESSION_UUID_LEN);
-        ngx_memzero(ctx->principal.account_id, NGX_HTTP_SESSION_UUID_LEN);
-
-    } else {
-        ngx_memcpy(ctx->principal.project_id, PQgetvalue(res, 0, 0),
+    } else if (PQntuples(res) == 1) {
+        ngx_memcpy(p.project_id, PQgetvalue(res, 0, 0),
                    NGX_HTTP_SESSION_UUID_LEN);
-        ngx_memcpy(ctx->principal.account_id, PQgetvalue(res, 0, 1),
+        ngx_memcpy(p.account_id, PQgetvalue(res, 0, 1),
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p.key_id, PQgetvalue(res, 0, 3),
                    NGX_HTTP_SESSION_UUID_LEN);
 
         status = PQgetvalue(res, 0, 2);
@@ -299,9 +610,13 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
                   : NGX_HTTP_SESSION_AUTH_SUSPENDED;
     }
 
-    ngx_http_session_auth_cache_put(smcf->shm_zone, &ctx->principal, outcome,
-                                    smcf->auth_cache_ttl,
-                                    ctx->cache_generation);
+    if (err == NGX_HTTP_SESSION_ERR_LAST) {
+        smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_session_module);
+
+        ngx_http_session_auth_cache_put(smcf->shm_zone, &p, outcome,
+                                        smcf->auth_cache_ttl, f->generation);
+    }
 
     switch (outcome) {
 
@@ -310,15 +625,70 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         break;
 
     case NGX_HTTP_SESSION_AUTH_INVALID:
-        ctx->err = NGX_HTTP_SESSION_ERR_KEY_INVALID;
         rc = NGX_DECLINED;
         break;
 
     default:
-        ctx->err = NGX_HTTP_SESSION_ERR_SUSPENDED;
+        err = NGX_HTTP_SESSION_ERR_SUSPENDED;
         rc = NGX_DECLINED;
         break;
     }
 
-    ctx->resume(r, rc);
+    if (err == NGX_HTTP_SESSION_ERR_LAST) {
+        err = (outcome == NGX_HTTP_SESSION_AUTH_INVALID)
+              ? NGX_HTTP_SESSION_ERR_KEY_INVALID : err;
+
+    } else {
+        rc = NGX_DECLINED;
+    }
+
+    while (!ngx_queue_empty(&f->waiters)) {
+        wq = ngx_queue_head(&f->waiters);
+        ngx_queue_remove(wq);
+
+        w = ngx_queue_data(wq, ngx_http_session_waiter_t, queue);
+        w->flight = NULL;
+
+        r = w->request;
+        c = r->connection;
+        ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+        ctx->query = NULL;
+        ngx_memcpy(ctx->principal.project_id, p.project_id,
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(ctx->principal.account_id, p.account_id,
+                   NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(ctx->principal.key_id, p.key_id,
+                   NGX_HTTP_SESSION_UUID_LEN);
+
+        /*
+         * An unknown key is a failure of every client that sent it (the
+         * one that started the lookup counted it already); a known key,
+         * or no answer at all, gives the advance back.
+         */
+
+        if (err == NGX_HTTP_SESSION_ERR_KEY_INVALID) {
+            if (!ctx->fail_reserved) {
+                ngx_http_session_auth_fail_count(r, ctx,
+                                                 NGX_HTTP_SESSION_FAIL_ADD);
+            }
+
+        } else if (ctx->fail_reserved) {
+            ngx_http_session_auth_fail_count(r, ctx,
+                                             NGX_HTTP_SESSION_FAIL_REFUND);
+        }
+
+        ctx->fail_reserved = 0;
+
+        if (rc != NGX_OK) {
+            ctx->err = err;
+        }
+
+        ctx->resume(r, rc);
+        ngx_http_run_posted_requests(c);
+    }
+
+    /* the flight's query and result are in its pool */
+
+    ngx_destroy_pool(f->pool);
 }

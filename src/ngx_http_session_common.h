@@ -52,6 +52,8 @@ typedef struct {
 
     ngx_str_t                   key_prefix;
     ngx_msec_t                  auth_cache_ttl;
+    /* failed lookups per client address per minute, 0: no limit */
+    ngx_uint_t                  auth_fail_limit;
 
     ngx_flag_t                  webhook_allow_private;
     ngx_msec_t                  webhook_timeout;
@@ -110,6 +112,8 @@ typedef struct {
     u_char                      hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
     u_char                      project_id[NGX_HTTP_SESSION_UUID_LEN];
     u_char                      account_id[NGX_HTTP_SESSION_UUID_LEN];
+    /* the key's id ($session_key_id), never the key */
+    u_char                      key_id[NGX_HTTP_SESSION_UUID_LEN];
 } ngx_http_session_principal_t;
 
 
@@ -181,9 +185,14 @@ struct ngx_http_session_ctx_s {
     /* SHA-256 of the request body, once something needed it */
     u_char                        body_sha256[32];
 
+    /* the minute of a failure counted in advance (fail_reserved) */
+    uint32_t                      fail_minute;
+
     unsigned                      own_response:1;
     unsigned                      json_error_sent:1;
     unsigned                      body_hashed:1;
+    /* a lookup started by this request counted a failure in advance */
+    unsigned                      fail_reserved:1;
 };
 
 

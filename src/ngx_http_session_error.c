@@ -61,7 +61,9 @@ static ngx_http_session_err_t  ngx_http_session_errors[] = {
     /* "timeout must be an integer between 0 and <max>" */
     { 400, ngx_string("timeout must be an integer between 0 and ") },
     /* session_status, not an API route */
-    { 400, ngx_string("format must be json or prometheus") }
+    { 400, ngx_string("format must be json or prometheus") },
+    /* session_auth_fail_limit, before stage 2: no X-RateLimit-* */
+    { 429, ngx_string("too many failed authentication attempts") }
 };
 
 

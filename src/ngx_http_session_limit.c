@@ -167,6 +167,13 @@ ngx_http_session_limit_reset(time_t now, u_char *p)
 }
 
 
+const char *
+ngx_http_session_limit_class_name(ngx_uint_t cls)
+{
+    return ngx_http_session_class_names[cls];
+}
+
+
 /* the text of each class's limit, for X-RateLimit-Limit */
 
 ngx_int_t
@@ -264,4 +271,49 @@ invalid:
                        &value[i], &cmd->name);
 
     return NGX_CONF_ERROR;
+}
+
+
+/*
+ * session_auth_fail_limit N | off: failed key lookups per client address
+ * per minute; "off" (stored as 0) counts nothing.
+ */
+
+char *
+ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf)
+{
+    char  *p = conf;
+
+    ngx_int_t    n;
+    ngx_str_t   *value;
+    ngx_uint_t  *fp;
+
+    fp = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*fp != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == 3 && ngx_strncmp(value[1].data, "off", 3) == 0) {
+        *fp = 0;
+        return NGX_CONF_OK;
+    }
+
+    n = ngx_atoi(value[1].data, value[1].len);
+
+    if (n == NGX_ERROR || n < 1 || n > NGX_HTTP_SESSION_LIMIT_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid value \"%V\" in \"%V\", it must be "
+                           "\"off\" or an integer between 1 and %d",
+                           &value[1], &cmd->name,
+                           NGX_HTTP_SESSION_LIMIT_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    *fp = (ngx_uint_t) n;
+
+    return NGX_CONF_OK;
 }

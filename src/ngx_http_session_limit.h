@@ -11,6 +11,9 @@
 
 #define NGX_HTTP_SESSION_LIMIT_MAX  1000000000
 
+/* session_auth_fail_limit's default */
+#define NGX_HTTP_SESSION_AUTH_FAIL_LIMIT  100
+
 
 /*
  * Fills ctx->take (class, limit, now) once the route is known, so that
@@ -32,6 +35,13 @@ ngx_int_t ngx_http_session_limit_texts(ngx_conf_t *cf,
     ngx_http_session_loc_conf_t *slcf);
 
 char *ngx_http_session_limits(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
+/* "create", "list" or "other" */
+const char *ngx_http_session_limit_class_name(ngx_uint_t cls);
+
+/* session_auth_fail_limit <n> | off; */
+char *ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
 

@@ -1,8 +1,12 @@
 /*
- * Shared memory: two rbtrees keyed by the key hash, each with its LRU
+ * Shared memory: rbtrees keyed by a 32-byte hash, each with its LRU
  * queue, in the slab pool of session_limit_zone, every access under the
- * pool mutex.  Rate counters come first: when the slab is full the auth
- * cache gives way before any counter is evicted.
+ * pool mutex: the auth cache's known keys (valid or suspended), its
+ * unknown keys (a budget of their own, so that a flood of random keys
+ * never pushes a known key out), the rate counters, and the count of
+ * failed lookups per client address.  Rate counters come first: when the
+ * slab is full, unknown keys give way, then known keys, before any
+ * counter is evicted.
  */
 
 #include "ngx_http_session_shm.h"
@@ -23,6 +27,7 @@ typedef struct {
     ngx_uint_t                    status;
     u_char                        project_id[NGX_HTTP_SESSION_UUID_LEN];
     u_char                        account_id[NGX_HTTP_SESSION_UUID_LEN];
+    u_char                        key_id[NGX_HTTP_SESSION_UUID_LEN];
 } ngx_http_session_auth_node_t;
 
 
@@ -31,6 +36,24 @@ typedef struct {
     uint32_t                      minute;
     uint32_t                      count;
 } ngx_http_session_counter_t;
+
+
+/* a key the database does not know: 96 bytes, a 128-byte slab chunk */
+typedef struct {
+    ngx_http_session_shm_node_t   sn;
+    ngx_msec_t                    expires;
+} ngx_http_session_neg_node_t;
+
+
+/*
+ * failed lookups of one client address in one minute; sn.hash holds the
+ * address (ngx_http_session_auth_fail())
+ */
+typedef struct {
+    ngx_http_session_shm_node_t   sn;
+    uint32_t                      minute;
+    uint32_t                      count;
+} ngx_http_session_fail_node_t;
 
 
 /* 112 bytes: a 128-byte slab chunk per key, all classes together */
@@ -50,7 +73,11 @@ typedef struct {
 
 typedef struct {
     ngx_http_session_shm_tree_t   auth;
+    ngx_http_session_shm_tree_t   neg;
     ngx_http_session_shm_tree_t   rate;
+    ngx_http_session_shm_tree_t   fail;
+    /* the most unknown keys kept, from the zone's size */
+    ngx_uint_t                    neg_max;
     /* bumped by every auth cache invalidation */
     ngx_uint_t                    auth_generation;
     ngx_uint_t                    evictions;
@@ -88,6 +115,8 @@ static void ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
     ngx_http_session_take_t *take);
 static void ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
+static void *ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx,
+    size_t size, ngx_uint_t known);
 
 
 ngx_shm_zone_t *
@@ -199,7 +228,12 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ctx->sh->stats.started = ngx_time();
 
     ngx_http_session_shm_tree_init(&ctx->sh->auth);
+    ngx_http_session_shm_tree_init(&ctx->sh->neg);
     ngx_http_session_shm_tree_init(&ctx->sh->rate);
+    ngx_http_session_shm_tree_init(&ctx->sh->fail);
+
+    /* unknown keys: at most an eighth of the zone, in 128-byte chunks */
+    ctx->sh->neg_max = ngx_max(shm_zone->shm.size / 8 / 128, 16);
 
     len = sizeof(" in session_limit_zone \"\"") + shm_zone->shm.name.len;
 
@@ -237,6 +271,7 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
 {
     ngx_int_t                      rc;
     ngx_http_session_shm_t        *sh;
+    ngx_http_session_neg_node_t   *nn;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
@@ -251,7 +286,21 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
              ngx_http_session_shm_lookup(&sh->auth, p->hash);
 
     if (an == NULL) {
-        rc = NGX_DECLINED;
+        nn = (ngx_http_session_neg_node_t *)
+                 ngx_http_session_shm_lookup(&sh->neg, p->hash);
+
+        if (nn == NULL) {
+            rc = NGX_DECLINED;
+
+        } else if ((ngx_msec_int_t) (nn->expires - ngx_current_msec) <= 0) {
+            ngx_http_session_shm_delete(ctx, &sh->neg, &nn->sn);
+            rc = NGX_DECLINED;
+
+        } else {
+            ngx_queue_remove(&nn->sn.queue);
+            ngx_queue_insert_head(&sh->neg.lru, &nn->sn.queue);
+            rc = NGX_HTTP_SESSION_AUTH_INVALID;
+        }
 
     } else if ((ngx_msec_int_t) (an->expires - ngx_current_msec) <= 0) {
         ngx_http_session_shm_delete(ctx, &sh->auth, &an->sn);
@@ -269,14 +318,11 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
             ngx_http_session_rate_take_locked(ctx, p->hash, take);
         }
 
-        /* a refused request goes no further than stage 2: no ids needed */
+        /* refused by stage 2 too: the ids are for the access log */
 
-        if (take == NULL || take->rc != NGX_BUSY) {
-            ngx_memcpy(p->project_id, an->project_id,
-                       NGX_HTTP_SESSION_UUID_LEN);
-            ngx_memcpy(p->account_id, an->account_id,
-                       NGX_HTTP_SESSION_UUID_LEN);
-        }
+        ngx_memcpy(p->project_id, an->project_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->account_id, an->account_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->key_id, an->key_id, NGX_HTTP_SESSION_UUID_LEN);
     }
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
@@ -295,6 +341,8 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_uint_t generation)
 {
     ngx_http_session_shm_t        *sh;
+    ngx_http_session_shm_node_t   *sn;
+    ngx_http_session_neg_node_t   *nn;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
@@ -311,22 +359,52 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
         goto done;
     }
 
+    if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
+
+        /* a key that was known and is no more (deleted) */
+
+        sn = ngx_http_session_shm_lookup(&sh->auth, p->hash);
+        if (sn) {
+            ngx_http_session_shm_delete(ctx, &sh->auth, sn);
+        }
+
+        nn = (ngx_http_session_neg_node_t *)
+                 ngx_http_session_shm_lookup(&sh->neg, p->hash);
+
+        if (nn == NULL) {
+            if (sh->neg.n >= sh->neg_max) {
+                (void) ngx_http_session_shm_evict(ctx, &sh->neg, 1);
+            }
+
+            nn = ngx_http_session_auth_alloc(ctx,
+                                       sizeof(ngx_http_session_neg_node_t), 0);
+            if (nn == NULL) {
+                goto done;
+            }
+
+            ngx_http_session_shm_insert(&sh->neg, &nn->sn, p->hash);
+
+        } else {
+            ngx_queue_remove(&nn->sn.queue);
+            ngx_queue_insert_head(&sh->neg.lru, &nn->sn.queue);
+        }
+
+        nn->expires = ngx_current_msec + ttl;
+
+        goto done;
+    }
+
+    sn = ngx_http_session_shm_lookup(&sh->neg, p->hash);
+    if (sn) {
+        ngx_http_session_shm_delete(ctx, &sh->neg, sn);
+    }
+
     an = (ngx_http_session_auth_node_t *)
              ngx_http_session_shm_lookup(&sh->auth, p->hash);
 
     if (an == NULL) {
-        an = ngx_slab_alloc_locked(ctx->shpool,
-                                   sizeof(ngx_http_session_auth_node_t));
-
-        /* only older cache entries make room, never rate counters */
-
-        if (an == NULL
-            && ngx_http_session_shm_evict(ctx, &sh->auth, 16) != 0)
-        {
-            an = ngx_slab_alloc_locked(ctx->shpool,
-                                       sizeof(ngx_http_session_auth_node_t));
-        }
-
+        an = ngx_http_session_auth_alloc(ctx,
+                                      sizeof(ngx_http_session_auth_node_t), 1);
         if (an == NULL) {
             /* a cache: going without is slower, never wrong */
             goto done;
@@ -343,10 +421,42 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     an->expires = ngx_current_msec + ttl;
     ngx_memcpy(an->project_id, p->project_id, NGX_HTTP_SESSION_UUID_LEN);
     ngx_memcpy(an->account_id, p->account_id, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(an->key_id, p->key_id, NGX_HTTP_SESSION_UUID_LEN);
 
 done:
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
+}
+
+
+/*
+ * Room for a cache entry: only other cache entries make room, never rate
+ * counters nor failure counts.  Unknown keys give way first; a known key
+ * only to older known keys, an unknown key only to older unknown keys.
+ */
+
+static void *
+ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx, size_t size,
+    ngx_uint_t known)
+{
+    void  *p;
+
+    p = ngx_slab_alloc_locked(ctx->shpool, size);
+
+    if (p == NULL
+        && ngx_http_session_shm_evict(ctx, &ctx->sh->neg, 16) != 0)
+    {
+        p = ngx_slab_alloc_locked(ctx->shpool, size);
+    }
+
+    if (p == NULL
+        && known
+        && ngx_http_session_shm_evict(ctx, &ctx->sh->auth, 16) != 0)
+    {
+        p = ngx_slab_alloc_locked(ctx->shpool, size);
+    }
+
+    return p;
 }
 
 
@@ -367,6 +477,11 @@ ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
     sn = ngx_http_session_shm_lookup(&sh->auth, hash);
     if (sn) {
         ngx_http_session_shm_delete(ctx, &sh->auth, sn);
+    }
+
+    sn = ngx_http_session_shm_lookup(&sh->neg, hash);
+    if (sn) {
+        ngx_http_session_shm_delete(ctx, &sh->neg, sn);
     }
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
@@ -419,6 +534,7 @@ ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone)
     ctx->sh->auth_generation++;
 
     (void) ngx_http_session_shm_evict(ctx, &ctx->sh->auth, (ngx_uint_t) -1);
+    (void) ngx_http_session_shm_evict(ctx, &ctx->sh->neg, (ngx_uint_t) -1);
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
 }
@@ -448,7 +564,7 @@ static void
 ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take)
 {
-    uint32_t                       minute;
+    uint32_t                       minute, counted, remaining;
     ngx_uint_t                     evicted;
     ngx_http_session_shm_t        *sh;
     ngx_http_session_counter_t    *c;
@@ -471,7 +587,9 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         /* room is taken from the auth cache first, then from old keys */
 
         while (rn == NULL) {
-            if (ngx_http_session_shm_evict(ctx, &sh->auth, 16) == 0) {
+            if (ngx_http_session_shm_evict(ctx, &sh->neg, 16) == 0
+                && ngx_http_session_shm_evict(ctx, &sh->auth, 16) == 0)
+            {
                 if (ngx_http_session_shm_evict(ctx, &sh->rate, 1) == 0) {
                     break;
                 }
@@ -499,21 +617,23 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     }
 
     c = &rn->counters[take->cls];
+    counted = minute;
 
-    if (c->minute != minute) {
-        c->minute = minute;
-        c->count = 0;
-    }
+    /*
+     * The window moves forward only: a worker whose cached clock lags
+     * counts in the minute another worker has already begun (and answers
+     * with that window's figures), it never resets it.
+     */
 
-    if (c->count >= take->limit) {
-        /* a refused request is not counted */
-        take->remaining = 0;
-        take->rc = NGX_BUSY;
+    take->rc = (ngx_http_session_window_take(&c->minute, &c->count,
+                                             &counted, (uint32_t) take->limit,
+                                             &remaining)
+                == 0)
+               ? NGX_OK : NGX_BUSY;
+    take->remaining = remaining;
 
-    } else {
-        c->count++;
-        take->remaining = take->limit - c->count;
-        take->rc = NGX_OK;
+    if (counted != minute) {
+        take->now = (time_t) counted * NGX_HTTP_SESSION_WINDOW_SECONDS;
     }
 
     if (evicted) {
@@ -573,8 +693,10 @@ ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
 
         live = 0;
 
+        /* a counter of a later minute (a clock ahead) is live too */
+
         for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
-            if (rn->counters[i].minute == minute) {
+            if (rn->counters[i].minute >= minute) {
                 live = 1;
             }
         }
@@ -585,6 +707,133 @@ ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
 
         ngx_http_session_shm_delete(ctx, &ctx->sh->rate, &rn->sn);
     }
+}
+
+
+/* failed lookups per client address and minute */
+
+ngx_int_t
+ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
+{
+    uint32_t                       remaining;
+    ngx_int_t                      rc;
+    ngx_uint_t                     n;
+    ngx_queue_t                   *q;
+    ngx_http_session_shm_t        *sh;
+    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_fail_node_t  *fn;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+    rc = NGX_OK;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    /* addresses whose minute is over, a few at a time */
+
+    for (n = 0; n < 2 && !ngx_queue_empty(&sh->fail.lru); n++) {
+        q = ngx_queue_last(&sh->fail.lru);
+        fn = ngx_queue_data(q, ngx_http_session_fail_node_t, sn.queue);
+
+        if (fn->minute >= f->minute) {
+            break;
+        }
+
+        ngx_http_session_shm_delete(ctx, &sh->fail, &fn->sn);
+    }
+
+    fn = (ngx_http_session_fail_node_t *)
+             ngx_http_session_shm_lookup(&sh->fail, f->key);
+
+    if (fn == NULL) {
+        if (f->op == NGX_HTTP_SESSION_FAIL_CHECK
+            || f->op == NGX_HTTP_SESSION_FAIL_REFUND)
+        {
+            /* no failure this minute */
+            goto done;
+        }
+
+        fn = ngx_slab_alloc_locked(ctx->shpool,
+                                   sizeof(ngx_http_session_fail_node_t));
+
+        /* unknown keys give way first, then the least recent address */
+
+        if (fn == NULL
+            && (ngx_http_session_shm_evict(ctx, &sh->neg, 16) != 0
+                || ngx_http_session_shm_evict(ctx, &sh->fail, 1) != 0))
+        {
+            fn = ngx_slab_alloc_locked(ctx->shpool,
+                                       sizeof(ngx_http_session_fail_node_t));
+        }
+
+        if (fn == NULL) {
+            /*
+             * Too small a zone to count: the lookup goes ahead.  Locking
+             * every client out would be worse than the database's work.
+             */
+            goto done;
+        }
+
+        fn->minute = f->minute;
+        fn->count = 0;
+        ngx_http_session_shm_insert(&sh->fail, &fn->sn, f->key);
+
+    } else {
+        ngx_queue_remove(&fn->sn.queue);
+        ngx_queue_insert_head(&sh->fail.lru, &fn->sn.queue);
+    }
+
+    switch (f->op) {
+
+    case NGX_HTTP_SESSION_FAIL_CHECK:
+        if (fn->minute >= f->minute) {
+            f->minute = fn->minute;
+
+            if (fn->count >= f->limit) {
+                rc = NGX_BUSY;
+            }
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_RESERVE:
+        if (ngx_http_session_window_take(&fn->minute, &fn->count, &f->minute,
+                                         f->limit, &remaining)
+            != 0)
+        {
+            rc = NGX_BUSY;
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_ADD:
+        if (fn->minute < f->minute) {
+            fn->minute = f->minute;
+            fn->count = 0;
+
+        } else {
+            f->minute = fn->minute;
+        }
+
+        if (fn->count < f->limit) {
+            fn->count++;
+        }
+
+        break;
+
+    default: /* NGX_HTTP_SESSION_FAIL_REFUND */
+        if (fn->minute == f->minute && fn->count > 0) {
+            fn->count--;
+        }
+
+        break;
+    }
+
+done:
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    return rc;
 }
 
 
@@ -756,7 +1005,7 @@ ngx_http_session_shm_figures(ngx_shm_zone_t *zone,
 
     f->size = ctx->size;
     f->free = ctx->shpool->pfree * ngx_pagesize;
-    f->auth_entries = ctx->sh->auth.n;
+    f->auth_entries = ctx->sh->auth.n + ctx->sh->neg.n;
     f->keys = ctx->sh->rate.n;
     f->evictions = ctx->sh->evictions;
 

@@ -9,7 +9,7 @@
 
 /* $1: SHA-256 of the key (bytea, binary) */
 #define NGX_HTTP_SESSION_SQL_AUTH                                             \
-    "SELECT k.project_id::text, p.account_id::text, a.status"                \
+    "SELECT k.project_id::text, p.account_id::text, a.status, k.id::text"    \
     " FROM api_keys k"                                                        \
     " JOIN projects p ON p.id = k.project_id"                                 \
     " JOIN accounts a ON a.id = p.account_id"                                 \

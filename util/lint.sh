@@ -53,9 +53,10 @@ cppcheck_opts=(--error-exitcode=1 --enable=warning,portability --quiet
                --inline-suppr --std=c99
                --suppress=missingIncludeSystem --suppress=toomanyconfigs)
 
-# The pure-C parts: core, the admin tool and the unit tests.
+# The pure-C parts: core, the admin tool, the unit tests and the fuzz
+# harnesses.
 pure=()
-for d in src/core src/cli t/unit; do
+for d in src/core src/cli t/unit fuzz; do
     [ -d "$d" ] && pure+=("$d")
 done
 if ! cppcheck "${cppcheck_opts[@]}" -Isrc/core -Isrc/cli -Ibuild -It/unit \

@@ -25,7 +25,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+# SESSION_MODULE: another build of the module (make asan)
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 
 die() {

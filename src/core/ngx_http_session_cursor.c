@@ -14,7 +14,9 @@
  * to 32).  A client that forges a cursor only moves within its own list,
  * as every list query is bound to the key's project anyway.  The decoder
  * takes only what the encoder writes: the exact length, the URL-safe
- * alphabet, zero padding bits, the version and the kind.
+ * alphabet, zero padding bits, the version and the kind; and only
+ * positions the server can have issued (ngx_http_session_cursor.h), so
+ * that a forged cursor is a 400 and never a value the database refuses.
  */
 
 #include <stdint.h>
@@ -106,6 +108,12 @@ ngx_http_session_cursor_decode_session(const unsigned char *src, size_t len,
         v = (v << 8) | bin[2 + i];
     }
 
+    /* two's complement: anything from 2^63 on is negative */
+
+    if (v > (uint64_t) NGX_HTTP_SESSION_CURSOR_US_MAX) {
+        return -1;
+    }
+
     *created_us = (long long) v;
     memcpy(uuid16, bin + NGX_HTTP_SESSION_CURSOR_HEAD,
            NGX_HTTP_SESSION_UUID_BIN_LEN);
@@ -153,6 +161,10 @@ ngx_http_session_cursor_decode_image(const unsigned char *src, size_t len,
 
     for (i = 0; i < 8; i++) {
         v = (v << 8) | bin[2 + i];
+    }
+
+    if (v > (uint64_t) NGX_HTTP_SESSION_CURSOR_SEQ_MAX) {
+        return -1;
     }
 
     *sequence = (long long) v;

@@ -25,6 +25,21 @@
 
 
 /*
+ * The positions a decoder takes: what the server can have issued.  A
+ * session's created_at in microseconds since the epoch lies in the years
+ * 1970 to 9999 (PostgreSQL's timestamps hold far more, so the list query
+ * never sees a value it cannot turn into a timestamp); an image's
+ * sequence is a PostgreSQL integer, 0 being the position before the
+ * first image.
+ */
+#define NGX_HTTP_SESSION_CURSOR_US_MIN       0LL
+/* 9999-12-31T23:59:59.999999Z */
+#define NGX_HTTP_SESSION_CURSOR_US_MAX       253402300799999999LL
+#define NGX_HTTP_SESSION_CURSOR_SEQ_MIN      0LL
+#define NGX_HTTP_SESSION_CURSOR_SEQ_MAX      2147483647LL
+
+
+/*
  * The position after the last session of a page of the list ordered
  * newest first by (created_at, id): created_at in microseconds since the
  * epoch, as PostgreSQL stores it, and the id.  Writes
@@ -34,11 +49,14 @@
 size_t ngx_http_session_cursor_encode_session(unsigned char *dst,
     long long created_us, const unsigned char *uuid16);
 
-/* 0 and the position, or -1 for anything an encoder did not write */
+/*
+ * 0 and the position, or -1 for anything an encoder did not write or a
+ * position out of the range above
+ */
 int ngx_http_session_cursor_decode_session(const unsigned char *src,
     size_t len, long long *created_us, unsigned char *uuid16);
 
-/* the last sequence of a page of images */
+/* the last sequence of a page of images; decoded as sessions are */
 size_t ngx_http_session_cursor_encode_image(unsigned char *dst,
     long long sequence);
 

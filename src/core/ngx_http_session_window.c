@@ -42,3 +42,32 @@ ngx_http_session_window_retry_after(time_t sec, unsigned msec)
 
     return (unsigned) (ngx_http_session_window_reset(sec) - sec);
 }
+
+
+int
+ngx_http_session_window_take(uint32_t *minute, uint32_t *count,
+    uint32_t *now_minute, uint32_t limit, uint32_t *remaining)
+{
+    /*
+     * Minutes since 1970 fit 32 bits for 8000 years: a plain comparison
+     * orders them.
+     */
+
+    if (*minute < *now_minute) {
+        *minute = *now_minute;
+        *count = 0;
+
+    } else if (*minute > *now_minute) {
+        *now_minute = *minute;
+    }
+
+    if (*count >= limit) {
+        *remaining = 0;
+        return -1;
+    }
+
+    (*count)++;
+    *remaining = limit - *count;
+
+    return 0;
+}

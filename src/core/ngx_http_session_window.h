@@ -40,5 +40,19 @@ time_t ngx_http_session_window_reset(time_t now);
  */
 unsigned ngx_http_session_window_retry_after(time_t sec, unsigned msec);
 
+/*
+ * One request against a stored counter (*minute, *count) of a window of
+ * limit requests, by a worker whose clock says *now_minute.  The window
+ * only moves forward: a counter of an older minute starts again at zero,
+ * but one of a newer minute (written by a worker whose cached clock is
+ * ahead of this one's) is kept and counted against, and *now_minute
+ * becomes that minute, so that the answer's figures describe the window
+ * the request was counted in.  A refused request is not counted.
+ * Returns 0 and *remaining (what is left after this request) when the
+ * request is admitted, -1 and *remaining 0 when it is over the limit.
+ */
+int ngx_http_session_window_take(uint32_t *minute, uint32_t *count,
+    uint32_t *now_minute, uint32_t limit, uint32_t *remaining);
+
 
 #endif /* _NGX_HTTP_SESSION_WINDOW_H_INCLUDED_ */

@@ -239,6 +239,19 @@ START_TEST(test_cursor_session_round_trip)
         pos = 0;
         memset(uuid, 0x5a, sizeof(uuid));
 
+        if (positions[_i] < NGX_HTTP_SESSION_CURSOR_US_MIN
+            || positions[_i] > NGX_HTTP_SESSION_CURSOR_US_MAX)
+        {
+            /* what the server cannot have issued is refused */
+            ck_assert_int_eq(ngx_http_session_cursor_decode_session(copy, n,
+                                                                    &pos,
+                                                                    uuid),
+                             -1);
+            ck_assert_int_eq(pos, 0);
+            free(copy);
+            continue;
+        }
+
         ck_assert_int_eq(ngx_http_session_cursor_decode_session(copy, n, &pos,
                                                                 uuid),
                          0);
@@ -268,6 +281,16 @@ START_TEST(test_cursor_image_round_trip)
 
     copy = copy_exact(dst, n);
     pos = 0;
+
+    if (positions[_i] < NGX_HTTP_SESSION_CURSOR_SEQ_MIN
+        || positions[_i] > NGX_HTTP_SESSION_CURSOR_SEQ_MAX)
+    {
+        ck_assert_int_eq(ngx_http_session_cursor_decode_image(copy, n, &pos),
+                         -1);
+        ck_assert_int_eq(pos, 0);
+        free(copy);
+        return;
+    }
 
     ck_assert_int_eq(ngx_http_session_cursor_decode_image(copy, n, &pos), 0);
     ck_assert_int_eq(pos, positions[_i]);
@@ -437,6 +460,94 @@ START_TEST(test_uuid_format)
 END_TEST
 
 
+/* the edges of the ranges a decoder takes (API.md: "cursor is invalid") */
+
+typedef struct {
+    long long  pos;
+    int        ok;
+} ngx_http_session_range_vec_t;
+
+
+static const ngx_http_session_range_vec_t  us_range_vecs[] = {
+    { 0, 1 },
+    { 1, 1 },
+    { 1795255200000000LL, 1 },
+    /* 9999-12-31T23:59:59.999999Z and the microsecond after */
+    { 253402300799999999LL, 1 },
+    { 253402300800000000LL, 0 },
+    /* the forged cursor of issue 14: "interval out of range" before */
+    { LLONG_MAX, 0 },
+    { LLONG_MAX - 1, 0 },
+    { -1, 0 },
+    { LLONG_MIN, 0 },
+    /* 1969-12-31T23:59:59Z */
+    { -1000000LL, 0 },
+};
+
+
+static const ngx_http_session_range_vec_t  seq_range_vecs[] = {
+    { 0, 1 },
+    { 1, 1 },
+    { 2147483647LL, 1 },
+    { 2147483648LL, 0 },
+    { 4294967296LL, 0 },
+    { LLONG_MAX, 0 },
+    { -1, 0 },
+    { LLONG_MIN, 0 },
+};
+
+
+START_TEST(test_cursor_session_range)
+{
+    size_t          n;
+    long long       pos;
+    unsigned char   dst[NGX_HTTP_SESSION_CURSOR_MAX], uuid[16];
+
+    n = ngx_http_session_cursor_encode_session(dst, us_range_vecs[_i].pos,
+                                               U(UUID_BIN));
+    pos = 12345;
+
+    if (us_range_vecs[_i].ok) {
+        ck_assert_int_eq(ngx_http_session_cursor_decode_session(dst, n, &pos,
+                                                                uuid),
+                         0);
+        ck_assert_int_eq(pos, us_range_vecs[_i].pos);
+
+    } else {
+        ck_assert_msg(ngx_http_session_cursor_decode_session(dst, n, &pos,
+                                                             uuid)
+                      == -1, "created_us %lld accepted",
+                      us_range_vecs[_i].pos);
+        ck_assert_int_eq(pos, 12345);
+    }
+}
+END_TEST
+
+
+START_TEST(test_cursor_image_range)
+{
+    size_t          n;
+    long long       pos;
+    unsigned char   dst[NGX_HTTP_SESSION_CURSOR_MAX];
+
+    n = ngx_http_session_cursor_encode_image(dst, seq_range_vecs[_i].pos);
+    pos = 12345;
+
+    if (seq_range_vecs[_i].ok) {
+        ck_assert_int_eq(ngx_http_session_cursor_decode_image(dst, n, &pos),
+                         0);
+        ck_assert_int_eq(pos, seq_range_vecs[_i].pos);
+
+    } else {
+        ck_assert_msg(ngx_http_session_cursor_decode_image(dst, n, &pos)
+                      == -1, "sequence %lld accepted",
+                      seq_range_vecs[_i].pos);
+        ck_assert_int_eq(pos, 12345);
+    }
+}
+END_TEST
+
+
 Suite *
 make_cursor_suite(void)
 {
@@ -453,6 +564,10 @@ make_cursor_suite(void)
                         NELTS(positions));
     tcase_add_loop_test(tc, test_cursor_corrupt, 0, 2);
     tcase_add_loop_test(tc, test_cursor_bad, 0, NELTS(bad_vecs));
+    tcase_add_loop_test(tc, test_cursor_session_range, 0,
+                        NELTS(us_range_vecs));
+    tcase_add_loop_test(tc, test_cursor_image_range, 0,
+                        NELTS(seq_range_vecs));
     suite_add_tcase(s, tc);
 
     tc = tcase_create("uuid");

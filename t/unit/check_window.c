@@ -242,6 +242,122 @@ START_TEST(test_retry_after_every_msec)
 END_TEST
 
 
+/* the counter moves forward only (ngx_http_session_window_take) */
+
+typedef struct {
+    uint32_t  minute;         /* stored */
+    uint32_t  count;
+    uint32_t  now;            /* the worker's minute */
+    uint32_t  limit;
+    int       rc;             /* expected */
+    uint32_t  minute_after;
+    uint32_t  count_after;
+    uint32_t  now_after;
+    uint32_t  remaining;
+} ngx_http_session_take_vec_t;
+
+
+static const ngx_http_session_take_vec_t  take_vecs[] = {
+    /* a fresh counter */
+    { 0, 0, 100, 3, 0, 100, 1, 100, 2 },
+    /* the same minute */
+    { 100, 1, 100, 3, 0, 100, 2, 100, 1 },
+    { 100, 2, 100, 3, 0, 100, 3, 100, 0 },
+    /* full: refused, not counted */
+    { 100, 3, 100, 3, -1, 100, 3, 100, 0 },
+    /* an older minute starts again */
+    { 99, 3, 100, 3, 0, 100, 1, 100, 2 },
+    { 1, 1000, 100, 3, 0, 100, 1, 100, 2 },
+    /* a newer minute (a worker ahead) is kept and counted against */
+    { 101, 1, 100, 3, 0, 101, 2, 101, 1 },
+    { 101, 3, 100, 3, -1, 101, 3, 101, 0 },
+    { 200, 0, 100, 1, 0, 200, 1, 200, 0 },
+    /* a limit of one */
+    { 100, 0, 100, 1, 0, 100, 1, 100, 0 },
+    { 100, 1, 100, 1, -1, 100, 1, 100, 0 },
+    /* the largest limit the directive takes */
+    { 100, 999999999, 100, 1000000000, 0, 100, 1000000000, 100, 0 },
+    /* minutes past 2038 (32-bit signed seconds) and near 2^32 */
+    { 35791394, 5, 35791395, 10, 0, 35791395, 1, 35791395, 9 },
+    { 4294967295u, 5, 4294967294u, 10, 0, 4294967295u, 6, 4294967295u, 4 },
+};
+
+
+START_TEST(test_window_take)
+{
+    int                                 rc;
+    uint32_t                            minute, count, now, remaining;
+    const ngx_http_session_take_vec_t  *v;
+
+    v = &take_vecs[_i];
+
+    minute = v->minute;
+    count = v->count;
+    now = v->now;
+    remaining = 12345;
+
+    rc = ngx_http_session_window_take(&minute, &count, &now, v->limit,
+                                      &remaining);
+
+    ck_assert_msg(rc == v->rc, "vec %d: rc %d, expected %d", _i, rc, v->rc);
+    ck_assert_msg(minute == v->minute_after, "vec %d: minute %u, "
+                  "expected %u", _i, minute, v->minute_after);
+    ck_assert_msg(count == v->count_after, "vec %d: count %u, expected %u",
+                  _i, count, v->count_after);
+    ck_assert_msg(now == v->now_after, "vec %d: now %u, expected %u", _i,
+                  now, v->now_after);
+    ck_assert_msg(remaining == v->remaining, "vec %d: remaining %u, "
+                  "expected %u", _i, remaining, v->remaining);
+}
+END_TEST
+
+
+/*
+ * Near a minute boundary one worker's cached clock has moved on to the
+ * new minute and another's lags a second behind, and their requests
+ * interleave: the new minute never admits more than the limit, however
+ * the lagging worker's requests fall among the others.
+ */
+
+START_TEST(test_window_take_lagging_worker)
+{
+    int       rc;
+    uint32_t  minute, count, now, remaining, admitted_new, i, limit;
+
+    limit = 10;
+
+    /* the old minute 100 used up */
+    minute = 100;
+    count = limit;
+    admitted_new = 0;
+
+    for (i = 0; i < 4 * limit; i++) {
+        /* _i picks the pattern: which of the two workers goes next */
+        now = ((i * 7 + (uint32_t) _i) % 3 == 0) ? 100 : 101;
+
+        rc = ngx_http_session_window_take(&minute, &count, &now, limit,
+                                          &remaining);
+
+        ck_assert_uint_ge(minute, 100);
+
+        if (minute == 101 && rc == 0) {
+            ck_assert_uint_eq(now, 101);
+            admitted_new++;
+        }
+
+        if (minute == 100) {
+            /* the new minute has not begun: the old one is full */
+            ck_assert_int_eq(rc, -1);
+        }
+    }
+
+    ck_assert_uint_eq(minute, 101);
+    ck_assert_uint_eq(admitted_new, limit);
+    ck_assert_uint_eq(count, limit);
+}
+END_TEST
+
+
 Suite *
 make_window_suite(void)
 {
@@ -264,6 +380,11 @@ make_window_suite(void)
     tcase_add_loop_test(tc, test_retry_after, 0, NELTS(retry_vecs));
     tcase_add_loop_test(tc, test_retry_after_every_msec, 0,
                         NGX_HTTP_SESSION_WINDOW_SECONDS);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("take");
+    tcase_add_loop_test(tc, test_window_take, 0, NELTS(take_vecs));
+    tcase_add_loop_test(tc, test_window_take_lagging_worker, 0, 3);
     suite_add_tcase(s, tc);
 
     return s;

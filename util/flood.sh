@@ -1,0 +1,239 @@
+#!/usr/bin/env bash
+# An unknown-key flood beside a steady client (issue 14, item 1), on
+# loopback and bounded in time:
+#
+#   - a steady client: FLOOD_RATE requests/s (default 100) of
+#     GET /api/v1/sessions/{sid} (a database read each) with a valid key,
+#     on keep-alive connections, for FLOOD_SECONDS (default 10), once
+#     alone and once beside the flood;
+#   - the flood: wrk at full speed (FLOOD_CONNECTIONS, default 32), every
+#     request with a fresh random well-formed key, from FLOOD_ADDRESSES
+#     (default 16, at most 256) client addresses (X-Real-IP through the
+#     realip module, as behind a load balancer).
+#
+# Reports the steady client's rate and answers alone and beside the
+# flood, the flood's requests/s, and the key lookups the database got
+# per second (statements counted by session_status, less the steady
+# client's), against the bound session_auth_fail_limit x addresses / 60.
+#
+#   bash util/flood.sh
+#
+# A throw-away PostgreSQL as util/test.sh makes one.  Not part of make test.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NGINX=${FLOOD_NGINX:-/usr/sbin/nginx}
+MODULE=$ROOT/build/ngx_http_session_module.so
+SESSIONCTL=$ROOT/build/sessionctl
+SECS=${FLOOD_SECONDS:-10}
+RATE=${FLOOD_RATE:-100}
+CONNS=${FLOOD_CONNECTIONS:-32}
+ADDRS=${FLOOD_ADDRESSES:-16}
+LIMIT=${FLOOD_FAIL_LIMIT:-100}
+WORKERS=${FLOOD_WORKERS:-2}
+
+die() {
+    echo "flood.sh: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "flood.sh: $*" >&2
+}
+
+. "$ROOT/util/bench-lib.sh"
+
+conninfo_value() {
+    local v=$1
+    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
+        printf '%s' "$v"
+    else
+        v=${v//\\/\\\\}
+        v=${v//\'/\\\'}
+        printf "'%s'" "$v"
+    fi
+}
+
+W=
+NGINX_UP=
+
+cleanup() {
+    local rc=$?
+    nginx_down
+    if [ -n "$W" ]; then
+        if [ "$rc" -ne 0 ]; then
+            echo "flood.sh: kept $W" >&2
+        else
+            rm -rf "$W"
+        fi
+    fi
+    exit "$rc"
+}
+
+# session_status's database statements
+queries() {
+    curl -s "http://127.0.0.1:$PORT/status" \
+        | perl -MJSON::PP -e 'local $/; print JSON::PP->new->decode(<STDIN>)
+                                  ->{database}{queries}'
+}
+
+# steady SECONDS: FLOOD_RATE requests/s with the valid key; prints
+# "sent answered_2xx 503s other seconds"
+steady() {
+    perl -MHTTP::Tiny -MTime::HiRes=time,sleep -e '
+        my ($url, $key, $rate, $secs) = @ARGV;
+        my $http = HTTP::Tiny->new(keep_alive => 1, timeout => 5);
+        my %h = (Authorization => "Bearer $key");
+        my ($n, $ok, $u, $other) = (0, 0, 0, 0);
+        my $t0 = time;
+        while (time - $t0 < $secs) {
+            my $due = $t0 + $n / $rate;
+            my $now = time;
+            sleep($due - $now) if $due > $now;
+            my $r = $http->get($url, { headers => \%h });
+            $n++;
+            if ($r->{status} =~ /^2/) { $ok++ }
+            elsif ($r->{status} == 503) { $u++ }
+            else { $other++ }
+        }
+        printf "%d %d %d %d %.2f\n", $n, $ok, $u, $other, time - $t0;
+    ' "http://127.0.0.1:$PORT/api/v1/sessions/$SID" "$KEY" "$RATE" "$SECS"
+}
+
+inside() {
+    local conninfo
+
+    conninfo="host=$(conninfo_value "$PGHOST")"
+    conninfo+=" port=$(conninfo_value "$PGPORT")"
+    conninfo+=" dbname=$(conninfo_value "$PGDATABASE")"
+    conninfo+=" user=$(conninfo_value "$PGUSER")"
+    conninfo+=" password=$(conninfo_value "$PGPASSWORD")"
+    DB=$conninfo
+
+    "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
+
+    W=$(mktemp -d /tmp/ngx-session-flood.XXXXXX)
+    trap cleanup EXIT
+    cp "$MODULE" "$W/ngx_http_session_module.so"
+    PORT=$(free_port) || die "no free port"
+
+    local account project
+    account=$(ctl account create "flood-$$" --plan unlimited \
+                  | json_field account_id)
+    project=$(ctl project create "$account" "flood-$$" | json_field project_id)
+    KEY=$(ctl key create "$project" | json_field key)
+    SID=$(psql -X -q -At -d "$DB" -c "INSERT INTO sessions (project_id,
+              delivery_mode, expires_at) VALUES ('$project', 'long_poll',
+              now() + interval '1 day') RETURNING id" | head -1)
+
+    cat > "$W/nginx.conf" <<CONF
+load_module $W/ngx_http_session_module.so;
+worker_processes $WORKERS;
+daemon on;
+pid $W/nginx.pid;
+error_log $W/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+$(nginx_temp_paths)
+    session_db $(nginx_quote "$DB");
+    session_auth_fail_limit $LIMIT;
+    set_real_ip_from 127.0.0.1;
+    real_ip_header X-Real-IP;
+    server {
+        listen 127.0.0.1:$PORT;
+        location = /ok { return 200; }
+        location = /status { session_status; }
+        location /api/ {
+            session_api;
+            session_limits create=1000000000 list=1000000000
+                           other=1000000000;
+        }
+    }
+}
+CONF
+    start_nginx
+
+    cat > "$W/flood.lua" <<'LUA'
+local hex = "0123456789abcdef"
+local naddr = tonumber(os.getenv("FLOOD_ADDRESSES") or "16")
+math.randomseed(os.time())
+request = function()
+    local t = {}
+    for i = 1, 32 do
+        local k = math.random(16)
+        t[i] = hex:sub(k, k)
+    end
+    local a = "10.0.0." .. math.random(0, naddr - 1)
+    return wrk.format("GET", "/api/v1/nope", {
+        ["Authorization"] = "Bearer sess_" .. table.concat(t),
+        ["X-Real-IP"] = a })
+end
+LUA
+
+    log "steady client alone: $RATE requests/s for ${SECS}s"
+    read -r n0 ok0 u0 o0 s0 < <(steady)
+
+    log "steady client beside the flood (wrk -c$CONNS, $ADDRS addresses)"
+    local q0 q1 wout
+    q0=$(queries)
+    FLOOD_ADDRESSES=$ADDRS wrk -t1 -c"$CONNS" -d"${SECS}s" -s "$W/flood.lua" \
+        "http://127.0.0.1:$PORT/" > "$W/wrk.out" 2>&1 &
+    local wpid=$!
+    read -r n1 ok1 u1 o1 s1 < <(steady)
+    wait "$wpid" || true
+    q1=$(queries)
+    wout=$(cat "$W/wrk.out")
+
+    local frps ftotal lookups bound
+    frps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$wout")
+    ftotal=$(awk '/requests in/ { print $1 }' <<<"$wout")
+    # every steady request is one statement; the rest are key lookups
+    lookups=$(awk -v q=$((q1 - q0)) -v n="$n1" -v s="$s1" \
+                  'BEGIN { printf "%.1f", (q - n) / s }')
+    bound=$(awk -v l="$LIMIT" -v a="$ADDRS" -v s="$s1" \
+                'BEGIN { printf "%d per minute, %.1f/s if all spent in these %.0f s", l * a, l * a / s, s }')
+
+    cat <<REPORT
+
+flood.sh: nginx $WORKERS workers, session_auth_fail_limit $LIMIT, loopback
+  steady client alone        : $(awk -v n="$n0" -v s="$s0" 'BEGIN { printf "%.1f", n / s }') requests/s, $ok0 2xx, $u0 x 503, $o0 other
+  steady client beside flood : $(awk -v n="$n1" -v s="$s1" 'BEGIN { printf "%.1f", n / s }') requests/s, $ok1 2xx, $u1 x 503, $o1 other
+  ratio                      : $(awk -v a="$n1" -v b="$n0" -v sa="$s1" -v sb="$s0" 'BEGIN { printf "%.2f", (a / sa) / (b / sb) }')
+  flood                      : $frps requests/s ($ftotal requests, $ADDRS addresses)
+  key lookups in the database: $lookups/s during the flood
+  bound (limit x addresses)  : $bound
+                               (plus the steady key's own lookups, one per
+                               session_auth_cache_ttl, and the sweep)
+REPORT
+
+    if [ "$u1" -ne 0 ]; then
+        die "the steady client got $u1 x 503 beside the flood"
+    fi
+}
+
+if [ "${1:-}" = --inside ]; then
+    inside
+    exit $?
+fi
+
+[ -f "$MODULE" ] || die "$MODULE not built (run make)"
+command -v wrk >/dev/null || die "wrk not found (make deps)"
+
+for v in $(compgen -e); do
+    case $v in
+        PG*|SESSION_DB) unset "$v" ;;
+    esac
+done
+export TMPDIR=/tmp
+if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
+    export LC_ALL=C.UTF-8
+else
+    export LC_ALL=C
+fi
+PGPORT=$(free_port) || die "no free port for PostgreSQL"
+export PGPORT
+exec pg_virtualenv -t -- bash "$ROOT/util/flood.sh" --inside
