@@ -67,22 +67,6 @@ DB=
 PORT=
 NGINX_UP=
 
-sql() {
-    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"
-}
-
-cleanup() {
-    local rc=$?
-    nginx_down
-    if [ -n "$W" ]; then
-        if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
-            log "kept $W"
-        else
-            rm -rf "$W"
-        fi
-    fi
-    exit "$rc"
-}
 
 wanted() {
     [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]
@@ -488,7 +472,7 @@ report() {
 inside() {
     local round s key name rest
 
-    trap cleanup EXIT
+    trap scratch_cleanup EXIT
     W=$(mktemp -d /tmp/ngx-session-bench-db.XXXXXX)
     chmod 755 "$W"
 

@@ -1,6 +1,6 @@
 # Shell functions shared by util/test.sh and the benchmarks (bench.sh,
 # bench-db.sh, bench-ir.sh, bench-images.sh); sourced, not run.  The
-# caller defines die() and sets what a function names: NGINX,
+# caller defines die() and log() and sets what a function names: NGINX,
 # SESSIONCTL, DB, W (the scratch directory), PORT, NGINX_UP.
 
 # a double-quoted nginx string
@@ -64,6 +64,28 @@ $(nginx_temp_paths)
 
     session_db $(nginx_quote "$DB");
 EOF
+}
+
+
+# one SQL statement against $DB, its rows unaligned; stops at an error
+sql() {
+    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"
+}
+
+
+# the EXIT trap of a script with a scratch directory $W: nginx stopped,
+# $W removed unless the run failed or BENCH_KEEP is set
+scratch_cleanup() {
+    local rc=$?
+    nginx_down
+    if [ -n "$W" ]; then
+        if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
+            log "kept $W"
+        else
+            rm -rf "$W"
+        fi
+    fi
+    exit "$rc"
 }
 
 

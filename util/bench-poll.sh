@@ -63,38 +63,10 @@ log() {
 
 . "$ROOT/util/bench-lib.sh"
 
-conninfo_value() {
-    local v=$1
-    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
-        printf '%s' "$v"
-    else
-        v=${v//\\/\\\\}
-        v=${v//\'/\\\'}
-        printf "'%s'" "$v"
-    fi
-}
-
 W=
 DB=
 PORT=
 NGINX_UP=
-
-sql() {
-    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -c "$1"
-}
-
-cleanup() {
-    local rc=$?
-    nginx_down
-    if [ -n "$W" ]; then
-        if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
-            log "kept $W"
-        else
-            rm -rf "$W"
-        fi
-    fi
-    exit "$rc"
-}
 
 
 # --- dependencies ------------------------------------------------------------
@@ -314,7 +286,7 @@ statuses() {
 
 inside() {
     W=$(mktemp -d /tmp/ngx-session-bench-poll.XXXXXX)
-    trap cleanup EXIT
+    trap scratch_cleanup EXIT
     PORT=$(free_port) || die "no free port"
 
     ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
@@ -372,10 +344,7 @@ inside() {
 
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
-    DB="host=$(conninfo_value "$PGHOST") port=$(conninfo_value "$PGPORT")"
-    DB+=" dbname=$(conninfo_value "$PGDATABASE")"
-    DB+=" user=$(conninfo_value "$PGUSER")"
-    DB+=" password=$(conninfo_value "$PGPASSWORD")"
+    DB=$(pg_virtualenv_conninfo)
     : > "$BENCH_POLL_MARKER"
     inside
     exit $?
