@@ -13,8 +13,8 @@
 #                   request (changes the system: for CI or a throwaway box)
 #   make fuzz       libFuzzer harnesses of src/core, ASan + UBSan, bounded
 #                   (FUZZ_SECONDS=60 each); not part of make test
-#   make asan       unit tests, nginx and the module under ASan + UBSan,
-#                   some Test::Nginx scripts (ASAN_TESTS=all: every one)
+#   make asan       unit tests, nginx and the module under ASan + UBSan +
+#                   LeakSanitizer, every Test::Nginx script (30-60 min)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
