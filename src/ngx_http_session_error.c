@@ -85,6 +85,8 @@ static ngx_int_t ngx_http_session_error_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 static ngx_int_t ngx_http_session_error_too_large(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_str_t *message);
+static ngx_int_t ngx_http_session_error_reason(ngx_http_request_t *r,
+    ngx_uint_t status, ngx_str_t *message);
 static ngx_int_t ngx_http_session_request_body_filter(ngx_http_request_t *r,
     ngx_chain_t *in);
 
@@ -393,6 +395,19 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
         err = NGX_HTTP_SESSION_ERR_URI_TOO_LONG;
         break;
 
+    case NGX_HTTP_NOT_IMPLEMENTED:
+        /* a Transfer-Encoding nginx does not know, refused as it reads */
+        err = NGX_HTTP_SESSION_ERR_NOT_IMPLEMENTED;
+        break;
+
+    case NGX_HTTP_VERSION_NOT_SUPPORTED:
+        /* HTTP/2.0 and later on an HTTP/1 connection: its reason */
+        if (ngx_http_session_error_reason(r, status, &message) != NGX_OK) {
+            return NGX_ERROR;
+        }
+
+        break;
+
     default:
         slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
@@ -408,15 +423,11 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
             break;
         }
 
-        /* a client error raised by nginx, e.g. 408: its reason, lower-case */
-        message.data = (u_char *) ngx_http_session_reason(status);
-        message.len = ngx_strlen(message.data);
-        message.data = ngx_pstrdup(r->pool, &message);
-        if (message.data == NULL) {
+        /* a client error raised by nginx, e.g. 408: its reason */
+        if (ngx_http_session_error_reason(r, status, &message) != NGX_OK) {
             return NGX_ERROR;
         }
 
-        ngx_strlow(message.data, message.data, message.len);
         break;
     }
 
@@ -450,6 +461,25 @@ ngx_http_session_error_header_filter(ngx_http_request_t *r)
     }
 
     return ngx_http_next_header_filter(r);
+}
+
+
+/* the message of an error nginx raised: the status's reason, lower-case */
+
+static ngx_int_t
+ngx_http_session_error_reason(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_str_t *message)
+{
+    message->data = (u_char *) ngx_http_session_reason(status);
+    message->len = ngx_strlen(message->data);
+    message->data = ngx_pstrdup(r->pool, message);
+    if (message->data == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_strlow(message->data, message->data, message->len);
+
+    return NGX_OK;
 }
 
 

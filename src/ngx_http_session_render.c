@@ -6,9 +6,12 @@
 
 
 #define NGX_HTTP_SESSION_LIST_HEAD  "{\"data\": ["
-/* the longer of the two endings, the cursor's quotes included */
+/*
+ * room for either ending: "null}" is longer than a cursor's quotes and
+ * brace, and "false" than "true"
+ */
 #define NGX_HTTP_SESSION_LIST_TAIL                                            \
-    "], \"has_more\": false, \"next_cursor\": \"\"}"
+    "], \"has_more\": false, \"next_cursor\": null}"
 
 
 static u_char *ngx_http_session_render_tail(u_char *p, u_char *cursor,

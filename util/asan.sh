@@ -107,7 +107,13 @@ nginx_source() {
     ls -d "$ROOT/$OUT"/src/nginx-*/
 }
 
-if [ ! -f "$NGX/objs/Makefile" ] || [ config -nt "$NGX/objs/Makefile" ]; then
+# a dlclose() that keeps modules mapped (util/asan-keep-modules.c)
+KEEP=$ROOT/$OUT/asan-keep-modules.o
+${CC:-cc} -c -O1 -fPIC $WARN -o "$KEEP" util/asan-keep-modules.c
+
+if [ ! -f "$NGX/objs/Makefile" ] || [ config -nt "$NGX/objs/Makefile" ] \
+   || ! grep -q asan-keep-modules "$NGX/objs/Makefile"
+then
     src=$(nginx_source)
     echo "asan: configuring nginx from $src in $NGX"
     rm -rf "$NGX"
@@ -127,7 +133,7 @@ if [ ! -f "$NGX/objs/Makefile" ] || [ config -nt "$NGX/objs/Makefile" ]; then
         fi
         eval ./configure $flags \
             --with-cc-opt="'-g -O1 -fPIC $SAN -DNGX_DEBUG_PALLOC=1 $WARN'" \
-            --with-ld-opt="'-fPIC $SAN'" \
+            --with-ld-opt="'-fPIC $SAN $KEEP'" \
             --add-dynamic-module="$ROOT" >"$ROOT/$OUT/configure.log" 2>&1
     ) || { tail -30 "$OUT/configure.log"; exit 1; }
 fi

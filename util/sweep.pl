@@ -269,71 +269,115 @@ sub chunked {
     return $out . "0\r\n\r\n";
 }
 
-# One request: { bytes, pieces (slow client), truncated, head, stall }.
+# A request with one fault (or none): { bytes, pieces (slow client),
+# truncated, head }.  The faults: the request line, method, path, query
+# string, HTTP version, headers, the key, the body, chunked encoding,
+# framing (length and body disagree), oversized parts, a truncated or a
+# slow request, or garbage.
+my @Faults = qw(none line method path path query query version header
+                header auth body body chunked framing oversized truncated
+                slow garbage);
+
+sub clean_query {
+    my ($path) = @_;
+    return '?timeout=' . pick(0, 1) if $path =~ m{/poll$};
+    return pick('', '', '?limit=' . (1 + rnd(100)), '?status=open',
+                '?acknowledged=' . pick('true', 'false'));
+}
+
 sub request {
     my ($o) = @_;
-    my $kind = rnd(12);
+    my $fault = pick(@Faults);
 
-    if ($kind == 0) {                               # garbage line(s)
+    if ($fault eq 'garbage') {
         my $g = pick(rbytes(1 + rnd(200)), rtoken(1 + rnd(100)) . "\r\n\r\n",
                      "\r\n" x (1 + rnd(20)), "\x16\x03\x01\x00\xa5\x01",
                      "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n",
                      "GET\r\n\r\n", "\r\n\r\nGET / HTTP/1.1\r\n\r\n",
                      (rbytes(100) . "\n") x 3 . "\n");
-        return { bytes => $g };
+        return { bytes => $g, fault => $fault };
     }
 
-    my $m = method();
-    $m = pick('GET', 'POST', 'HEAD') if $kind > 6 && chance(0.7);
-    my $path = mutate_path(api_path($o)) . query($o);
-    my $v = version();
+    my $path = api_path($o);
+    my $m = pick('GET', 'GET', 'POST', 'POST', 'HEAD');
+    $m = method() if $fault eq 'method';
+    my $q = $fault eq 'query' ? query($o) : clean_query($path);
+    $path = mutate_path($path) if $fault eq 'path';
+    $path .= $q;
+    $path .= '/' . ('p' x (8192 + rnd(8000)))
+        if $fault eq 'oversized' && chance(0.3);
+    my $v = $fault eq 'version' ? version() : pick('HTTP/1.1', 'HTTP/1.1',
+                                                   'HTTP/1.0');
     my $line = $v eq '' ? "$m $path" : "$m $path $v";
-    $line = pick($line, "$m  $path $v", "$m $path\t$v", " $line", "$line ",
-                 $line =~ s/ /\t/gr) if chance(0.1);
+    $line = pick("$m  $path $v", "$m $path\t$v", " $line", "$line ",
+                 $line =~ s/ /\t/gr, "$line\x00", "$m $path $v $v")
+        if $fault eq 'line';
+    my $eol = $fault eq 'line' && chance(0.5) ? pick("\n", "\r", "\n\r")
+                                             : "\r\n";
 
-    my $eol = chance(0.93) ? "\r\n" : pick("\n", "\r", "\n\r");
     my @h;
-    push @h, 'Host: ' . pick('localhost', 'localhost', '127.0.0.1', 'x')
-        if chance(0.9);
-    push @h, 'Authorization: ' . auth($o) if chance(0.85);
-    push @h, 'Authorization: ' . auth($o) if chance(0.04);
+    push @h, 'Host: ' . pick('localhost', '127.0.0.1', 'x')
+        if $v ne 'HTTP/1.1' || $fault ne 'header' || chance(0.8);
+    if ($fault eq 'auth') {
+        push @h, 'Authorization: ' . auth($o) if chance(0.9);
+        push @h, 'Authorization: ' . auth($o) if chance(0.2);
+    } else {
+        push @h, "Authorization: Bearer $o->{key}" if defined $o->{key};
+    }
     push @h, 'Idempotency-Key: ' . pick(ruuid(), rtoken(rnd(300)), '',
-                                        rbytes(8)) if chance(0.1);
-    push @h, 'Connection: ' . pick('close', 'keep-alive', 'upgrade')
-        if chance(0.3);
-    push @h, header_line($o) for 1 .. (chance(0.6) ? rnd(4) : 0);
-    push @h, map { "X-Many-$_: 1" } 1 .. 200 + rnd(600) if chance(0.02);
-    push @h, 'If-None-Match: "' . rhex(64) . '"' if chance(0.05);
+                                        rbytes(8)) if chance(0.05);
+    push @h, 'Connection: ' . pick('close', 'keep-alive') if chance(0.3);
+    if ($fault eq 'header') {
+        push @h, header_line($o) for 1 .. 1 + rnd(4);
+        push @h, map { "X-Many-$_: 1" } 1 .. 200 + rnd(600) if chance(0.1);
+        @h = reverse @h if chance(0.1);
+    }
+    push @h, 'X-Big: ' . ('b' x (8192 + rnd(30000)))
+        if $fault eq 'oversized' && chance(0.3);
 
     my ($b, $ct) = ('', undef);
-    ($b, $ct) = body($o) if $m ne 'GET' || chance(0.1);
+    if ($fault eq 'body' || $fault eq 'chunked' || $fault eq 'framing') {
+        ($b, $ct) = body($o);
+    } elsif ($fault eq 'oversized') {
+        ($b, $ct) = ('x' x (65536 + rnd(1200000)),
+                     pick('application/json', 'image/png', 'image/gif'));
+    } elsif ($m eq 'POST' && $path =~ m{/images\b}) {
+        ($b, $ct) = ("\x89PNG\r\n\x1a\n" . rbytes(rnd(200)), 'image/png');
+    } elsif ($m eq 'POST' && $path =~ m{/sessions\b}) {
+        ($b, $ct) = ('{"delivery_mode":"long_poll"}', 'application/json');
+    }
     push @h, "Content-Type: $ct" if defined $ct;
 
-    my $framing = rnd(10);
-    if (length $b || chance(0.3)) {
-        if ($framing < 6) {
+    if ($fault eq 'chunked') {
+        push @h, 'Transfer-Encoding: chunked';
+        $b = chunked($b);
+    } elsif ($fault eq 'framing') {
+        push @h, pick('Content-Length: ' . (length($b) + 1 + rnd(50)),
+                      'Content-Length: ' . rnd(length($b) + 1),
+                      'Content-Length: 0',
+                      'Content-Length: ' . length($b) . "\r\n"
+                      . 'Content-Length: ' . (1 + length $b),
+                      "Transfer-Encoding: chunked\r\nContent-Length: "
+                      . length $b);
+        $b = chunked($b) if $h[-1] =~ /chunked/;
+    } elsif (length $b || $m eq 'POST') {
+        if (chance(0.75)) {
             push @h, 'Content-Length: ' . length $b;
-        } elsif ($framing < 8) {
-            push @h, 'Transfer-Encoding: chunked';
-            $b = chunked($b);
-        } elsif ($framing == 8) {                  # length and body disagree
-            push @h, 'Content-Length: '
-                . pick(length($b) + 1 + rnd(50), rnd(length($b) + 1), 0);
         } else {
-            push @h, 'Transfer-Encoding: chunked',
-                     'Content-Length: ' . length $b;
-            $b = chunked($b);
+            push @h, 'Transfer-Encoding: chunked';
+            $b = join '', map { sprintf("%x\r\n", length) . "$_\r\n" }
+                          grep { length } split /(.{1,700})/s, $b;
+            $b .= "0\r\n\r\n";
         }
     }
-    @h = reverse @h if chance(0.05);
 
     my $bytes = join('', map { "$_$eol" } $line, @h) . $eol . $b;
-    my $req = { bytes => $bytes, head => $m eq 'HEAD' };
+    my $req = { bytes => $bytes, head => $m eq 'HEAD', fault => $fault };
 
-    if ($kind == 1) {                               # truncated, then EOF
+    if ($fault eq 'truncated') {                    # then EOF
         $req->{bytes} = substr $bytes, 0, rnd(length $bytes);
         $req->{truncated} = 1;
-    } elsif ($kind == 2 && length $bytes < 4000) {  # slow client
+    } elsif ($fault eq 'slow' && length $bytes < 4000) {
         $req->{pieces} = 2 + rnd(20);
     }
 
@@ -443,16 +487,24 @@ sub send_all {
 # Reads until the answers are complete (and a short quiet time after, for
 # more answers to pipelined bytes), the server closes, or $deadline.
 sub read_answers {
-    my ($s, $deadline, $head) = @_;
+    my ($s, $deadline, $head, $eof, $patience) = @_;
     my $sel = IO::Select->new($s);
+    $patience //= 1;
     my ($buf, $closed, $answers, $state) = ('', 0, [], 'partial');
 
     while (1) {
         my $left = $deadline - Time::HiRes::time();
         last if $left <= 0;
-        my $wait = $state ? $left : ($left < 0.15 ? $left : 0.15);
+        my $wait = $state ? $left : ($left < 0.02 ? $left : 0.02);
+        $wait = $patience if $state && !$eof && $wait > $patience;
         if (!$sel->can_read($wait)) {
             last unless $state;
+            # no answer yet: perhaps nginx waits for more of the request;
+            # end it (nginx then answers or closes)
+            if (!$eof) {
+                shutdown($s, SHUT_WR);
+                $eof = 1;
+            }
             next;
         }
         my $n = sysread $s, $buf, 65536, length $buf;
@@ -483,6 +535,7 @@ sub run {
     my $seconds = $o{seconds} // 60;
     my $stalls = $o{stalls} // 4;
     my $timeout = $o{timeout} // 10;
+    my $patience = $o{patience} // 1;
     my $log = $o{log} // sub { print STDERR "sweep: @_\n" };
     my %st = (seed => $seed, sent => 0, closed => 0, answers => 0,
               status => {}, bad => [], slow => 0, truncated => 0,
@@ -508,6 +561,7 @@ sub run {
         }
         push @{ $st{bad} }, "request $i: $state" if @$answers && $state
             && $state ne 'partial';
+        $st{fault}{ $req->{fault} // 'stalled' }++;
         if ($o{verbose}) {
             my $first = substr($req->{bytes}, 0, 70) =~ s/[^ -~]/./gr;
             $log->(sprintf '%5d %-40s %s', $i,
@@ -550,14 +604,14 @@ sub run {
         $st{truncated}++ if $req->{truncated};
 
         my @r = read_answers($s, Time::HiRes::time() + $timeout,
-                             $req->{head});
+                             $req->{head}, $req->{truncated}, $patience);
         close $s;
         $note->($i, $req, @r);
     }
 
     for my $x (@stalled) {
         my ($n, $req, $s) = @$x;
-        my @r = read_answers($s, Time::HiRes::time() + $timeout, 0);
+        my @r = read_answers($s, Time::HiRes::time() + $timeout, 0, 1);
         close $s;
         $note->($n, $req, @r);
     }
