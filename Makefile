@@ -15,6 +15,9 @@
 #                   (FUZZ_SECONDS=60 each); not part of make test
 #   make asan       unit tests, nginx and the module under ASan + UBSan +
 #                   LeakSanitizer, every Test::Nginx script (30-60 min)
+#   make sweep      raw-socket bad-input sweep (util/sweep.pl) against an
+#                   nginx of t/024-sweep.t: SWEEP_COUNT=5000 requests at
+#                   most, SWEEP_SECONDS=300, SWEEP_SEED=N repeats a run
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -44,7 +47,7 @@ MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll lint \
-        clean distclean openapi deb deb-test fuzz asan sanitizer-deps
+        clean distclean openapi deb deb-test fuzz asan sanitizer-deps sweep
 
 all: build
 
@@ -138,6 +141,10 @@ fuzz: sanitizer-deps
 
 asan: deps sanitizer-deps
 	@bash util/asan.sh
+
+sweep: deps build
+	@SWEEP_COUNT=$${SWEEP_COUNT:-5000} SWEEP_SECONDS=$${SWEEP_SECONDS:-300} \
+	    SWEEP_STALLS=$${SWEEP_STALLS:-8} bash util/test.sh t/024-sweep.t
 
 clean:
 	rm -rf $(BUILD)

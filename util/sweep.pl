@@ -372,7 +372,8 @@ sub request {
     }
 
     my $bytes = join('', map { "$_$eol" } $line, @h) . $eol . $b;
-    my $req = { bytes => $bytes, head => $m eq 'HEAD', fault => $fault };
+    my $req = { bytes => $bytes, head => $m eq 'HEAD', fault => $fault,
+                v09 => $v eq '' };
 
     if ($fault eq 'truncated') {                    # then EOF
         $req->{bytes} = substr $bytes, 0, rnd(length $bytes);
@@ -389,8 +390,20 @@ sub request {
 # Parses the answers in $buf: a list of { status, reason, headers, body }
 # and whether the data ends inside an answer.
 sub parse_answers {
-    my ($buf, $head_only, $closed) = @_;
+    my ($buf, $head_only, $closed, $v09) = @_;
     my @a;
+
+    # HTTP/0.9 (a GET without a version): the body alone, until close
+    if ($v09 && length $buf && $buf !~ m{^HTTP/}) {
+        return (\@a, 'partial') unless $closed;
+        my $j = eval { $Json->decode($buf) };
+        my $status = ref $j ne 'HASH' ? 0 : $j->{statusCode} // 200;
+        my $ok = $status =~ /^\d{3}$/ ? $status : 0;
+        push @a, { status => $ok, reason => $Reason{$ok} // '',
+                   headers => { 'content-type' => 'application/json' },
+                   body => $buf };
+        return (\@a, undef);
+    }
 
     while (length $buf) {
         my $end = index $buf, "\r\n\r\n";
@@ -443,6 +456,7 @@ sub judge {
     my ($a, $head) = @_;
     my $s = $a->{status};
 
+    return 'an HTTP/0.9 answer that is no JSON document' if $s == 0;
     return undef if $s == 100;
     return undef if $s =~ /^2/ || $s == 304;
     return "status $s" if $s < 400;
@@ -487,7 +501,7 @@ sub send_all {
 # Reads until the answers are complete (and a short quiet time after, for
 # more answers to pipelined bytes), the server closes, or $deadline.
 sub read_answers {
-    my ($s, $deadline, $head, $eof, $patience) = @_;
+    my ($s, $deadline, $head, $eof, $patience, $v09) = @_;
     my $sel = IO::Select->new($s);
     $patience //= 1;
     my ($buf, $closed, $answers, $state) = ('', 0, [], 'partial');
@@ -512,11 +526,11 @@ sub read_answers {
             $closed = 1;
             last;
         }
-        ($answers, $state) = parse_answers($buf, $head, 0);
+        ($answers, $state) = parse_answers($buf, $head, 0, $v09);
         return ($answers, $state, $closed) if $state && $state ne 'partial';
     }
 
-    ($answers, $state) = parse_answers($buf, $head, $closed);
+    ($answers, $state) = parse_answers($buf, $head, $closed, $v09);
     $state = undef if $state && $state eq 'partial' && !length $buf;
     return ($answers, $state, $closed, length $buf);
 }
@@ -604,7 +618,8 @@ sub run {
         $st{truncated}++ if $req->{truncated};
 
         my @r = read_answers($s, Time::HiRes::time() + $timeout,
-                             $req->{head}, $req->{truncated}, $patience);
+                             $req->{head}, $req->{truncated}, $patience,
+                             $req->{v09});
         close $s;
         $note->($i, $req, @r);
     }
