@@ -14,7 +14,7 @@
 #   make fuzz       libFuzzer harnesses of src/core, ASan + UBSan, bounded
 #                   (FUZZ_SECONDS=60 each); not part of make test
 #   make asan       unit tests, nginx and the module under ASan + UBSan +
-#                   LeakSanitizer, every Test::Nginx script (30-60 min)
+#                   LeakSanitizer, every Test::Nginx script (~15 min)
 #   make sweep      raw-socket bad-input sweep (util/sweep.pl) against an
 #                   nginx of t/024-sweep.t: SWEEP_COUNT=5000 requests at
 #                   most, SWEEP_SECONDS=300, SWEEP_SEED=N repeats a run

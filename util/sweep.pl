@@ -564,6 +564,7 @@ sub run {
         my ($i, $req, $answers, $state, $closed, $left) = @_;
         if (!@$answers) {
             $st{closed}++;
+            $st{closed_by}{ $req->{fault} // 'stalled' }++;
             push @{ $st{bad} }, "request $i: $state" if $state
                 && $state ne 'partial';
         }
@@ -648,12 +649,14 @@ sub summary {
     my ($st) = @_;
     my $by = join ', ', map { "$_: $st->{status}{$_}" }
                         sort keys %{ $st->{status} };
+    my $cl = join ', ', map { "$_: $st->{closed_by}{$_}" }
+                        sort keys %{ $st->{closed_by} };
     return sprintf "seed %d: %d requests (%d slow, %d truncated, %d stalled)"
                    . " in %.1fs; %d answers (%s); %d closed without an"
-                   . " answer; %d bad",
+                   . " answer (%s); %d bad",
                    $st->{seed}, $st->{sent}, $st->{slow}, $st->{truncated},
                    $st->{stalled}, $st->{seconds}, $st->{answers}, $by,
-                   $st->{closed}, scalar @{ $st->{bad} };
+                   $st->{closed}, $cl, scalar @{ $st->{bad} };
 }
 
 sub main {
