@@ -490,16 +490,20 @@ sub send_all {
         return defined syswrite($s, $bytes);
     }
 
+    # the pauses take nothing from the PRNG: --only I must draw the same
+    # numbers as a whole run
     my $n = int(length($bytes) / $pieces) || 1;
+    my $k = 0;
     while (length $bytes) {
         defined syswrite($s, substr($bytes, 0, $n, '')) or return 0;
-        Time::HiRes::sleep(0.001 * (1 + rnd(15)));
+        Time::HiRes::sleep(0.001 * (1 + ($k++ * 7) % 15));
     }
     return 1;
 }
 
-# Reads until the answers are complete (and a short quiet time after, for
-# more answers to pipelined bytes), the server closes, or $deadline.
+# Reads until the answers are complete (and 20 ms of quiet after, for
+# more answers to pipelined bytes), the server closes, or $deadline.  A
+# request nginx still waits on after $patience seconds gets end of input.
 sub read_answers {
     my ($s, $deadline, $head, $eof, $patience, $v09) = @_;
     my $sel = IO::Select->new($s);
@@ -670,8 +674,9 @@ sub main {
     $o{sid} //= $NIL_UUID;
 
     my $st = run(%o);
-    print "sweep: $_\n" for @{ $st->{bad} }[0 .. $#{ $st->{bad} } > 49
-                                             ? 49 : $#{ $st->{bad} }];
+    my @bad = @{ $st->{bad} };
+    splice @bad, 50 if @bad > 50;
+    print "sweep: $_\n" for @bad;
     print 'sweep: ', summary($st), "\n";
     exit(@{ $st->{bad} } ? 1 : 0);
 }
