@@ -156,6 +156,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       offsetof(ngx_http_session_main_conf_t, db_timeout),
       &ngx_http_session_positive_msec_post },
 
+    { ngx_string("session_db_idle_check"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, db_idle_check),
+      NULL },
+
     { ngx_string("session_limit_zone"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_session_limit_zone,
@@ -390,6 +397,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
 
     smcf->db_connections = NGX_CONF_UNSET_UINT;
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
+    smcf->db_idle_check = NGX_CONF_UNSET_MSEC;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
     smcf->webhook_allow_private = NGX_CONF_UNSET;
     smcf->webhook_timeout = NGX_CONF_UNSET_MSEC;
@@ -412,6 +420,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(smcf->db_connections, 4);
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
+    ngx_conf_init_msec_value(smcf->db_idle_check, 5000);
     ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
     ngx_conf_init_value(smcf->webhook_allow_private, 0);
     ngx_conf_init_msec_value(smcf->webhook_timeout, 5000);

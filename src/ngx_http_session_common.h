@@ -47,6 +47,8 @@ typedef struct {
     ngx_str_t                   db_options;
     ngx_uint_t                  db_connections;
     ngx_msec_t                  db_timeout;
+    /* an idle connection is checked this often, 0: never */
+    ngx_msec_t                  db_idle_check;
 
     ngx_shm_zone_t             *shm_zone;
 

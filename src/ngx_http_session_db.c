@@ -9,6 +9,7 @@
  * write interest is added only while libpq has unsent output.
  */
 
+#include "ngx_http_session_backoff.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_stats.h"
 
@@ -17,9 +18,6 @@
 #define NGX_HTTP_SESSION_DB_CONNECTING   1
 #define NGX_HTTP_SESSION_DB_IDLE         2
 #define NGX_HTTP_SESSION_DB_BUSY         3
-
-#define NGX_HTTP_SESSION_DB_BACKOFF_MIN  100
-#define NGX_HTTP_SESSION_DB_BACKOFF_MAX  2000
 
 /*
  * libpq grows a connection's input and output buffers to the largest
@@ -71,6 +69,8 @@ static ngx_int_t ngx_http_session_db_want_write(
     ngx_http_session_db_conn_t *dc, ngx_uint_t on);
 static void ngx_http_session_db_event_handler(ngx_event_t *ev);
 static void ngx_http_session_db_timer_handler(ngx_event_t *ev);
+static void ngx_http_session_db_idle(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_check(ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
@@ -163,6 +163,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
         dc->conninfo = (const char *) smcf->db_conninfo.data;
         dc->options = options;
         dc->timeout = smcf->db_timeout;
+        dc->check = smcf->db_idle_check;
         dc->ready = ngx_http_session_db_pool_ready;
 
         ngx_http_session_db_conn_open(dc);
@@ -270,6 +271,8 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 
     dc->preparing = 0;
     dc->prepared = 0;
+    dc->checking = 0;
+    dc->connected = 0;
 
     dc->timer.handler = ngx_http_session_db_timer_handler;
     dc->timer.data = dc;
@@ -385,8 +388,11 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             }
 
             dc->failed_before = 0;
-            dc->backoff = 0;
+            /* the backoff is kept: see ngx_http_session_backoff_next() */
+            dc->connected = ngx_current_msec | 1;
             dc->state = NGX_HTTP_SESSION_DB_IDLE;
+
+            ngx_http_session_db_idle(dc);
 
             if (dc->ready) {
                 dc->ready(dc);
@@ -583,21 +589,30 @@ ngx_http_session_db_want_write(ngx_http_session_db_conn_t *dc, ngx_uint_t on)
 void
 ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
 {
+    ngx_msec_t                    up, delay;
     ngx_http_session_db_query_t  *q;
 
     q = dc->query;
     dc->query = NULL;
 
+    up = dc->connected ? ngx_current_msec - dc->connected : 0;
+
     ngx_http_session_db_conn_close(dc);
 
     dc->failed_before = 1;
 
-    dc->backoff = dc->backoff ? ngx_min(dc->backoff * 2,
-                                        NGX_HTTP_SESSION_DB_BACKOFF_MAX)
-                              : NGX_HTTP_SESSION_DB_BACKOFF_MIN;
+    /* every failure, a query timeout too: doubled, with jitter */
+
+    dc->backoff = ngx_http_session_backoff_next((uint32_t) dc->backoff, up);
+    delay = ngx_http_session_backoff_delay((uint32_t) dc->backoff,
+                                           (uint32_t) ngx_random());
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: reconnecting in %M ms (base %M ms)",
+                   delay, dc->backoff);
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
-        ngx_add_timer(&dc->timer, dc->backoff);
+        ngx_add_timer(&dc->timer, delay);
     }
 
     if (q) {
@@ -619,6 +634,9 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     }
 
     ngx_http_session_db_detach(dc);
+
+    dc->connected = 0;
+    dc->checking = 0;
 
     if (dc->result) {
         PQclear(dc->result);
@@ -651,7 +669,55 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
 
     if (dc->state == NGX_HTTP_SESSION_DB_CLOSED) {
         ngx_http_session_db_conn_open(dc);
+        return;
     }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_IDLE) {
+        ngx_http_session_db_check(dc);
+        return;
+    }
+
+    if (dc->checking) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: no answer to the idle check within "
+                      "%M ms, connecting again", dc->timeout);
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+/*
+ * An idle connection is checked every session_db_idle_check with an empty
+ * query that must be answered within session_db_timeout: a link that died
+ * without a word (a firewall that forgets the flow, a host gone, a proxy
+ * that stopped forwarding) is noticed in seconds, not when TCP gives up.
+ * The LISTEN connection is idle all the time, pool connections between
+ * queries (a query has its own timeout).
+ */
+
+static void
+ngx_http_session_db_idle(ngx_http_session_db_conn_t *dc)
+{
+    if (dc->check && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+        ngx_add_timer(&dc->timer, dc->check);
+    }
+}
+
+
+static void
+ngx_http_session_db_check(ngx_http_session_db_conn_t *dc)
+{
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: idle check");
+
+    if (ngx_http_session_db_conn_send(dc, "") != NGX_OK) {
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    dc->checking = 1;
+
+    ngx_add_timer(&dc->timer, dc->timeout);
 }
 
 
@@ -777,6 +843,8 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     dc->query = NULL;
     dc->state = NGX_HTTP_SESSION_DB_IDLE;
 
+    ngx_http_session_db_idle(dc);
+
     if (q && res && PQstatus(dc->pg) != CONNECTION_BAD
         && !ngx_http_session_db_unavailable(res)
         && (dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE
@@ -792,6 +860,20 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     }
 
     dc->sent = 0;
+
+    if (q == NULL && dc->checking) {
+        dc->checking = 0;
+
+        if (res) {
+            PQclear(res);
+        }
+
+        if (dc->ready == ngx_http_session_db_pool_ready) {
+            ngx_http_session_db_dispatch();
+        }
+
+        return;
+    }
 
     if (q == NULL) {
         if (dc->preparing) {
@@ -915,6 +997,11 @@ ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
         ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
+    }
+
+    if (dc->timer.timer_set) {
+        /* the idle check: a query has a timeout of its own */
+        ngx_del_timer(&dc->timer);
     }
 
     dc->state = NGX_HTTP_SESSION_DB_BUSY;
@@ -1081,6 +1168,11 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         ngx_http_session_db_conn_fail(dc);
         return NGX_ERROR;
+    }
+
+    if (dc->timer.timer_set) {
+        /* the idle check: a query has a timeout of its own */
+        ngx_del_timer(&dc->timer);
     }
 
     dc->state = NGX_HTTP_SESSION_DB_BUSY;

@@ -45,9 +45,17 @@ struct ngx_http_session_db_conn_s {
     const char                      *options;
     ngx_msec_t                       timeout;
 
-    /* connect timeout while connecting, backoff while closed */
+    /*
+     * connect timeout while connecting, backoff while closed, the idle
+     * check while idle, the check's timeout while it runs
+     */
     ngx_event_t                      timer;
+    /* the base delay of the next reconnect, see core/..._backoff.h */
     ngx_msec_t                       backoff;
+    /* when the connection got usable, 0 while it is not */
+    ngx_msec_t                       connected;
+    /* session_db_idle_check: an idle connection is checked this often */
+    ngx_msec_t                       check;
 
     ngx_uint_t                       state;
     ngx_http_session_db_query_t     *query;
@@ -63,6 +71,8 @@ struct ngx_http_session_db_conn_s {
     void                            *data;
 
     unsigned                         failed_before:1;
+    /* the idle check (an empty query) waits for its answer */
+    unsigned                         checking:1;
     /* the pool's statements are being prepared, or are */
     unsigned                         preparing:1;
     unsigned                         prepared:1;

@@ -55,6 +55,7 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
     dc->timeout = smcf->db_timeout;
+    dc->check = smcf->db_idle_check;
     dc->ready = ngx_http_session_listen_ready;
     dc->drained = ngx_http_session_listen_drained;
     dc->notify = ngx_http_session_listen_notify;

@@ -29,6 +29,7 @@ use IO::Select ();
 use IO::Socket::INET ();
 use IO::Socket::SSL ();
 use POSIX ();
+use Time::HiRes ();
 use Session qw(:DEFAULT);
 use SessionTest;
 
@@ -165,6 +166,237 @@ $ENV{TEST_NGINX_SESSION_DB_TLS} = nginx_quote(
     "host=127.0.0.1 port=" . tls_refusing_port()
     . " sslmode=prefer gssencmode=disable $REST");
 
+
+# --- a link that goes silent: a relay that stops forwarding, open
+
+# hole_relay(PORT): a relay on 127.0.0.1:PORT to the real server.  After
+# SIGUSR1 it forwards nothing on any connection it has, and new ones are
+# accepted and never answered, as behind a firewall that forgot the flow
+# or a host gone from the network: no FIN, no RST.  After SIGUSR2 new
+# connections are relayed again; the silent ones stay silent.
+sub hole_relay {
+    my ($port) = @_;
+
+    my $ls = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                   LocalPort => $port, Proto => 'tcp',
+                                   Listen => 64, ReuseAddr => 1)
+        or die "hole_relay: listen: $!";
+
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        my ($hole, %peer, %fh, %dead) = (0);
+
+        $SIG{USR1} = sub { $hole = 1; $dead{$_} = 1 for keys %fh };
+        $SIG{USR2} = sub { $hole = 0 };
+        $SIG{TERM} = sub { POSIX::_exit(0) };
+
+        my $sel = IO::Select->new($ls);
+        my $parent = getppid;
+
+        # never the END blocks of the test (they stop nginx)
+        $SIG{__DIE__} = sub { warn "hole_relay: @_"; POSIX::_exit(1) };
+
+        for (;;) {
+            POSIX::_exit(0) if getppid != $parent;
+
+            for my $s ($sel->can_read(0.5)) {
+                if ($s == $ls) {
+                    my $c = $ls->accept or next;
+                    $fh{"$c"} = $c;
+                    $sel->add($c);
+
+                    if ($hole) {
+                        $dead{"$c"} = 1;
+                        next;
+                    }
+
+                    my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                                  PeerPort => $LIVE,
+                                                  Proto => 'tcp');
+                    if (!$u) {
+                        $sel->remove($c);
+                        delete $fh{"$c"};
+                        close $c;
+                        next;
+                    }
+
+                    $fh{"$u"} = $u;
+                    @peer{"$c", "$u"} = ($u, $c);
+                    $sel->add($u);
+                    next;
+                }
+
+                my $n = sysread $s, my $buf, 65536;
+
+                if (!$n) {
+                    my @pair = grep { defined } $s, $peer{"$s"};
+
+                    for my $x (@pair) {
+                        $sel->remove($x);
+                        delete $fh{"$x"};
+                        delete $dead{"$x"};
+                        delete $peer{"$x"};
+                        close $x;
+                    }
+
+                    next;
+                }
+
+                next if $dead{"$s"} || !$peer{"$s"};
+
+                my $to = $peer{"$s"};
+
+                for (my $off = 0; $off < $n; ) {
+                    my $w = syswrite $to, $buf, $n - $off, $off;
+                    last unless $w;
+                    $off += $w;
+                }
+            }
+        }
+    }
+
+    close $ls;
+    push @Kids, $pid;
+
+    return $pid;
+}
+
+our $HOLE_PORT = ($ENV{TEST_NGINX_PORT} || 2400) + 10;
+our $HOLE_PID = hole_relay($HOLE_PORT);
+
+$ENV{TEST_NGINX_SESSION_DB_HOLE} = nginx_quote(
+    "host=127.0.0.1 port=$HOLE_PORT $REST");
+
+# a session of the fixture's project, and an image in it, by SQL
+sub sql_session {
+    return scalar psql('SELECT id FROM session_create('
+                       . sql_quote($F->{project_id})
+                       . ", 'long_poll', NULL, 3600)");
+}
+
+sub sql_upload {
+    my ($sid) = @_;
+    return scalar psql('SELECT id FROM image_upload('
+                       . sql_quote($F->{project_id}) . ', '
+                       . sql_quote($sid)
+                       . ", 'image/png', sha256('x'::bytea), 'x'::bytea)");
+}
+
+sub poll_send {
+    my ($sid, $timeout) = @_;
+
+    my $s = IO::Socket::INET->new(
+                PeerAddr => '127.0.0.1',
+                PeerPort => $Test::Nginx::Util::ServerPort, Proto => 'tcp')
+        or die "poll_send: $!";
+
+    print $s "GET /api/v1/sessions/$sid/poll?timeout=$timeout HTTP/1.1\r\n"
+             . "Host: localhost\r\nAuthorization: Bearer $F->{key}\r\n"
+             . "Connection: close\r\n\r\n";
+
+    return { sock => $s, t0 => Time::HiRes::time() };
+}
+
+# (status, seconds since poll_send) once the answer is in, within $secs
+sub poll_status {
+    my ($p, $secs) = @_;
+
+    my $sel = IO::Select->new($p->{sock});
+    my $buf = '';
+
+    while ($sel->can_read($secs)) {
+        my $n = sysread $p->{sock}, $buf, 65536, length $buf;
+        last unless $n;
+    }
+
+    close $p->{sock};
+
+    return ($buf =~ m{^HTTP/1\.\d (\d{3})} ? $1 : 0,
+            Time::HiRes::time() - $p->{t0});
+}
+
+sub error_log_count {
+    my ($re) = @_;
+
+    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+    my $n = grep { /$re/ } <$fh>;
+
+    return $n;
+}
+
+sub get_status {
+    return http_request('GET', '/api/v1/sessions?limit=1',
+                        auth_header($F->{key}), 5)->{status};
+}
+
+# The relay goes silent under a waiting long poll: every connection
+# notices within session_db_idle_check + session_db_timeout (1 s + 1 s
+# here), an upload made meanwhile is not lost to the poll (its LISTEN
+# connection comes back and the worker reads its polls again), and once
+# the relay forwards again requests are answered without 503s.
+sub black_hole {
+    my ($name) = @_;
+
+    # the LISTEN connections are up: a poll is woken by an upload
+    my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($up, "$name - nginx serves");
+
+    my $sid = sql_session();
+    my $p = poll_send($sid, 20);
+    Time::HiRes::sleep(0.5);
+    sql_upload($sid);
+    my ($st, $t) = poll_status($p, 20);
+    is($st, 200, "$name - woken before the silence");
+    cmp_ok($t, '<', 5, "$name - by the notification");
+
+    $sid = sql_session();
+    $p = poll_send($sid, 30);
+    Time::HiRes::sleep(0.5);
+
+    my $re = qr/no answer to the idle check/;
+    my $before = error_log_count($re);
+
+    kill 'USR1', $HOLE_PID;
+
+    # the pool connection and the LISTEN connection of both workers
+    my ($seen, $took) = wait_until(15, 0.1, sub {
+        error_log_count($re) - $before >= 4
+    });
+    ok($seen, "$name - every connection noticed the silence");
+    Test::More::diag(sprintf "%s: silence noticed by all 4 connections "
+                     . "in %.1f s (idle check 1 s, timeout 1 s)",
+                     $name, $took);
+    cmp_ok($took, '<=', 6, "$name - within the bound");
+
+    # made unheard: its notification is lost
+    sql_upload($sid);
+
+    kill 'USR2', $HOLE_PID;
+
+    ($st, $t) = poll_status($p, 30);
+    is($st, 200, "$name - the waiting poll gets the upload made unheard");
+    Test::More::diag(sprintf "%s: that poll answered %.1f s after it was "
+                     . "sent (timeout 30 s)", $name, $t);
+    cmp_ok($t, '<', 20, "$name - long before its timeout");
+
+    my ($back) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($back, "$name - requests are answered again");
+
+    my @st = map { get_status() } 1 .. 10;
+    is_deeply(\@st, [ (200) x 10 ], "$name - no 503 after the reconnect");
+
+    # a new upload wakes a new poll: LISTEN is in effect again
+    $sid = sql_session();
+    $p = poll_send($sid, 20);
+    Time::HiRes::sleep(0.5);
+    sql_upload($sid);
+    ($st, $t) = poll_status($p, 20);
+    is($st, 200, "$name - wake-ups resume");
+    cmp_ok($t, '<', 5, "$name - at once");
+}
+
 master_on();
 workers(2);
 no_shuffle();
@@ -172,13 +404,25 @@ no_shuffle();
 add_block_preprocessor(sub {
     my $block = shift;
 
+    my $silent = $block->name =~ /silent/;
+
     my $db = $block->name =~ /TLS/ ? '$TEST_NGINX_SESSION_DB_TLS'
-                                   : '$TEST_NGINX_SESSION_DB_LIST';
+           : $silent ? '$TEST_NGINX_SESSION_DB_HOLE'
+           : '$TEST_NGINX_SESSION_DB_LIST';
+
+    my $extra = $silent ? "session_db_timeout 1s;\n"
+                          . "    session_db_idle_check 1s;\n"
+                        : '';
 
     $block->set_value('http_config', <<EOF);
     session_db $db;
     session_db_connections 1;
+    $extra
 EOF
+
+    if ($silent) {
+        $block->set_value('init', 'main::black_hole($block->name)');
+    }
 
     $block->set_value('config', <<'EOF');
     location /api/ {
@@ -244,3 +488,17 @@ epoll_ctl
 [alert]
 [error]
 epoll_ctl
+
+
+
+=== TEST 5: a link that goes silent: noticed in seconds, LISTEN again, polls catch up
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+[crit]
+epoll_ctl
+--- timeout: 60
