@@ -13,6 +13,7 @@
 #include "ngx_http_session_common.h"
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
+#include "ngx_http_session_dbhost.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_status.h"
@@ -461,6 +462,10 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
+    if (ngx_http_session_dbhost_init_conf(cf, smcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
     if (smcf->shm_zone == NULL) {
         ngx_str_set(&name, NGX_HTTP_SESSION_DEFAULT_ZONE);
 
@@ -698,6 +703,11 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             ngx_memcpy(smcf->db_options.data, opt->val, len + 1);
             smcf->db_options.len = len;
         }
+    }
+
+    if (ngx_http_session_dbhost_parse(cf, smcf, opts) != NGX_CONF_OK) {
+        PQconninfoFree(opts);
+        return NGX_CONF_ERROR;
     }
 
     PQconninfoFree(opts);

@@ -18,6 +18,7 @@
 
 
 typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
+typedef struct ngx_http_session_dbhosts_s   ngx_http_session_dbhosts_t;
 typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
 typedef struct ngx_http_session_poll_s      ngx_http_session_poll_t;
 typedef struct ngx_http_session_ctx_s       ngx_http_session_ctx_t;
@@ -45,6 +46,8 @@ typedef struct {
     ngx_str_t                   db_conninfo;
     /* "options" of the conninfo, if any: the module appends to them */
     ngx_str_t                   db_options;
+    /* the host list when it has names to resolve, else NULL */
+    ngx_http_session_dbhosts_t *db_hosts;
     ngx_uint_t                  db_connections;
     ngx_msec_t                  db_timeout;
     /* an idle connection is checked this often, 0: never */

@@ -57,6 +57,10 @@ typedef struct {
 
 static ngx_int_t ngx_http_session_db_prepare_text(ngx_cycle_t *cycle,
     ngx_http_session_db_pool_t *pool);
+static void ngx_http_session_db_resolved(void *data, const char *host,
+    const char *hostaddr, const char *port);
+static void ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
+    const char *host, const char *hostaddr, const char *port);
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
 static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
@@ -161,6 +165,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 
         dc->log = cycle->log;
         dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->hosts = smcf->db_hosts;
         dc->options = options;
         dc->timeout = smcf->db_timeout;
         dc->check = smcf->db_idle_check;
@@ -267,8 +272,6 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 {
-    const char  *keywords[3], *values[3];
-
     dc->preparing = 0;
     dc->prepared = 0;
     dc->checking = 0;
@@ -280,14 +283,81 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
     /* a worker that is shutting down must not wait for these */
     dc->timer.cancelable = 1;
 
-    /* the conninfo is expanded first; the options given here follow it */
+    if (dc->hosts == NULL) {
+        ngx_http_session_db_conn_start(dc, NULL, NULL, NULL);
+        return;
+    }
 
-    keywords[0] = "dbname";
-    values[0] = dc->conninfo;
-    keywords[1] = dc->options ? "options" : NULL;
-    values[1] = dc->options;
-    keywords[2] = NULL;
-    values[2] = NULL;
+    /* host names: looked up again for every attempt, see dbhost.c */
+
+    dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
+
+    /* session_db_timeout bounds the lookup and the connect together */
+    ngx_add_timer(&dc->timer, dc->timeout);
+
+    dc->resolve.hosts = dc->hosts;
+    dc->resolve.log = dc->log;
+    dc->resolve.level = ngx_http_session_db_failure_level(dc);
+    dc->resolve.done = ngx_http_session_db_resolved;
+    dc->resolve.data = dc;
+
+    if (ngx_http_session_dbhost_resolve(&dc->resolve) != NGX_OK) {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+static void
+ngx_http_session_db_resolved(void *data, const char *host,
+    const char *hostaddr, const char *port)
+{
+    ngx_http_session_db_conn_t  *dc = data;
+
+    if (host == NULL) {
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    ngx_http_session_db_conn_start(dc, host, hostaddr, port);
+
+    /* libpq has copied the strings */
+    ngx_http_session_dbhost_cancel(&dc->resolve);
+}
+
+
+static void
+ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
+    const char *host, const char *hostaddr, const char *port)
+{
+    ngx_uint_t   n;
+    const char  *keywords[6], *values[6];
+
+    /* the conninfo is expanded first; the keywords given here follow it */
+
+    n = 0;
+
+    keywords[n] = "dbname";
+    values[n++] = dc->conninfo;
+
+    if (dc->options) {
+        keywords[n] = "options";
+        values[n++] = dc->options;
+    }
+
+    if (host) {
+        keywords[n] = "host";
+        values[n++] = host;
+        keywords[n] = "hostaddr";
+        values[n++] = hostaddr;
+    }
+
+    if (port) {
+        keywords[n] = "port";
+        values[n++] = port;
+    }
+
+    keywords[n] = NULL;
+    values[n] = NULL;
 
     dc->pg = PQconnectStartParams(keywords, values, 1);
 
@@ -315,7 +385,9 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 
     dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
 
-    ngx_add_timer(&dc->timer, dc->timeout);
+    if (!dc->timer.timer_set) {
+        ngx_add_timer(&dc->timer, dc->timeout);
+    }
 
     ngx_http_session_db_connect_poll(dc);
 }
@@ -634,6 +706,7 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     }
 
     ngx_http_session_db_detach(dc);
+    ngx_http_session_dbhost_cancel(&dc->resolve);
 
     dc->connected = 0;
     dc->checking = 0;

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_dbhost.h"
 #include "ngx_http_session_sql.h"
 
 
@@ -41,6 +42,9 @@ struct ngx_http_session_db_conn_s {
     ino_t                            socket_ino;
     ngx_log_t                       *log;
     const char                      *conninfo;
+    /* host names to resolve before each attempt, or NULL */
+    ngx_http_session_dbhosts_t      *hosts;
+    ngx_http_session_dbhost_ctx_t    resolve;
     /* server options: the conninfo's own and statement_timeout */
     const char                      *options;
     ngx_msec_t                       timeout;

@@ -32,6 +32,7 @@ use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT);
 use SessionTest;
+use Webhook qw(dns_start);
 
 our $F = fixture(plan => 'unlimited', name => sprintf('t023-%d', $$));
 
@@ -397,6 +398,79 @@ sub black_hole {
     cmp_ok($t, '<', 5, "$name - at once");
 }
 
+
+# --- host names: through nginx's resolver, never getaddrinfo() in a worker
+
+# A name only the test's DNS responder knows: the system resolver (that
+# getaddrinfo() asks) cannot find it, so a connection made at all proves
+# that libpq was handed the address and looked nothing up.
+our ($DNS_PORT) = dns_start('t023.test',
+                            ($ENV{TEST_NGINX_PORT} || 2400) + 11);
+
+$ENV{TEST_NGINX_DNS_PORT} = $DNS_PORT;
+
+# two entries, a name and an IP literal, with a port each: the name is
+# refused on the dead port, the literal is the live server
+$ENV{TEST_NGINX_SESSION_DB_NAME} = nginx_quote(
+    "host=db.t023.test port=$LIVE application_name=t023dns $REST");
+$ENV{TEST_NGINX_SESSION_DB_NAMES} = nginx_quote(
+    "host=db.t023.test,127.0.0.1 port=" . dead_port() . ",$LIVE $REST");
+$ENV{TEST_NGINX_SESSION_DB_LOCALHOST} = nginx_quote(
+    "host=localhost port=$LIVE $REST");
+$ENV{TEST_NGINX_SESSION_DB_UNKNOWN} = nginx_quote(
+    "host=nowhere.t023.invalid port=$LIVE $REST");
+
+sub count_log {
+    my ($re) = @_;
+
+    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+    my $n = grep { /$re/ } <$fh>;
+
+    return $n;
+}
+
+our $RESOLVING = qr/session db: resolving "db\.t023\.test"/;
+
+# every connection (2 workers x (1 + LISTEN)) looks the name up
+sub resolved {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.1, sub {
+        get_status() == 200 && count_log($RESOLVING) >= 4
+    });
+    ok($up, "$name - every connection looked the name up");
+}
+
+# no lookup in a worker: the names were resolved in the master
+sub not_resolved {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($up, "$name - nginx serves");
+    is(count_log(qr/session db: resolving/), 0,
+       "$name - no lookup in a worker");
+}
+
+# ... and again when it connects again
+sub resolved_again {
+    my ($name) = @_;
+
+    my $re = $RESOLVING;
+
+    resolved($name);
+
+    my $before = count_log($re);
+
+    psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+         . " WHERE application_name = 't023dns'");
+
+    my ($again) = wait_until(15, 0.1, sub { count_log($re) >= $before + 4 });
+    ok($again, "$name - and again on reconnecting");
+
+    my ($back) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($back, "$name - requests are answered after the reconnect");
+}
+
 master_on();
 workers(2);
 no_shuffle();
@@ -408,11 +482,15 @@ add_block_preprocessor(sub {
 
     my $db = $block->name =~ /TLS/ ? '$TEST_NGINX_SESSION_DB_TLS'
            : $silent ? '$TEST_NGINX_SESSION_DB_HOLE'
+           : defined $block->db
+             ? '$TEST_NGINX_SESSION_DB_' . ($block->db =~ s/\s+//gr)
            : '$TEST_NGINX_SESSION_DB_LIST';
 
     my $extra = $silent ? "session_db_timeout 1s;\n"
                           . "    session_db_idle_check 1s;\n"
-                        : '';
+              : defined $block->resolver
+                ? "resolver 127.0.0.1:\$TEST_NGINX_DNS_PORT ipv6=off;\n"
+              : '';
 
     $block->set_value('http_config', <<EOF);
     session_db $db;
@@ -422,6 +500,11 @@ EOF
 
     if ($silent) {
         $block->set_value('init', 'main::black_hole($block->name)');
+    }
+
+    if (defined $block->check) {
+        $block->set_value('init', 'main::' . ($block->check =~ s/\s+//gr)
+                                  . '($block->name)');
     }
 
     $block->set_value('config', <<'EOF');
@@ -502,3 +585,78 @@ GET /api/v1/sessions?limit=1
 [crit]
 epoll_ctl
 --- timeout: 60
+
+
+
+=== TEST 6: a host name through the resolver: every request answered
+--- db: NAME
+--- resolver
+--- check: resolved
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- pipelined_requests eval
+[map { "GET /api/v1/sessions?limit=1" } 1 .. 12]
+--- error_code eval
+[map { 200 } 1 .. 12]
+--- no_error_log
+[alert]
+[error]
+[warn]
+epoll_ctl
+
+
+
+=== TEST 7: a host name through the resolver, looked up again on every reconnect
+--- db: NAME
+--- resolver
+--- check: resolved_again
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+epoll_ctl
+--- timeout: 30
+
+
+
+=== TEST 8: a name and a literal with a port each: the name's server is down
+--- db: NAMES
+--- resolver
+--- check: resolved
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- pipelined_requests eval
+[map { "GET /api/v1/sessions?limit=1" } 1 .. 6]
+--- error_code eval
+[map { 200 } 1 .. 6]
+--- no_error_log
+[alert]
+[error]
+epoll_ctl
+
+
+
+=== TEST 9: a host name without a resolver: resolved at configuration time
+--- db: LOCALHOST
+--- check: not_resolved
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- pipelined_requests eval
+[map { "GET /api/v1/sessions?limit=1" } 1 .. 6]
+--- error_code eval
+[map { 200 } 1 .. 6]
+--- no_error_log
+[alert]
+[error]
+epoll_ctl
+
+
+
+=== TEST 10: an unknown host name without a resolver: nginx does not start
+--- db: UNKNOWN
+--- must_die
+--- error_log eval
+qr/\[emerg\] .*host not found in "session_db": "nowhere\.t023\.invalid"/
