@@ -15,6 +15,9 @@
 #                   (FUZZ_SECONDS=60 each); not part of make test
 #   make asan       unit tests, nginx and the module under ASan + UBSan,
 #                   some Test::Nginx scripts (ASAN_TESTS=all: every one)
+#   make failover   a primary and a pg_basebackup standby on loopback
+#                   (ports 2420-2422), load, two failovers: the module
+#                   follows the new primary (~25 s; not part of make test)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -44,7 +47,8 @@ MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll lint \
-        clean distclean openapi deb deb-test fuzz asan sanitizer-deps
+        clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
+        failover
 
 all: build
 
@@ -117,6 +121,9 @@ bench: deps build
 
 bench-poll: deps build
 	@bash util/bench-poll.sh
+
+failover: deps build
+	@bash util/failover.sh
 
 lint:
 	@bash util/lint.sh

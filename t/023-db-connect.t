@@ -574,7 +574,7 @@ epoll_ctl
 
 
 
-=== TEST 5: a link that goes silent: noticed in seconds, LISTEN again, polls catch up
+=== TEST 5: a link that goes silent: noticed, LISTEN again, polls catch up
 --- request
 GET /api/v1/sessions?limit=1
 --- more_headers eval
