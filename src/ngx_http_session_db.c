@@ -62,6 +62,9 @@ static void ngx_http_session_db_resolved(void *data, const char *host,
 static void ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     const char *host, const char *hostaddr, const char *port);
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_conn_t *by);
 static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
     ngx_http_session_db_conn_t *dc);
@@ -94,6 +97,8 @@ static void ngx_http_session_db_complete(ngx_http_session_db_query_t *q,
 
 
 static ngx_http_session_db_pool_t  *ngx_http_session_db_pool;
+/* the LISTEN connection, for ngx_http_session_db_kick() */
+static ngx_http_session_db_conn_t  *ngx_http_session_db_other;
 
 
 /* by ngx_http_session_stmt_e */
@@ -264,6 +269,14 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_session_db_pool = NULL;
+    ngx_http_session_db_other = NULL;
+}
+
+
+void
+ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_other = dc;
 }
 
 
@@ -276,6 +289,7 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
     dc->prepared = 0;
     dc->checking = 0;
     dc->connected = 0;
+    dc->started = ngx_current_msec;
 
     dc->timer.handler = ngx_http_session_db_timer_handler;
     dc->timer.data = dc;
@@ -466,6 +480,8 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
 
             ngx_http_session_db_idle(dc);
 
+            ngx_http_session_db_kick(dc);
+
             if (dc->ready) {
                 dc->ready(dc);
             }
@@ -476,6 +492,73 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             /* PGRES_POLLING_ACTIVE is obsolete: poll again */
             break;
         }
+    }
+}
+
+
+/*
+ * dc has just connected: the server is reachable again.  The worker's
+ * other connections that wait for their backoff try now, and those
+ * still in an attempt that began well before dc's (likely lost with the
+ * link that has just come back: an attempt normally ends in milliseconds)
+ * begin a new one, so that the worker is whole again at once instead of
+ * one connection at a time, up to the backoff ceiling apart.
+ */
+
+static void
+ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc)
+{
+    ngx_uint_t                   i;
+    ngx_http_session_db_pool_t  *pool;
+    static ngx_uint_t            kicking;
+
+    pool = ngx_http_session_db_pool;
+
+    if (pool == NULL || kicking || ngx_exiting || ngx_terminate
+        || ngx_quit)
+    {
+        return;
+    }
+
+    kicking = 1;
+
+    for (i = 0; i < pool->nconns; i++) {
+        ngx_http_session_db_kick_one(&pool->conns[i], dc);
+    }
+
+    if (ngx_http_session_db_other) {
+        ngx_http_session_db_kick_one(ngx_http_session_db_other, dc);
+    }
+
+    kicking = 0;
+}
+
+
+static void
+ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_conn_t *by)
+{
+    if (dc == by) {
+        return;
+    }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CLOSED && dc->timer.timer_set) {
+        ngx_del_timer(&dc->timer);
+        ngx_http_session_db_conn_open(dc);
+        return;
+    }
+
+    /* not the attempts made together, at start or after a reload */
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CONNECTING
+        && (ngx_msec_int_t) (by->started - dc->started)
+           >= NGX_HTTP_SESSION_BACKOFF_MIN)
+    {
+        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
+                      "session db: an older connection attempt is given "
+                      "up, another one has connected");
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
     }
 }
 
@@ -753,7 +836,8 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
     if (dc->checking) {
         ngx_log_error(NGX_LOG_ERR, dc->log, 0,
                       "session db: no answer to the idle check within "
-                      "%M ms, connecting again", dc->timeout);
+                      "%M ms%s, connecting again", dc->timeout,
+                      dc->notify ? " on the LISTEN connection" : "");
         ngx_http_session_db_conn_fail(dc);
     }
 }

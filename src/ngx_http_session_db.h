@@ -58,6 +58,8 @@ struct ngx_http_session_db_conn_s {
     ngx_msec_t                       backoff;
     /* when the connection got usable, 0 while it is not */
     ngx_msec_t                       connected;
+    /* when the current (or last) connection attempt began */
+    ngx_msec_t                       started;
     /* session_db_idle_check: an idle connection is checked this often */
     ngx_msec_t                       check;
 
@@ -164,6 +166,12 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);
 void ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
+
+/*
+ * The worker's connection outside the pool (LISTEN): it is kicked, like
+ * the pool's, when another connection of the worker gets through.
+ */
+void ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc);
 
 
 #endif /* _NGX_HTTP_SESSION_DB_H_INCLUDED_ */

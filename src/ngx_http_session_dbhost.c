@@ -222,7 +222,7 @@ ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
     ngx_http_session_main_conf_t *smcf)
 {
     ngx_url_t                    u;
-    ngx_uint_t                   i;
+    ngx_uint_t                   i, local, warned;
     ngx_http_conf_ctx_t         *ctx;
     ngx_http_core_loc_conf_t    *clcf;
     ngx_http_session_dbhost_t   *h;
@@ -241,19 +241,35 @@ ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
         hosts->resolver_timeout =
                          (clcf->resolver_timeout == NGX_CONF_UNSET_MSEC)
                          ? 30000 : clcf->resolver_timeout;
-        return NGX_OK;
     }
 
-    ngx_log_error(NGX_LOG_WARN, cf->log, 0,
-                  "no \"resolver\" in the http block: the host names of "
-                  "\"session_db\" are resolved now, once, and again only "
-                  "on a reload");
-
     h = hosts->hosts.elts;
+    warned = 0;
 
     for (i = 0; i < hosts->hosts.nelts; i++) {
         if (h[i].kind != NGX_HTTP_SESSION_DBHOST_NAME) {
             continue;
+        }
+
+        /*
+         * "localhost" is the system's own (/etc/hosts), which a DNS
+         * resolver may not know, and never moves: resolved now, always
+         */
+
+        local = (h[i].host.len == sizeof("localhost") - 1
+                 && ngx_strcasecmp(h[i].host.data, (u_char *) "localhost")
+                    == 0);
+
+        if (hosts->resolver && !local) {
+            continue;
+        }
+
+        if (!local && !warned) {
+            ngx_log_error(NGX_LOG_WARN, cf->log, 0,
+                          "no \"resolver\" in the http block: the host "
+                          "names of \"session_db\" are resolved now, once, "
+                          "and again only on a reload");
+            warned = 1;
         }
 
         ngx_memzero(&u, sizeof(ngx_url_t));
@@ -263,9 +279,8 @@ ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
 
         if (ngx_inet_resolve_host(cf->pool, &u) != NGX_OK) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "host not found in \"session_db\": \"%V\"%s%s",
-                          &h[i].host, u.err ? ": " : "",
-                          u.err ? u.err : "");
+                          "host not found in \"session_db\": \"%V\"",
+                          &h[i].host);
             return NGX_ERROR;
         }
 
@@ -344,7 +359,9 @@ ngx_http_session_dbhost_next(ngx_http_session_dbhost_ctx_t *ctx)
             continue;
         }
 
-        if (ctx->hosts->resolver == NULL) {
+        if (h->addrs) {
+            /* resolved at configuration time */
+
             for (i = 0; i < h->naddrs; i++) {
                 if (ngx_http_session_dbhost_add(ctx, h, h->addrs[i].sockaddr,
                                                 h->addrs[i].socklen)
@@ -366,6 +383,8 @@ ngx_http_session_dbhost_next(ngx_http_session_dbhost_ctx_t *ctx)
         rctx->handler = ngx_http_session_dbhost_resolved;
         rctx->data = ctx;
         rctx->timeout = ctx->hosts->resolver_timeout;
+        /* a worker that is shutting down does not wait for the answer */
+        rctx->cancelable = 1;
 
         ctx->resolving = rctx;
 

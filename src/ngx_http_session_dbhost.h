@@ -28,7 +28,10 @@ typedef struct {
     /* the entry's own port when port= has one per host, else empty */
     ngx_str_t                        port;
     ngx_uint_t                       kind;
-    /* the addresses found at configuration time, without a resolver */
+    /*
+     * the addresses found at configuration time: without a resolver, and
+     * for "localhost" always
+     */
     ngx_addr_t                      *addrs;
     ngx_uint_t                       naddrs;
 } ngx_http_session_dbhost_t;
@@ -39,7 +42,7 @@ struct ngx_http_session_dbhosts_s {
     ngx_array_t                      hosts;
     /* port= has one entry per host */
     unsigned                         ports:1;
-    /* NULL: the names were resolved at configuration time */
+    /* NULL: every name was resolved at configuration time */
     ngx_resolver_t                  *resolver;
     ngx_msec_t                       resolver_timeout;
 };

@@ -64,6 +64,7 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 
     ngx_http_session_listener = dc;
 
+    ngx_http_session_db_conn_add(dc);
     ngx_http_session_db_conn_open(dc);
 
     return NGX_OK;

@@ -1,5 +1,5 @@
-# How the pool connects (docs/operations.md, "PostgreSQL as operators run
-# it"): libpq may close its socket in the middle of PQconnectPoll() and
+# How the pool connects (docs/operations.md, "Managed and HA
+# PostgreSQL"): libpq may close its socket in the middle of PQconnectPoll() and
 # open another, often under the same descriptor number: for the next
 # entry of a host list, the next address of a name, a retry without TLS
 # (sslmode=prefer against a hostnossl rule), target_session_attrs.  The
@@ -16,6 +16,12 @@
 # the module has put the first one in the event loop.  With one
 # connection per worker and two workers, every request must be answered,
 # and epoll must never be asked about a socket it does not know.
+#
+# TEST 5: a relay that stops forwarding without closing (a dead link):
+# the idle check notices on every connection, LISTEN comes back, a
+# waiting poll catches up with what happened meanwhile.  TEST 6-10: host
+# names, through the resolver (a name only the test's DNS responder
+# knows: a getaddrinfo() in a worker would fail) and without one.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -356,18 +362,19 @@ sub black_hole {
     $p = poll_send($sid, 30);
     Time::HiRes::sleep(0.5);
 
-    my $re = qr/no answer to the idle check/;
+    # the LISTEN connections, which only the idle check can tell (a pool
+    # connection may be in a query then, which times out)
+    my $re = qr/no answer to the idle check .* on the LISTEN connection/;
     my $before = error_log_count($re);
 
     kill 'USR1', $HOLE_PID;
 
-    # the pool connection and the LISTEN connection of both workers
     my ($seen, $took) = wait_until(15, 0.1, sub {
-        error_log_count($re) - $before >= 4
+        error_log_count($re) - $before >= 2
     });
-    ok($seen, "$name - every connection noticed the silence");
-    Test::More::diag(sprintf "%s: silence noticed by all 4 connections "
-                     . "in %.1f s (idle check 1 s, timeout 1 s)",
+    ok($seen, "$name - both LISTEN connections noticed the silence");
+    Test::More::diag(sprintf "%s: silence noticed by both LISTEN "
+                     . "connections in %.1f s (idle check 1 s, timeout 1 s)",
                      $name, $took);
     cmp_ok($took, '<=', 6, "$name - within the bound");
 
@@ -382,9 +389,8 @@ sub black_hole {
                      . "sent (timeout 30 s)", $name, $t);
     cmp_ok($t, '<', 20, "$name - long before its timeout");
 
-    my ($back) = wait_until(10, 0.1, sub { get_status() == 200 });
-    ok($back, "$name - requests are answered again");
-
+    # every connection of both workers is back at once: the first that
+    # gets through brings the others (see ngx_http_session_db_kick())
     my @st = map { get_status() } 1 .. 10;
     is_deeply(\@st, [ (200) x 10 ], "$name - no 503 after the reconnect");
 
