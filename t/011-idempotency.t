@@ -8,6 +8,11 @@
 #     the first request still running     409
 #     429 and 5xx                         not kept: a retry runs again
 #     24 h, and a claim left behind       the key is free again
+#     the work and its answer             one commit: a statement that
+#                                         commits after the module gave up
+#                                         on it, or a worker killed
+#                                         mid-request, and the retry
+#                                         replays or runs once, never twice
 #
 # The blocks whose checks need Perl say "--- check: NAME" (as in
 # t/007-sessions.t): the check runs against the nginx of the block, from
@@ -32,6 +37,12 @@ our (%KEY, %PROJECT);
 
 our $TAG = sprintf 't011-%d-%d', $$, time;
 
+# the database with no statement_timeout: a statement the module gave up
+# on goes on in the server (what a network delay does in production)
+$ENV{TEST_NGINX_SESSION_DB_NO_TIMEOUT} =
+    nginx_quote($ENV{TEST_NGINX_SESSION_DB}
+                . " options='-c statement_timeout=0'");
+
 {
     sessionctl_ok('plan', 'set', "$TAG-q0", '--quota', '0', '--features',
                   'long_poll');
@@ -41,6 +52,8 @@ our $TAG = sprintf 't011-%d-%d', $$, time;
         B    => 'pro',
         RACE => 'pro',
         Q0   => "$TAG-q0",
+        LATE => 'pro',
+        KILL => 'pro',
     );
 
     for my $name (sort keys %fix) {
@@ -580,6 +593,212 @@ $checks{outage} = sub {
        "$name - the retry is not a replay");
 };
 
+# A psql that holds the row locks of "SELECT ... FOR UPDATE" in an open
+# transaction until row_unlock(): the module's statement that needs one
+# of those rows waits.  Returns when the rows are locked.
+my $row_locker;
+
+sub row_lock {
+    my ($select) = @_;
+
+    local $ENV{PGAPPNAME} = "$TAG-rowlock";
+    open $row_locker, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
+         '-d', db_conninfo() or die "psql: $!";
+    my $old = select $row_locker;
+    $| = 1;
+    select $old;
+
+    print $row_locker "BEGIN;\n$select FOR UPDATE;\n"
+                      . "SET application_name = '$TAG-locked';\n";
+
+    my ($held) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity WHERE application_name}
+             . qq{ = '$TAG-locked'}) > 0
+    });
+
+    return $held;
+}
+
+sub row_unlock {
+    return unless $row_locker;
+    print $row_locker "ROLLBACK;\n\\q\n";
+    close $row_locker;
+    undef $row_locker;
+}
+
+END {
+    local $?;
+    row_unlock();
+}
+
+# backends of the module waiting for a lock
+sub lock_waiters {
+    return psql(q{SELECT count(*) FROM pg_stat_activity}
+                . q{ WHERE wait_event_type = 'Lock'}
+                . qq{ AND application_name NOT LIKE '$TAG-%'}
+                . q{ AND pid <> pg_backend_pid()});
+}
+
+# a request with the same key until its answer is neither 5xx nor 409
+# (bounded); the last answer
+sub retry {
+    my ($method, $path, $who, $body, $headers) = @_;
+    my $r;
+
+    wait_until(20, 0.2, sub {
+        $r = api($method, $path, $KEY{$who}, $body, $headers);
+        $r->{status} < 500 && $r->{status} != 409
+    });
+
+    return $r;
+}
+
+sub images_of {
+    my ($sid) = @_;
+    return psql('SELECT count(*) FROM images WHERE session_id = '
+                . sql_quote($sid));
+}
+
+# The server commits the work after the module gave up on the statement
+# (session_db_timeout passed while it waited for a row lock; the server
+# has no statement_timeout here): the 503 told the client nothing, and
+# the retry must find the answer of that work, not do it again.
+$checks{late_commit} = sub {
+    my ($name) = @_;
+    my $acct = $PROJECT{'LATE.account'};
+
+    # the usage row exists, the key is in the auth cache
+    my $s = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP);
+    is($s->{status}, 201, "$name - a first session");
+    my $sid = $s->{json}{id};
+
+    my $img = "\x89PNG\r\n\x1a\n" . ('z' x 100);
+    my $png = { 'Content-Type' => 'image/png' };
+
+    my @cases = (
+        ['create', 'POST', '/api/v1/sessions', $LP, {},
+         'SELECT 1 FROM monthly_usage WHERE account_id = ' . sql_quote($acct),
+         sub { sessions_of('LATE') }],
+        ['upload', 'POST', "/api/v1/sessions/$sid/images", $img, $png,
+         'SELECT 1 FROM sessions WHERE id = ' . sql_quote($sid),
+         sub { images_of($sid) }],
+    );
+
+    for my $c (@cases) {
+        my ($what, $method, $path, $body, $h, $lock, $count) = @$c;
+        my $k = new_key("late-$what");
+        my %h = (%$h, %{ idem($k) });
+        my $before = $count->();
+        my $usage = usage_of('LATE');
+
+        ok(row_lock($lock), "$name - $what: row locked");
+        my $r = api($method, $path, $KEY{LATE}, $body, \%h);
+        is($r->{status}, 503, "$name - $what: 503 after session_db_timeout");
+
+        # the statement still waits in the server; now it goes on
+        row_unlock();
+
+        my ($done) = wait_until(10, 0.05, sub {
+            $count->() == $before + 1 && lock_waiters() == 0
+        });
+        ok($done, "$name - $what: the server committed the work");
+
+        my $again = retry($method, $path, 'LATE', $body, \%h);
+        is($again->{status}, 201, "$name - $what: the retry: 201");
+        is($again->{headers}{'idempotent-replayed'}, 'true',
+           "$name - $what: the retry is a replay of that work");
+        is($count->(), $before + 1, "$name - $what: done once");
+        is(key_row('LATE', $k, 'status'), '201',
+           "$name - $what: the answer is kept");
+
+        if ($what eq 'create') {
+            is(usage_of('LATE'), $usage + 1,
+               "$name - $what: one unit of quota");
+            is(psql('SELECT count(*) FROM sessions WHERE id = '
+                    . sql_quote($again->{json}{id} // '')
+                    . '::uuid'), '1',
+               "$name - $what: the replayed session is the one created");
+        }
+
+        my $third = api($method, $path, $KEY{LATE}, $body, \%h);
+        is($third->{content}, $again->{content},
+           "$name - $what: replays answer the same body");
+        is($third->{headers}{location}, $again->{headers}{location},
+           "$name - $what: and the same Location");
+    }
+};
+
+# A worker killed (SIGKILL) while keyed creates wait in the database, some
+# sent, some not yet: once their claims' lease has passed, retrying every
+# key creates each session once and uses the quota once per key.
+$checks{killed} = sub {
+    my ($name) = @_;
+    my $n = 8;
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $acct = $PROJECT{'KILL.account'};
+
+    my $s = api('POST', '/api/v1/sessions', $KEY{KILL}, $LP);
+    is($s->{status}, 201, "$name - a first session");
+    my $before = sessions_of('KILL');
+    my $usage = usage_of('KILL');
+
+    ok(row_lock('SELECT 1 FROM monthly_usage WHERE account_id = '
+                . sql_quote($acct)), "$name - usage row locked");
+
+    my @keys = map { new_key("kill-$_") } 1 .. $n;
+    my @socks;
+
+    for my $k (@keys) {
+        my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                         PeerPort => $port, Proto => 'tcp',
+                                         Timeout => 5) or die "connect: $!";
+        print $sock "POST /api/v1/sessions HTTP/1.1\r\nHost: localhost\r\n"
+                    . "Authorization: Bearer $KEY{KILL}\r\n"
+                    . "Idempotency-Key: $k\r\n"
+                    . "Content-Type: application/json\r\n"
+                    . "Content-Length: " . length($LP) . "\r\n"
+                    . "Connection: close\r\n\r\n$LP";
+        push @socks, $sock;
+    }
+
+    # every pool connection is busy with a create that waits
+    my ($waiting) = wait_until(15, 0.05, sub { lock_waiters() >= 2 });
+    ok($waiting, "$name - creates wait in the database");
+
+    my @workers = worker_pids();
+    ok(@workers >= 1, "$name - the worker");
+    kill 'KILL', @workers;
+    my ($gone) = wait_until(10, 0.05, sub { !grep { kill 0, $_ } @workers });
+    ok($gone, "$name - the worker is gone");
+    close $_ for @socks;
+
+    row_unlock();
+
+    # the statements sent before the kill finish in the server
+    my ($settled) = wait_until(15, 0.05, sub { lock_waiters() == 0 });
+    ok($settled, "$name - the server finished what it had");
+
+    # claims the dead worker left: past their lease
+    psql(q{UPDATE idempotency_keys SET claimed_at = now() - interval '1 hour'}
+         . ' WHERE status IS NULL AND project_id = '
+         . sql_quote($PROJECT{KILL}));
+
+    my %ids;
+    for my $k (@keys) {
+        my $r = retry('POST', '/api/v1/sessions', 'KILL', $LP, idem($k));
+        is($r->{status}, 201, "$name - $k: 201");
+        $ids{ $r->{json}{id} // 'none' }++;
+    }
+
+    is(scalar keys %ids, $n, "$name - a session per key");
+    is(sessions_of('KILL'), $before + $n, "$name - no session twice");
+    is(usage_of('KILL'), $usage + $n, "$name - quota used once per key");
+    is(psql('SELECT count(*) FROM sessions WHERE project_id = '
+            . sql_quote($PROJECT{KILL}) . ' AND id::text IN ('
+            . join(', ', map { sql_quote($_) } keys %ids) . ')'),
+       $n, "$name - every answered session is in the database");
+};
+
 # a body nginx spooled to a file hashes the same as one in memory
 $checks{spooled} = sub {
     my ($name) = @_;
@@ -717,6 +936,31 @@ GET /api/v1/sessions?limit=1
     session_db_timeout 1s;
     session_auth_cache_ttl 60s;
 --- check: outage
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 7a: the server commits after the module gave up: the retry replays
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_NO_TIMEOUT;
+    session_db_timeout 1s;
+    session_auth_cache_ttl 60s;
+--- check: late_commit
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 7b: a worker killed mid-request: every key done once
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_NO_TIMEOUT;
+    session_db_timeout 3s;
+    session_db_connections 4;
+    session_auth_cache_ttl 60s;
+--- check: killed
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
