@@ -234,12 +234,13 @@ EOF
         reload_nginx
         sleep $((DOWN - DOWN / 2))
 
-        pg start
-        t0=$(now)
-        until pg_isready -q -h "$PGHOST" -p "$PGPORT"; do
-            sleep 0.05
+        # back: the first moment it accepts connections
+        pg start &
+        until pg_isready -q -t 1 -h "$PGHOST" -p "$PGPORT"; do
+            sleep 0.02
         done
-        echo "$t0" >> "$W/up-times"
+        now >> "$W/up-times"
+        wait $! || die "PostgreSQL did not start"
         log "cycle $i: PostgreSQL is back"
 
         sleep $((UP / 2))
