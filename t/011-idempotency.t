@@ -512,29 +512,35 @@ $checks{burn} = sub {
     is($r->{status}, 201, "$name - the one create of the minute");
 };
 
-# A psql holding ACCESS EXCLUSIVE on a table in an open transaction, so
-# that the module's statements on it hang until session_db_timeout.
+# A psql that holds the locks its statement takes in an open transaction
+# until release_lock(), so that the module's statements that need them
+# wait: ACCESS EXCLUSIVE on a table (take_lock), or the rows of a
+# "SELECT ... FOR UPDATE" (row_lock).  Both return once the locks are held.
 my $locker;
 
-sub take_lock {
-    my ($table) = @_;
+sub hold_locks {
+    my ($sql) = @_;
 
-    open $locker, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
-        or die "psql: $!";
+    local $ENV{PGAPPNAME} = "$TAG-locker";
+    open $locker, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
+         '-d', db_conninfo() or die "psql: $!";
     my $old = select $locker;
     $| = 1;
     select $old;
 
-    print $locker "BEGIN;\nLOCK TABLE $table IN ACCESS EXCLUSIVE MODE;\n";
+    print $locker "BEGIN;\n$sql;\nSET application_name = '$TAG-locked';\n";
 
     my ($held) = wait_until(10, 0.05, sub {
-        psql(q{SELECT count(*) FROM pg_locks WHERE granted}
-             . q{ AND mode = 'AccessExclusiveLock'}
-             . qq{ AND relation = '$table'::regclass}) > 0
+        psql(q{SELECT count(*) FROM pg_stat_activity WHERE application_name}
+             . qq{ = '$TAG-locked'}) > 0
     });
 
     return $held;
 }
+
+sub take_lock { hold_locks("LOCK TABLE $_[0] IN ACCESS EXCLUSIVE MODE") }
+
+sub row_lock { hold_locks("$_[0] FOR UPDATE") }
 
 sub release_lock {
     return unless $locker;
@@ -592,44 +598,6 @@ $checks{outage} = sub {
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - the retry is not a replay");
 };
-
-# A psql that holds the row locks of "SELECT ... FOR UPDATE" in an open
-# transaction until row_unlock(): the module's statement that needs one
-# of those rows waits.  Returns when the rows are locked.
-my $row_locker;
-
-sub row_lock {
-    my ($select) = @_;
-
-    local $ENV{PGAPPNAME} = "$TAG-rowlock";
-    open $row_locker, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
-         '-d', db_conninfo() or die "psql: $!";
-    my $old = select $row_locker;
-    $| = 1;
-    select $old;
-
-    print $row_locker "BEGIN;\n$select FOR UPDATE;\n"
-                      . "SET application_name = '$TAG-locked';\n";
-
-    my ($held) = wait_until(10, 0.05, sub {
-        psql(q{SELECT count(*) FROM pg_stat_activity WHERE application_name}
-             . qq{ = '$TAG-locked'}) > 0
-    });
-
-    return $held;
-}
-
-sub row_unlock {
-    return unless $row_locker;
-    print $row_locker "ROLLBACK;\n\\q\n";
-    close $row_locker;
-    undef $row_locker;
-}
-
-END {
-    local $?;
-    row_unlock();
-}
 
 # backends of the module waiting for a lock
 sub lock_waiters {
@@ -696,7 +664,7 @@ $checks{late_commit} = sub {
         is($r->{status}, 503, "$name - $what: 503 after session_db_timeout");
 
         # the statement still waits in the server; now it goes on
-        row_unlock();
+        release_lock();
 
         my ($done) = wait_until(10, 0.05, sub {
             $count->() == $before + 1 && lock_waiters() == 0
@@ -772,7 +740,7 @@ $checks{killed} = sub {
     ok($gone, "$name - the worker is gone");
     close $_ for @socks;
 
-    row_unlock();
+    release_lock();
 
     # the statements sent before the kill finish in the server
     my ($settled) = wait_until(15, 0.05, sub { lock_waiters() == 0 });
