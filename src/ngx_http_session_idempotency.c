@@ -44,8 +44,10 @@
  */
 #define NGX_HTTP_SESSION_IDEM_LEASE_MIN   1
 
-/* the claim's columns: outcome, claim, status, location, body, then the
- * stored answer's session and image */
+/*
+ * The claim's columns: outcome, claim, status, location, body, then the
+ * session and the image of an answer of work
+ */
 #define NGX_HTTP_SESSION_IDEM_COL_SESSION  5
 #define NGX_HTTP_SESSION_IDEM_COL_IMAGE                                       \
     (NGX_HTTP_SESSION_IDEM_COL_SESSION + NGX_HTTP_SESSION_SESSION_NCOLS)

@@ -162,6 +162,8 @@ $checks{replay_create} = sub {
     is(sessions_of('A'), $before + 1, "$name - one session created");
     is(usage_of('A'), $usage + 1, "$name - one unit of quota used");
     is(key_row('A', $k, 'status'), '201', "$name - the answer is kept");
+    is(key_row('A', $k, 'body IS NULL AND (answer_session).id IS NOT NULL'),
+       't', "$name - kept with the work, as the session");
     is(key_row('A', $k, q{expires_at - now() BETWEEN interval '23 hours 59 }
                         . q{minutes' AND interval '24 hours'}),
        't', "$name - for 24 h from the answer");
@@ -458,6 +460,20 @@ $checks{upload} = sub {
     my $r4 = api('POST', $path, $KEY{A}, $img,
                  { 'Content-Type' => 'image/png' });
     is($r4->{json}{sequence}, 2, "$name - next upload: sequence 2");
+
+    # an acknowledgement with a key: once, and replayed as answered
+    my $ack = "$path/$r1->{json}{id}/ack";
+    $k = new_key('ack');
+    my $a1 = api('POST', $ack, $KEY{A}, undef, idem($k));
+    is($a1->{status}, 200, "$name - ack: 200");
+    my $a2 = api('POST', $ack, $KEY{A}, undef, idem($k));
+    is($a2->{status}, 200, "$name - ack again: 200");
+    is($a2->{headers}{'idempotent-replayed'}, 'true', "$name - ack: replay");
+    is($a2->{content}, $a1->{content}, "$name - ack: the same body");
+    is(psql('SELECT acknowledged_count FROM sessions WHERE id = '
+            . sql_quote($sid)), '1', "$name - ack: counted once");
+    is(key_row('A', $k, 'body IS NULL AND (answer_image).id IS NOT NULL'),
+       't', "$name - ack: kept with the work, as the image");
 };
 
 # a body over the route's limit is refused with the route's 413 whether it
