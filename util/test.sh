@@ -174,8 +174,8 @@ weight() {
         009-expiry.t)       echo 30 ;;
         008-images.t)       echo 30 ;;
         014-webhooks.t)     echo 30 ;;
+        011-idempotency.t)  echo 22 ;;
         021-retention.t)    echo 20 ;;
-        011-idempotency.t)  echo 15 ;;
         001-auth.t)         echo 15 ;;
         010-sessionctl.t)   echo 12 ;;
         002-errors.t)       echo 12 ;;
