@@ -137,3 +137,22 @@ BEGIN
                         NULL::idempotency_image_answer;
 END
 $$;
+
+-- Gives a claim up (the request answered 429 or 5xx) unless its row is
+-- locked: then the request's own keyed statement still runs in the server
+-- (the module gave up on it) and holds the row until it commits the work
+-- with its answer or rolls back; waiting for it would only hold the 5xx
+-- back.  A claim not given up is taken over after its lease.
+CREATE OR REPLACE FUNCTION idempotency_release(p_project uuid, p_key text,
+                                               p_claim uuid)
+RETURNS boolean
+LANGUAGE sql AS $$
+    WITH released AS (
+        DELETE FROM idempotency_keys
+         WHERE ctid = (SELECT ctid FROM idempotency_keys
+                        WHERE project_id = p_project AND key = p_key
+                          AND claim_id = p_claim AND status IS NULL
+                          FOR UPDATE SKIP LOCKED)
+        RETURNING 1)
+    SELECT EXISTS (SELECT 1 FROM released)
+$$;
