@@ -46,7 +46,7 @@ MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
 MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench bench-poll lint \
+.PHONY: all build deps run stop test unit integration bench bench-poll chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover
 
@@ -121,6 +121,9 @@ bench: deps build
 
 bench-poll: deps build
 	@bash util/bench-poll.sh
+
+chaos: deps build
+	@bash util/chaos.sh
 
 failover: deps build
 	@bash util/failover.sh

@@ -270,7 +270,8 @@ sub hole_relay {
     return $pid;
 }
 
-our $HOLE_PORT = ($ENV{TEST_NGINX_PORT} || 2400) + 10;
+# in the 10 ports of this lane (util/test.sh), beside Test::Nginx's
+our $HOLE_PORT = ($ENV{TEST_NGINX_PORT} || 2400) + 7;
 our $HOLE_PID = hole_relay($HOLE_PORT);
 
 $ENV{TEST_NGINX_SESSION_DB_HOLE} = nginx_quote(
@@ -411,7 +412,7 @@ sub black_hole {
 # getaddrinfo() asks) cannot find it, so a connection made at all proves
 # that libpq was handed the address and looked nothing up.
 our ($DNS_PORT) = dns_start('t023.test',
-                            ($ENV{TEST_NGINX_PORT} || 2400) + 11);
+                            ($ENV{TEST_NGINX_PORT} || 2400) + 8);
 
 $ENV{TEST_NGINX_DNS_PORT} = $DNS_PORT;
 
