@@ -18,6 +18,9 @@
 #   make sweep      raw-socket bad-input sweep (util/sweep.pl) against an
 #                   nginx of t/024-sweep.t: SWEEP_COUNT=5000 requests at
 #                   most, SWEEP_SECONDS=300, SWEEP_SEED=N repeats a run
+#   make failover   a primary and a pg_basebackup standby on loopback
+#                   (ports 2420-2422), load, two failovers: the module
+#                   follows the new primary (~25 s; not part of make test)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -46,8 +49,9 @@ MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
 MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench bench-poll lint \
-        clean distclean openapi deb deb-test fuzz asan sanitizer-deps sweep
+.PHONY: all build deps run stop test unit integration bench bench-poll chaos lint \
+        clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
+        failover sweep
 
 all: build
 
@@ -120,6 +124,12 @@ bench: deps build
 
 bench-poll: deps build
 	@bash util/bench-poll.sh
+
+chaos: deps build
+	@bash util/chaos.sh
+
+failover: deps build
+	@bash util/failover.sh
 
 lint:
 	@bash util/lint.sh

@@ -13,6 +13,7 @@
 #include "ngx_http_session_common.h"
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
+#include "ngx_http_session_dbhost.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_status.h"
@@ -155,6 +156,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_session_main_conf_t, db_timeout),
       &ngx_http_session_positive_msec_post },
+
+    { ngx_string("session_db_idle_check"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_msec_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, db_idle_check),
+      NULL },
 
     { ngx_string("session_limit_zone"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -390,6 +398,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
 
     smcf->db_connections = NGX_CONF_UNSET_UINT;
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
+    smcf->db_idle_check = NGX_CONF_UNSET_MSEC;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
     smcf->webhook_allow_private = NGX_CONF_UNSET;
     smcf->webhook_timeout = NGX_CONF_UNSET_MSEC;
@@ -412,6 +421,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
 
     ngx_conf_init_uint_value(smcf->db_connections, 4);
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
+    ngx_conf_init_msec_value(smcf->db_idle_check, 5000);
     ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
     ngx_conf_init_value(smcf->webhook_allow_private, 0);
     ngx_conf_init_msec_value(smcf->webhook_timeout, 5000);
@@ -449,6 +459,10 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     }
 
     if (ngx_http_session_webhook_init_conf(cf, smcf) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    if (ngx_http_session_dbhost_init_conf(cf, smcf) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -689,6 +703,11 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
             ngx_memcpy(smcf->db_options.data, opt->val, len + 1);
             smcf->db_options.len = len;
         }
+    }
+
+    if (ngx_http_session_dbhost_parse(cf, smcf, opts) != NGX_CONF_OK) {
+        PQconninfoFree(opts);
+        return NGX_CONF_ERROR;
     }
 
     PQconninfoFree(opts);

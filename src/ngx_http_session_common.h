@@ -18,6 +18,7 @@
 
 
 typedef struct ngx_http_session_db_query_s  ngx_http_session_db_query_t;
+typedef struct ngx_http_session_dbhosts_s   ngx_http_session_dbhosts_t;
 typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
 typedef struct ngx_http_session_poll_s      ngx_http_session_poll_t;
 typedef struct ngx_http_session_ctx_s       ngx_http_session_ctx_t;
@@ -45,8 +46,12 @@ typedef struct {
     ngx_str_t                   db_conninfo;
     /* "options" of the conninfo, if any: the module appends to them */
     ngx_str_t                   db_options;
+    /* the host list when it has names to resolve, else NULL */
+    ngx_http_session_dbhosts_t *db_hosts;
     ngx_uint_t                  db_connections;
     ngx_msec_t                  db_timeout;
+    /* an idle connection is checked this often, 0: never */
+    ngx_msec_t                  db_idle_check;
 
     ngx_shm_zone_t             *shm_zone;
 
@@ -167,6 +172,13 @@ struct ngx_http_session_ctx_s {
     ngx_http_session_db_query_t  *query;
     /* a POST with an Idempotency-Key */
     ngx_http_session_idem_t      *idem;
+    /*
+     * the key (NUL-terminated) and the claim (16 bytes) once the request
+     * holds it: the endpoints that do work then send their keyed
+     * statements, which store the answer with the work
+     */
+    u_char                       *idem_key;
+    u_char                       *idem_claim;
     /* a long poll */
     ngx_http_session_poll_t      *poll;
 
@@ -193,6 +205,8 @@ struct ngx_http_session_ctx_s {
     unsigned                      body_hashed:1;
     /* a lookup started by this request counted a failure in advance */
     unsigned                      fail_reserved:1;
+    /* the keyed statement did the work and kept its answer */
+    unsigned                      idem_kept:1;
 };
 
 

@@ -9,6 +9,7 @@
  * write interest is added only while libpq has unsent output.
  */
 
+#include "ngx_http_session_backoff.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_stats.h"
 
@@ -17,9 +18,6 @@
 #define NGX_HTTP_SESSION_DB_CONNECTING   1
 #define NGX_HTTP_SESSION_DB_IDLE         2
 #define NGX_HTTP_SESSION_DB_BUSY         3
-
-#define NGX_HTTP_SESSION_DB_BACKOFF_MIN  100
-#define NGX_HTTP_SESSION_DB_BACKOFF_MAX  2000
 
 /*
  * libpq grows a connection's input and output buffers to the largest
@@ -59,7 +57,14 @@ typedef struct {
 
 static ngx_int_t ngx_http_session_db_prepare_text(ngx_cycle_t *cycle,
     ngx_http_session_db_pool_t *pool);
+static void ngx_http_session_db_resolved(void *data, const char *host,
+    const char *hostaddr, const char *port);
+static void ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
+    const char *host, const char *hostaddr, const char *port);
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_conn_t *by);
 static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
     ngx_http_session_db_conn_t *dc);
@@ -71,6 +76,8 @@ static ngx_int_t ngx_http_session_db_want_write(
     ngx_http_session_db_conn_t *dc, ngx_uint_t on);
 static void ngx_http_session_db_event_handler(ngx_event_t *ev);
 static void ngx_http_session_db_timer_handler(ngx_event_t *ev);
+static void ngx_http_session_db_idle(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_check(ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
@@ -90,6 +97,8 @@ static void ngx_http_session_db_complete(ngx_http_session_db_query_t *q,
 
 
 static ngx_http_session_db_pool_t  *ngx_http_session_db_pool;
+/* the LISTEN connection, for ngx_http_session_db_kick() */
+static ngx_http_session_db_conn_t  *ngx_http_session_db_other;
 
 
 /* by ngx_http_session_stmt_e */
@@ -106,7 +115,11 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_IMAGE_GET,
     NGX_HTTP_SESSION_SQL_IMAGE_ACK,
     NGX_HTTP_SESSION_SQL_IMAGE_CONTENT,
-    NGX_HTTP_SESSION_SQL_POLL
+    NGX_HTTP_SESSION_SQL_POLL,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE_KEYED,
+    NGX_HTTP_SESSION_SQL_SESSION_COMPLETE_KEYED,
+    NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED,
+    NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */
@@ -161,8 +174,10 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 
         dc->log = cycle->log;
         dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->hosts = smcf->db_hosts;
         dc->options = options;
         dc->timeout = smcf->db_timeout;
+        dc->check = smcf->db_idle_check;
         dc->ready = ngx_http_session_db_pool_ready;
 
         ngx_http_session_db_conn_open(dc);
@@ -258,6 +273,14 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
     }
 
     ngx_http_session_db_pool = NULL;
+    ngx_http_session_db_other = NULL;
+}
+
+
+void
+ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_other = dc;
 }
 
 
@@ -266,10 +289,11 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 {
-    const char  *keywords[3], *values[3];
-
     dc->preparing = 0;
     dc->prepared = 0;
+    dc->checking = 0;
+    dc->connected = 0;
+    dc->started = ngx_current_msec;
 
     dc->timer.handler = ngx_http_session_db_timer_handler;
     dc->timer.data = dc;
@@ -277,14 +301,81 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
     /* a worker that is shutting down must not wait for these */
     dc->timer.cancelable = 1;
 
-    /* the conninfo is expanded first; the options given here follow it */
+    if (dc->hosts == NULL) {
+        ngx_http_session_db_conn_start(dc, NULL, NULL, NULL);
+        return;
+    }
 
-    keywords[0] = "dbname";
-    values[0] = dc->conninfo;
-    keywords[1] = dc->options ? "options" : NULL;
-    values[1] = dc->options;
-    keywords[2] = NULL;
-    values[2] = NULL;
+    /* host names: looked up again for every attempt, see dbhost.c */
+
+    dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
+
+    /* session_db_timeout bounds the lookup and the connect together */
+    ngx_add_timer(&dc->timer, dc->timeout);
+
+    dc->resolve.hosts = dc->hosts;
+    dc->resolve.log = dc->log;
+    dc->resolve.level = ngx_http_session_db_failure_level(dc);
+    dc->resolve.done = ngx_http_session_db_resolved;
+    dc->resolve.data = dc;
+
+    if (ngx_http_session_dbhost_resolve(&dc->resolve) != NGX_OK) {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+static void
+ngx_http_session_db_resolved(void *data, const char *host,
+    const char *hostaddr, const char *port)
+{
+    ngx_http_session_db_conn_t  *dc = data;
+
+    if (host == NULL) {
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    ngx_http_session_db_conn_start(dc, host, hostaddr, port);
+
+    /* libpq has copied the strings */
+    ngx_http_session_dbhost_cancel(&dc->resolve);
+}
+
+
+static void
+ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
+    const char *host, const char *hostaddr, const char *port)
+{
+    ngx_uint_t   n;
+    const char  *keywords[6], *values[6];
+
+    /* the conninfo is expanded first; the keywords given here follow it */
+
+    n = 0;
+
+    keywords[n] = "dbname";
+    values[n++] = dc->conninfo;
+
+    if (dc->options) {
+        keywords[n] = "options";
+        values[n++] = dc->options;
+    }
+
+    if (host) {
+        keywords[n] = "host";
+        values[n++] = host;
+        keywords[n] = "hostaddr";
+        values[n++] = hostaddr;
+    }
+
+    if (port) {
+        keywords[n] = "port";
+        values[n++] = port;
+    }
+
+    keywords[n] = NULL;
+    values[n] = NULL;
 
     dc->pg = PQconnectStartParams(keywords, values, 1);
 
@@ -312,7 +403,9 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
 
     dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
 
-    ngx_add_timer(&dc->timer, dc->timeout);
+    if (!dc->timer.timer_set) {
+        ngx_add_timer(&dc->timer, dc->timeout);
+    }
 
     ngx_http_session_db_connect_poll(dc);
 }
@@ -385,8 +478,13 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             }
 
             dc->failed_before = 0;
-            dc->backoff = 0;
+            /* the backoff is kept: see ngx_http_session_backoff_next() */
+            dc->connected = ngx_current_msec | 1;
             dc->state = NGX_HTTP_SESSION_DB_IDLE;
+
+            ngx_http_session_db_idle(dc);
+
+            ngx_http_session_db_kick(dc);
 
             if (dc->ready) {
                 dc->ready(dc);
@@ -398,6 +496,73 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             /* PGRES_POLLING_ACTIVE is obsolete: poll again */
             break;
         }
+    }
+}
+
+
+/*
+ * dc has just connected: the server is reachable again.  The worker's
+ * other connections that wait for their backoff try now, and those
+ * still in an attempt that began well before dc's (likely lost with the
+ * link that has just come back: an attempt normally ends in milliseconds)
+ * begin a new one, so that the worker is whole again at once instead of
+ * one connection at a time, up to the backoff ceiling apart.
+ */
+
+static void
+ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc)
+{
+    ngx_uint_t                   i;
+    ngx_http_session_db_pool_t  *pool;
+    static ngx_uint_t            kicking;
+
+    pool = ngx_http_session_db_pool;
+
+    if (pool == NULL || kicking || ngx_exiting || ngx_terminate
+        || ngx_quit)
+    {
+        return;
+    }
+
+    kicking = 1;
+
+    for (i = 0; i < pool->nconns; i++) {
+        ngx_http_session_db_kick_one(&pool->conns[i], dc);
+    }
+
+    if (ngx_http_session_db_other) {
+        ngx_http_session_db_kick_one(ngx_http_session_db_other, dc);
+    }
+
+    kicking = 0;
+}
+
+
+static void
+ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_conn_t *by)
+{
+    if (dc == by) {
+        return;
+    }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CLOSED && dc->timer.timer_set) {
+        ngx_del_timer(&dc->timer);
+        ngx_http_session_db_conn_open(dc);
+        return;
+    }
+
+    /* not the attempts made together, at start or after a reload */
+
+    if (dc->state == NGX_HTTP_SESSION_DB_CONNECTING
+        && (ngx_msec_int_t) (by->started - dc->started)
+           >= NGX_HTTP_SESSION_BACKOFF_MIN)
+    {
+        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
+                      "session db: an older connection attempt is given "
+                      "up, another one has connected");
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
     }
 }
 
@@ -583,21 +748,30 @@ ngx_http_session_db_want_write(ngx_http_session_db_conn_t *dc, ngx_uint_t on)
 void
 ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
 {
+    ngx_msec_t                    up, delay;
     ngx_http_session_db_query_t  *q;
 
     q = dc->query;
     dc->query = NULL;
 
+    up = dc->connected ? ngx_current_msec - dc->connected : 0;
+
     ngx_http_session_db_conn_close(dc);
 
     dc->failed_before = 1;
 
-    dc->backoff = dc->backoff ? ngx_min(dc->backoff * 2,
-                                        NGX_HTTP_SESSION_DB_BACKOFF_MAX)
-                              : NGX_HTTP_SESSION_DB_BACKOFF_MIN;
+    /* every failure, a query timeout too: doubled, with jitter */
+
+    dc->backoff = ngx_http_session_backoff_next((uint32_t) dc->backoff, up);
+    delay = ngx_http_session_backoff_delay((uint32_t) dc->backoff,
+                                           (uint32_t) ngx_random());
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: reconnecting in %M ms (base %M ms)",
+                   delay, dc->backoff);
 
     if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
-        ngx_add_timer(&dc->timer, dc->backoff);
+        ngx_add_timer(&dc->timer, delay);
     }
 
     if (q) {
@@ -619,6 +793,10 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     }
 
     ngx_http_session_db_detach(dc);
+    ngx_http_session_dbhost_cancel(&dc->resolve);
+
+    dc->connected = 0;
+    dc->checking = 0;
 
     if (dc->result) {
         PQclear(dc->result);
@@ -651,7 +829,56 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
 
     if (dc->state == NGX_HTTP_SESSION_DB_CLOSED) {
         ngx_http_session_db_conn_open(dc);
+        return;
     }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_IDLE) {
+        ngx_http_session_db_check(dc);
+        return;
+    }
+
+    if (dc->checking) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: no answer to the idle check within "
+                      "%M ms%s, connecting again", dc->timeout,
+                      dc->notify ? " on the LISTEN connection" : "");
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+/*
+ * An idle connection is checked every session_db_idle_check with an empty
+ * query that must be answered within session_db_timeout: a link that died
+ * without a word (a firewall that forgets the flow, a host gone, a proxy
+ * that stopped forwarding) is noticed in seconds, not when TCP gives up.
+ * The LISTEN connection is idle all the time, pool connections between
+ * queries (a query has its own timeout).
+ */
+
+static void
+ngx_http_session_db_idle(ngx_http_session_db_conn_t *dc)
+{
+    if (dc->check && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+        ngx_add_timer(&dc->timer, dc->check);
+    }
+}
+
+
+static void
+ngx_http_session_db_check(ngx_http_session_db_conn_t *dc)
+{
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: idle check");
+
+    if (ngx_http_session_db_conn_send(dc, "") != NGX_OK) {
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    dc->checking = 1;
+
+    ngx_add_timer(&dc->timer, dc->timeout);
 }
 
 
@@ -777,6 +1004,8 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     dc->query = NULL;
     dc->state = NGX_HTTP_SESSION_DB_IDLE;
 
+    ngx_http_session_db_idle(dc);
+
     if (q && res && PQstatus(dc->pg) != CONNECTION_BAD
         && !ngx_http_session_db_unavailable(res)
         && (dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE
@@ -792,6 +1021,20 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     }
 
     dc->sent = 0;
+
+    if (q == NULL && dc->checking) {
+        dc->checking = 0;
+
+        if (res) {
+            PQclear(res);
+        }
+
+        if (dc->ready == ngx_http_session_db_pool_ready) {
+            ngx_http_session_db_dispatch();
+        }
+
+        return;
+    }
 
     if (q == NULL) {
         if (dc->preparing) {
@@ -915,6 +1158,11 @@ ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
         ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
+    }
+
+    if (dc->timer.timer_set) {
+        /* the idle check: a query has a timeout of its own */
+        ngx_del_timer(&dc->timer);
     }
 
     dc->state = NGX_HTTP_SESSION_DB_BUSY;
@@ -1081,6 +1329,11 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         ngx_http_session_db_conn_fail(dc);
         return NGX_ERROR;
+    }
+
+    if (dc->timer.timer_set) {
+        /* the idle check: a query has a timeout of its own */
+        ngx_del_timer(&dc->timer);
     }
 
     dc->state = NGX_HTTP_SESSION_DB_BUSY;

@@ -11,6 +11,7 @@
 #include <libpq-fe.h>
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_dbhost.h"
 #include "ngx_http_session_sql.h"
 
 
@@ -41,13 +42,26 @@ struct ngx_http_session_db_conn_s {
     ino_t                            socket_ino;
     ngx_log_t                       *log;
     const char                      *conninfo;
+    /* host names to resolve before each attempt, or NULL */
+    ngx_http_session_dbhosts_t      *hosts;
+    ngx_http_session_dbhost_ctx_t    resolve;
     /* server options: the conninfo's own and statement_timeout */
     const char                      *options;
     ngx_msec_t                       timeout;
 
-    /* connect timeout while connecting, backoff while closed */
+    /*
+     * connect timeout while connecting, backoff while closed, the idle
+     * check while idle, the check's timeout while it runs
+     */
     ngx_event_t                      timer;
+    /* the base delay of the next reconnect, see core/..._backoff.h */
     ngx_msec_t                       backoff;
+    /* when the connection got usable, 0 while it is not */
+    ngx_msec_t                       connected;
+    /* when the current (or last) connection attempt began */
+    ngx_msec_t                       started;
+    /* session_db_idle_check: an idle connection is checked this often */
+    ngx_msec_t                       check;
 
     ngx_uint_t                       state;
     ngx_http_session_db_query_t     *query;
@@ -63,6 +77,8 @@ struct ngx_http_session_db_conn_s {
     void                            *data;
 
     unsigned                         failed_before:1;
+    /* the idle check (an empty query) waits for its answer */
+    unsigned                         checking:1;
     /* the pool's statements are being prepared, or are */
     unsigned                         preparing:1;
     unsigned                         prepared:1;
@@ -150,6 +166,12 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);
 void ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
+
+/*
+ * The worker's connection outside the pool (LISTEN): it is kicked, like
+ * the pool's, when another connection of the worker gets through.
+ */
+void ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc);
 
 
 #endif /* _NGX_HTTP_SESSION_DB_H_INCLUDED_ */

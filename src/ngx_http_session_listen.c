@@ -50,11 +50,13 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 
     dc->log = cycle->log;
     dc->conninfo = (const char *) smcf->db_conninfo.data;
+    dc->hosts = smcf->db_hosts;
     dc->options = ngx_http_session_db_options(cycle);
     if (dc->options == NULL) {
         return NGX_ERROR;
     }
     dc->timeout = smcf->db_timeout;
+    dc->check = smcf->db_idle_check;
     dc->ready = ngx_http_session_listen_ready;
     dc->drained = ngx_http_session_listen_drained;
     dc->notify = ngx_http_session_listen_notify;
@@ -62,6 +64,7 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 
     ngx_http_session_listener = dc;
 
+    ngx_http_session_db_conn_add(dc);
     ngx_http_session_db_conn_open(dc);
 
     return NGX_OK;

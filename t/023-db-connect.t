@@ -1,5 +1,5 @@
-# How the pool connects (docs/operations.md, "PostgreSQL as operators run
-# it"): libpq may close its socket in the middle of PQconnectPoll() and
+# How the pool connects (docs/operations.md, "Managed and HA
+# PostgreSQL"): libpq may close its socket in the middle of PQconnectPoll() and
 # open another, often under the same descriptor number: for the next
 # entry of a host list, the next address of a name, a retry without TLS
 # (sslmode=prefer against a hostnossl rule), target_session_attrs.  The
@@ -17,6 +17,12 @@
 # connection per worker and two workers, every request must be answered,
 # and epoll must never be asked about a socket it does not know.
 #
+# TEST 5: a relay that stops forwarding without closing (a dead link):
+# the idle check notices on every connection, LISTEN comes back, a
+# waiting poll catches up with what happened meanwhile.  TEST 6-10: host
+# names, through the resolver (a name only the test's DNS responder
+# knows: a getaddrinfo() in a worker would fail) and without one.
+#
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
 use strict;
@@ -29,8 +35,10 @@ use IO::Select ();
 use IO::Socket::INET ();
 use IO::Socket::SSL ();
 use POSIX ();
+use Time::HiRes ();
 use Session qw(:DEFAULT);
 use SessionTest;
+use Webhook qw(dns_start);
 
 our $F = fixture(plan => 'unlimited', name => sprintf('t023-%d', $$));
 
@@ -165,6 +173,311 @@ $ENV{TEST_NGINX_SESSION_DB_TLS} = nginx_quote(
     "host=127.0.0.1 port=" . tls_refusing_port()
     . " sslmode=prefer gssencmode=disable $REST");
 
+
+# --- a link that goes silent: a relay that stops forwarding, open
+
+# hole_relay(PORT): a relay on 127.0.0.1:PORT to the real server.  After
+# SIGUSR1 it forwards nothing on any connection it has, and new ones are
+# accepted and never answered, as behind a firewall that forgot the flow
+# or a host gone from the network: no FIN, no RST.  After SIGUSR2 new
+# connections are relayed again; the silent ones stay silent.
+sub hole_relay {
+    my ($port) = @_;
+
+    my $ls = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                   LocalPort => $port, Proto => 'tcp',
+                                   Listen => 64, ReuseAddr => 1)
+        or die "hole_relay: listen: $!";
+
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        my ($hole, %peer, %fh, %dead) = (0);
+
+        $SIG{USR1} = sub { $hole = 1; $dead{$_} = 1 for keys %fh };
+        $SIG{USR2} = sub { $hole = 0 };
+        $SIG{TERM} = sub { POSIX::_exit(0) };
+
+        my $sel = IO::Select->new($ls);
+        my $parent = getppid;
+
+        # never the END blocks of the test (they stop nginx)
+        $SIG{__DIE__} = sub { warn "hole_relay: @_"; POSIX::_exit(1) };
+
+        for (;;) {
+            POSIX::_exit(0) if getppid != $parent;
+
+            for my $s ($sel->can_read(0.5)) {
+                if ($s == $ls) {
+                    my $c = $ls->accept or next;
+                    $fh{"$c"} = $c;
+                    $sel->add($c);
+
+                    if ($hole) {
+                        $dead{"$c"} = 1;
+                        next;
+                    }
+
+                    my $u = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                                  PeerPort => $LIVE,
+                                                  Proto => 'tcp');
+                    if (!$u) {
+                        $sel->remove($c);
+                        delete $fh{"$c"};
+                        close $c;
+                        next;
+                    }
+
+                    $fh{"$u"} = $u;
+                    @peer{"$c", "$u"} = ($u, $c);
+                    $sel->add($u);
+                    next;
+                }
+
+                my $n = sysread $s, my $buf, 65536;
+
+                if (!$n) {
+                    my @pair = grep { defined } $s, $peer{"$s"};
+
+                    for my $x (@pair) {
+                        $sel->remove($x);
+                        delete $fh{"$x"};
+                        delete $dead{"$x"};
+                        delete $peer{"$x"};
+                        close $x;
+                    }
+
+                    next;
+                }
+
+                next if $dead{"$s"} || !$peer{"$s"};
+
+                my $to = $peer{"$s"};
+
+                for (my $off = 0; $off < $n; ) {
+                    my $w = syswrite $to, $buf, $n - $off, $off;
+                    last unless $w;
+                    $off += $w;
+                }
+            }
+        }
+    }
+
+    close $ls;
+    push @Kids, $pid;
+
+    return $pid;
+}
+
+# in the 10 ports of this lane (util/test.sh), beside Test::Nginx's
+our $HOLE_PORT = ($ENV{TEST_NGINX_PORT} || 2400) + 7;
+our $HOLE_PID = hole_relay($HOLE_PORT);
+
+$ENV{TEST_NGINX_SESSION_DB_HOLE} = nginx_quote(
+    "host=127.0.0.1 port=$HOLE_PORT $REST");
+
+# a session of the fixture's project, and an image in it, by SQL
+sub sql_session {
+    return scalar psql('SELECT id FROM session_create('
+                       . sql_quote($F->{project_id})
+                       . ", 'long_poll', NULL, 3600)");
+}
+
+sub sql_upload {
+    my ($sid) = @_;
+    return scalar psql('SELECT id FROM image_upload('
+                       . sql_quote($F->{project_id}) . ', '
+                       . sql_quote($sid)
+                       . ", 'image/png', sha256('x'::bytea), 'x'::bytea)");
+}
+
+sub poll_send {
+    my ($sid, $timeout) = @_;
+
+    my $s = IO::Socket::INET->new(
+                PeerAddr => '127.0.0.1',
+                PeerPort => $Test::Nginx::Util::ServerPort, Proto => 'tcp')
+        or die "poll_send: $!";
+
+    print $s "GET /api/v1/sessions/$sid/poll?timeout=$timeout HTTP/1.1\r\n"
+             . "Host: localhost\r\nAuthorization: Bearer $F->{key}\r\n"
+             . "Connection: close\r\n\r\n";
+
+    return { sock => $s, t0 => Time::HiRes::time() };
+}
+
+# (status, seconds since poll_send) once the answer is in, within $secs
+sub poll_status {
+    my ($p, $secs) = @_;
+
+    my $sel = IO::Select->new($p->{sock});
+    my $buf = '';
+
+    while ($sel->can_read($secs)) {
+        my $n = sysread $p->{sock}, $buf, 65536, length $buf;
+        last unless $n;
+    }
+
+    close $p->{sock};
+
+    return ($buf =~ m{^HTTP/1\.\d (\d{3})} ? $1 : 0,
+            Time::HiRes::time() - $p->{t0});
+}
+
+sub error_log_count {
+    my ($re) = @_;
+
+    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+    my $n = grep { /$re/ } <$fh>;
+
+    return $n;
+}
+
+sub get_status {
+    return http_request('GET', '/api/v1/sessions?limit=1',
+                        auth_header($F->{key}), 5)->{status};
+}
+
+# The relay goes silent under a waiting long poll: every connection
+# notices within session_db_idle_check + session_db_timeout (1 s + 1 s
+# here), an upload made meanwhile is not lost to the poll (its LISTEN
+# connection comes back and the worker reads its polls again), and once
+# the relay forwards again requests are answered without 503s.
+sub black_hole {
+    my ($name) = @_;
+
+    # the LISTEN connections are up: a poll is woken by an upload
+    my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($up, "$name - nginx serves");
+
+    my $sid = sql_session();
+    my $p = poll_send($sid, 20);
+    Time::HiRes::sleep(0.5);
+    sql_upload($sid);
+    my ($st, $t) = poll_status($p, 20);
+    is($st, 200, "$name - woken before the silence");
+    cmp_ok($t, '<', 5, "$name - by the notification");
+
+    $sid = sql_session();
+    $p = poll_send($sid, 30);
+    Time::HiRes::sleep(0.5);
+
+    # the LISTEN connections, which only the idle check can tell (a pool
+    # connection may be in a query then, which times out)
+    my $re = qr/no answer to the idle check .* on the LISTEN connection/;
+    my $before = error_log_count($re);
+
+    kill 'USR1', $HOLE_PID;
+
+    my ($seen, $took) = wait_until(15, 0.1, sub {
+        error_log_count($re) - $before >= 2
+    });
+    ok($seen, "$name - both LISTEN connections noticed the silence");
+    Test::More::diag(sprintf "%s: silence noticed by both LISTEN "
+                     . "connections in %.1f s (idle check 1 s, timeout 1 s)",
+                     $name, $took);
+    cmp_ok($took, '<=', 6, "$name - within the bound");
+
+    # made unheard: its notification is lost
+    sql_upload($sid);
+
+    kill 'USR2', $HOLE_PID;
+
+    ($st, $t) = poll_status($p, 30);
+    is($st, 200, "$name - the waiting poll gets the upload made unheard");
+    Test::More::diag(sprintf "%s: that poll answered %.1f s after it was "
+                     . "sent (timeout 30 s)", $name, $t);
+    cmp_ok($t, '<', 20, "$name - long before its timeout");
+
+    # every connection of both workers is back at once: the first that
+    # gets through brings the others (see ngx_http_session_db_kick())
+    my @st = map { get_status() } 1 .. 10;
+    is_deeply(\@st, [ (200) x 10 ], "$name - no 503 after the reconnect");
+
+    # a new upload wakes a new poll: LISTEN is in effect again
+    $sid = sql_session();
+    $p = poll_send($sid, 20);
+    Time::HiRes::sleep(0.5);
+    sql_upload($sid);
+    ($st, $t) = poll_status($p, 20);
+    is($st, 200, "$name - wake-ups resume");
+    cmp_ok($t, '<', 5, "$name - at once");
+}
+
+
+# --- host names: through nginx's resolver, never getaddrinfo() in a worker
+
+# A name only the test's DNS responder knows: the system resolver (that
+# getaddrinfo() asks) cannot find it, so a connection made at all proves
+# that libpq was handed the address and looked nothing up.
+our ($DNS_PORT) = dns_start('t023.test',
+                            ($ENV{TEST_NGINX_PORT} || 2400) + 8);
+
+$ENV{TEST_NGINX_DNS_PORT} = $DNS_PORT;
+
+# two entries, a name and an IP literal, with a port each: the name is
+# refused on the dead port, the literal is the live server
+$ENV{TEST_NGINX_SESSION_DB_NAME} = nginx_quote(
+    "host=db.t023.test port=$LIVE application_name=t023dns $REST");
+$ENV{TEST_NGINX_SESSION_DB_NAMES} = nginx_quote(
+    "host=db.t023.test,127.0.0.1 port=" . dead_port() . ",$LIVE $REST");
+$ENV{TEST_NGINX_SESSION_DB_LOCALHOST} = nginx_quote(
+    "host=localhost port=$LIVE $REST");
+$ENV{TEST_NGINX_SESSION_DB_UNKNOWN} = nginx_quote(
+    "host=nowhere.t023.invalid port=$LIVE $REST");
+
+sub count_log {
+    my ($re) = @_;
+
+    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+    my $n = grep { /$re/ } <$fh>;
+
+    return $n;
+}
+
+our $RESOLVING = qr/session db: resolving "db\.t023\.test"/;
+
+# every connection (2 workers x (1 + LISTEN)) looks the name up
+sub resolved {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.1, sub {
+        get_status() == 200 && count_log($RESOLVING) >= 4
+    });
+    ok($up, "$name - every connection looked the name up");
+}
+
+# no lookup in a worker: the names were resolved in the master
+sub not_resolved {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($up, "$name - nginx serves");
+    is(count_log(qr/session db: resolving/), 0,
+       "$name - no lookup in a worker");
+}
+
+# ... and again when it connects again
+sub resolved_again {
+    my ($name) = @_;
+
+    my $re = $RESOLVING;
+
+    resolved($name);
+
+    my $before = count_log($re);
+
+    psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+         . " WHERE application_name = 't023dns'");
+
+    my ($again) = wait_until(15, 0.1, sub { count_log($re) >= $before + 4 });
+    ok($again, "$name - and again on reconnecting");
+
+    my ($back) = wait_until(10, 0.1, sub { get_status() == 200 });
+    ok($back, "$name - requests are answered after the reconnect");
+}
+
 master_on();
 workers(2);
 no_shuffle();
@@ -172,13 +485,34 @@ no_shuffle();
 add_block_preprocessor(sub {
     my $block = shift;
 
+    my $silent = $block->name =~ /silent/;
+
     my $db = $block->name =~ /TLS/ ? '$TEST_NGINX_SESSION_DB_TLS'
-                                   : '$TEST_NGINX_SESSION_DB_LIST';
+           : $silent ? '$TEST_NGINX_SESSION_DB_HOLE'
+           : defined $block->db
+             ? '$TEST_NGINX_SESSION_DB_' . ($block->db =~ s/\s+//gr)
+           : '$TEST_NGINX_SESSION_DB_LIST';
+
+    my $extra = $silent ? "session_db_timeout 1s;\n"
+                          . "    session_db_idle_check 1s;\n"
+              : defined $block->resolver
+                ? "resolver 127.0.0.1:\$TEST_NGINX_DNS_PORT ipv6=off;\n"
+              : '';
 
     $block->set_value('http_config', <<EOF);
     session_db $db;
     session_db_connections 1;
+    $extra
 EOF
+
+    if ($silent) {
+        $block->set_value('init', 'main::black_hole($block->name)');
+    }
+
+    if (defined $block->check) {
+        $block->set_value('init', 'main::' . ($block->check =~ s/\s+//gr)
+                                  . '($block->name)');
+    }
 
     $block->set_value('config', <<'EOF');
     location /api/ {
@@ -244,3 +578,92 @@ epoll_ctl
 [alert]
 [error]
 epoll_ctl
+
+
+
+=== TEST 5: a link that goes silent: noticed, LISTEN again, polls catch up
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+[crit]
+epoll_ctl
+--- timeout: 60
+
+
+
+=== TEST 6: a host name through the resolver: every request answered
+--- db: NAME
+--- resolver
+--- check: resolved
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- pipelined_requests eval
+[map { "GET /api/v1/sessions?limit=1" } 1 .. 12]
+--- error_code eval
+[map { 200 } 1 .. 12]
+--- no_error_log
+[alert]
+[error]
+[warn]
+epoll_ctl
+
+
+
+=== TEST 7: a host name through the resolver, looked up again on every reconnect
+--- db: NAME
+--- resolver
+--- check: resolved_again
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+epoll_ctl
+--- timeout: 30
+
+
+
+=== TEST 8: a name and a literal with a port each: the name's server is down
+--- db: NAMES
+--- resolver
+--- check: resolved
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- pipelined_requests eval
+[map { "GET /api/v1/sessions?limit=1" } 1 .. 6]
+--- error_code eval
+[map { 200 } 1 .. 6]
+--- no_error_log
+[alert]
+[error]
+epoll_ctl
+
+
+
+=== TEST 9: a host name without a resolver: resolved at configuration time
+--- db: LOCALHOST
+--- check: not_resolved
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- pipelined_requests eval
+[map { "GET /api/v1/sessions?limit=1" } 1 .. 6]
+--- error_code eval
+[map { 200 } 1 .. 6]
+--- no_error_log
+[alert]
+[error]
+epoll_ctl
+
+
+
+=== TEST 10: an unknown host name without a resolver: nginx does not start
+--- db: UNKNOWN
+--- must_die
+--- error_log eval
+qr/\[emerg\] .*host not found in "session_db": "nowhere\.t023\.invalid"/

@@ -14,9 +14,9 @@ package Webhook;
 #           /hold/...               no answer; the connection stays open
 #       A 3xx carries "Location: /ok/redirected".
 #   receiver_requests(LOG [, PATH_PREFIX]): the logged requests, in order.
-#   dns_start(ZONE): a UDP DNS responder that answers A queries for ZONE
-#       and its subdomains with 127.0.0.1, AAAA with no address, and
-#       anything else NXDOMAIN; returns (port, pid).
+#   dns_start(ZONE [, PORT]): a UDP DNS responder that answers A queries
+#       for ZONE and its subdomains with 127.0.0.1, AAAA with no address,
+#       and anything else NXDOMAIN; returns (port, pid).
 #   free_port(): a TCP port on 127.0.0.1 nobody listens on (at the time).
 #   stop(PID): kills a child.
 #
@@ -284,12 +284,12 @@ sub receiver_requests {
 
 
 sub dns_start {
-    my ($zone) = @_;
+    my ($zone, $port) = @_;
 
-    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
-                                  Proto => 'udp')
+    my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                  LocalPort => $port // 0, Proto => 'udp')
         or die "dns: bind: $!";
-    my $port = $s->sockport;
+    $port = $s->sockport;
 
     my $pid = _child(sub {
         my $parent = getppid;

@@ -1,0 +1,42 @@
+/*
+ * Reconnection delays of the database connections.
+ *
+ * Pure C with no nginx types; unit-tested with Check.
+ */
+
+#ifndef _NGX_HTTP_SESSION_BACKOFF_H_INCLUDED_
+#define _NGX_HTTP_SESSION_BACKOFF_H_INCLUDED_
+
+
+#include <stdint.h>
+
+
+/* the base delay of the first retry and its ceiling, in milliseconds */
+#define NGX_HTTP_SESSION_BACKOFF_MIN     100
+#define NGX_HTTP_SESSION_BACKOFF_MAX     2000
+
+/*
+ * A connection that was up this long before it failed starts again from
+ * the smallest delay; one that fails sooner (it could not connect, or a
+ * query timed out on an overloaded server soon after it connected) keeps
+ * doubling it.
+ */
+#define NGX_HTTP_SESSION_BACKOFF_STABLE  10000
+
+
+/*
+ * The next base delay after a failure: base is the one before (0 for
+ * none yet), up the milliseconds the connection was usable before it
+ * failed (0 when it never connected).
+ */
+uint32_t ngx_http_session_backoff_next(uint32_t base, uint64_t up);
+
+/*
+ * The delay to wait: a point of [base / 2, base] picked by rnd (any
+ * random number), so that the connections of every worker that lost the
+ * server at the same moment do not come back at the same moment.
+ */
+uint32_t ngx_http_session_backoff_delay(uint32_t base, uint32_t rnd);
+
+
+#endif /* _NGX_HTTP_SESSION_BACKOFF_H_INCLUDED_ */
