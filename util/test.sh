@@ -180,6 +180,7 @@ weight() {
         023-db-connect.t)   echo 15 ;;
         010-sessionctl.t)   echo 12 ;;
         002-errors.t)       echo 12 ;;
+        024-sweep.t)        echo 11 ;;
         022-poll-scale.t)   echo 10 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
@@ -187,7 +188,6 @@ weight() {
         003-config.t)       echo 4 ;;
         013-status.t)       echo 4 ;;
         005-revocation.t)   echo 4 ;;
-        024-sweep.t)        echo 11 ;;
         020-documents.t)    echo 3 ;;
         *)                  echo 30 ;;
     esac
