@@ -956,9 +956,12 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_OK;
     }
 
-#if (NGX_LINUX && defined __GLIBC__)
+#if (NGX_LINUX && defined __GLIBC__ && !defined __SANITIZE_ADDRESS__)
 
     /*
+     * (Not under AddressSanitizer, whose allocator replaces glibc's and
+     * has no such threshold: make asan.)
+     *
      * Image bodies (read back from nginx's temporary file into the
      * request pool) and libpq's buffers for them are allocated and freed
      * with every upload and download.  glibc raises its mmap threshold to

@@ -382,6 +382,9 @@ sub black_hole {
     # made unheard: its notification is lost
     sql_upload($sid);
 
+    my $again = qr/session db: connected again/;
+    my $again_before = error_log_count($again);
+
     kill 'USR2', $HOLE_PID;
 
     ($st, $t) = poll_status($p, 30);
@@ -391,7 +394,15 @@ sub black_hole {
     cmp_ok($t, '<', 20, "$name - long before its timeout");
 
     # every connection of both workers is back at once: the first that
-    # gets through brings the others (see ngx_http_session_db_kick())
+    # gets through brings the others (see ngx_http_session_db_kick()).
+    # Wait for the four (a pool and a LISTEN connection per worker) to
+    # say so: a slow build (make asan) may still be connecting them.
+    my ($back, $back_in) = wait_until(15, 0.05, sub {
+        error_log_count($again) - $again_before >= 4
+    });
+    Test::More::diag(sprintf "%s: %s connections back %.1f s after the "
+                     . "poll's answer", $name, $back ? 'all four' : 'not all',
+                     $back_in);
     my @st = map { get_status() } 1 .. 10;
     is_deeply(\@st, [ (200) x 10 ], "$name - no 503 after the reconnect");
 
