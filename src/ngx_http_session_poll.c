@@ -25,6 +25,12 @@
  * Each waiter has a timer for its timeout; the node has one for the
  * session's expires_at, which answers every waiter 410 "session has
  * expired" on time instead of at the next expiry sweep.
+ *
+ * A plain HTTP/1.x poll that waits is parked (session_poll_park): once
+ * the handler is over, its nginx request is freed (the request pool and
+ * the header buffer are most of a waiting poll's memory) and only the
+ * connection and a small record stay; the answer builds a request again
+ * from the record, sends and finalizes it as nginx would have.
  */
 
 #include "ngx_http_session_poll.h"
@@ -76,12 +82,50 @@ struct ngx_http_session_poll_s {
     ngx_queue_t                    queue;
     /* NULL once the poll no longer waits */
     ngx_http_session_poll_node_t  *node;
+    /* NULL while parked: the poll is then the first field of a park */
     ngx_http_request_t            *request;
     ngx_event_t                    timer;
+    /* in the worker's list of polls to park after this event */
+    ngx_queue_t                    parking;
 
     /* timed out (or timeout 0, or shutting down): the next read answers */
     unsigned                       final:1;
 };
+
+
+/*
+ * A parked poll: what its answer's request is built from.  One
+ * allocation: the record, then the request line, the URI, the
+ * arguments and the headers already set for the answer (name and value
+ * bytes after their ngx_str_t pairs).
+ */
+typedef struct {
+    ngx_http_session_poll_t        poll;
+    ngx_connection_t              *connection;
+    void                         **main_conf;
+    void                         **srv_conf;
+    void                         **loc_conf;
+    /* the connection's handlers while its request ran */
+    ngx_event_handler_pt           read_handler;
+    ngx_event_handler_pt           write_handler;
+    ngx_http_session_ctx_t         ctx;
+    time_t                         start_sec;
+    ngx_msec_t                     start_msec;
+    ngx_uint_t                     method;
+    ngx_uint_t                     http_version;
+    ngx_str_t                      request_line;
+    ngx_str_t                      uri;
+    ngx_str_t                      args;
+    /* method_name and http_protocol: offsets into request_line */
+    size_t                         method_len;
+    size_t                         protocol_len;
+    /* headers_out.headers, as pairs of ngx_str_t at "headers" */
+    ngx_uint_t                     nheaders;
+    ngx_str_t                     *headers;
+
+    unsigned                       keepalive:1;
+    unsigned                       header_only:1;
+} ngx_http_session_poll_park_t;
 
 
 /* one rendered answer, sent as it is by every waiter it answers */
@@ -122,6 +166,16 @@ static void ngx_http_session_poll_timeout(ngx_event_t *ev);
 static void ngx_http_session_poll_expired(ngx_event_t *ev);
 static void ngx_http_session_poll_want_all(ngx_uint_t final);
 static void ngx_http_session_poll_exit_check(ngx_event_t *ev);
+static void ngx_http_session_poll_park_posted(ngx_event_t *ev);
+static void ngx_http_session_poll_park(ngx_http_session_poll_t *p);
+static ngx_uint_t ngx_http_session_poll_parkable(ngx_http_request_t *r);
+static void ngx_http_session_poll_parked_read(ngx_event_t *rev);
+static void ngx_http_session_poll_parked_close(
+    ngx_http_session_poll_park_t *pk);
+static ngx_http_request_t *ngx_http_session_poll_unpark(
+    ngx_http_session_poll_park_t *pk);
+static ngx_int_t ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
+    ngx_http_session_poll_park_t *pk);
 static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
     uint32_t hash, u_char *sid, u_char *project);
 static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
@@ -136,6 +190,11 @@ static ngx_event_t         ngx_http_session_poll_exit_ev;
 static ngx_connection_t    ngx_http_session_poll_exit_conn;
 /* the table exists: this is a worker with session_api */
 static ngx_uint_t          ngx_http_session_poll_ready;
+/* the polls to park once the event that made them wait is over */
+static ngx_queue_t         ngx_http_session_poll_parking;
+static ngx_event_t         ngx_http_session_poll_park_ev;
+/* the parked poll of each connection, by its index in cycle->connections */
+static ngx_http_session_poll_park_t  **ngx_http_session_poll_parked;
 
 
 /* GET /api/v1/sessions/{sid}/poll */
@@ -248,6 +307,15 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     /* the request lives until the poll answers, however many reads */
     r->main->count++;
+
+    if (slcf->poll_park && p->node && ngx_http_session_poll_parkable(r)) {
+        ngx_queue_insert_tail(&ngx_http_session_poll_parking, &p->parking);
+
+        if (!ngx_http_session_poll_park_ev.posted) {
+            ngx_post_event(&ngx_http_session_poll_park_ev,
+                           &ngx_posted_events);
+        }
+    }
 
     return NGX_DONE;
 }
@@ -689,7 +757,21 @@ ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
             ngx_del_timer(&p->timer);
         }
 
+        if (p->parking.next) {
+            ngx_queue_remove(&p->parking);
+            p->parking.next = NULL;
+        }
+
         r = p->request;
+
+        if (r == NULL) {
+            r = ngx_http_session_poll_unpark(
+                                       (ngx_http_session_poll_park_t *) p);
+            if (r == NULL) {
+                continue;
+            }
+        }
+
         c = r->connection;
 
         if (err != NGX_HTTP_SESSION_ERR_LAST) {
@@ -715,6 +797,10 @@ ngx_http_session_poll_send(ngx_http_request_t *r,
 {
     ngx_buf_t           *b;
     ngx_pool_cleanup_t  *cln;
+
+    if (a == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
 
     b = ngx_calloc_buf(r->pool);
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -755,6 +841,11 @@ ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
 
     if (p->timer.timer_set) {
         ngx_del_timer(&p->timer);
+    }
+
+    if (p->parking.next) {
+        ngx_queue_remove(&p->parking);
+        p->parking.next = NULL;
     }
 
     node = p->node;
@@ -1013,6 +1104,20 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
     ngx_add_timer(&ngx_http_session_poll_exit_ev,
                   NGX_HTTP_SESSION_POLL_EXIT_CHECK);
 
+    ngx_queue_init(&ngx_http_session_poll_parking);
+
+    ngx_http_session_poll_park_ev.handler = ngx_http_session_poll_park_posted;
+    ngx_http_session_poll_park_ev.data = &ngx_http_session_poll_exit_conn;
+    ngx_http_session_poll_park_ev.log = cycle->log;
+
+    /* untouched pages cost nothing: memory grows with the parked polls */
+    ngx_http_session_poll_parked = ngx_calloc(cycle->connection_n
+                                   * sizeof(ngx_http_session_poll_park_t *),
+                                              cycle->log);
+    if (ngx_http_session_poll_parked == NULL) {
+        return NGX_ERROR;
+    }
+
     ngx_http_session_poll_ready = 1;
 
     return NGX_OK;
@@ -1051,6 +1156,15 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
             if (p->timer.timer_set) {
                 ngx_del_timer(&p->timer);
             }
+
+            if (p->request == NULL) {
+                /* parked: its connection goes with the process */
+                ngx_http_session_stat(polls_parked, -1);
+                ngx_http_session_poll_parked[
+                             ((ngx_http_session_poll_park_t *) p)->connection
+                             - cycle->connections] = NULL;
+                ngx_free(p);
+            }
         }
 
         if (node->read_pool) {
@@ -1065,8 +1179,582 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
         ngx_http_session_poll_release(node);
     }
 
+    if (ngx_http_session_poll_park_ev.posted) {
+        ngx_delete_posted_event(&ngx_http_session_poll_park_ev);
+    }
+
+    ngx_free(ngx_http_session_poll_parked);
+    ngx_http_session_poll_parked = NULL;
+
     ngx_http_session_poll_ready = 0;
 }
+
+/* the polls that began to wait during the event just handled */
+
+static void
+ngx_http_session_poll_park_posted(ngx_event_t *ev)
+{
+    ngx_queue_t              *q;
+    ngx_http_session_poll_t  *p;
+
+    while (!ngx_queue_empty(&ngx_http_session_poll_parking)) {
+        q = ngx_queue_head(&ngx_http_session_poll_parking);
+        ngx_queue_remove(q);
+
+        p = ngx_queue_data(q, ngx_http_session_poll_t, parking);
+        p->parking.next = NULL;
+
+        ngx_http_session_poll_park(p);
+    }
+}
+
+
+/*
+ * Whether the request can go while its poll waits: plain HTTP/1.x (not
+ * TLS, not a stream of HTTP/2), no body, nothing read beyond it, its
+ * header in the connection's own buffer.
+ */
+
+static ngx_uint_t
+ngx_http_session_poll_parkable(ngx_http_request_t *r)
+{
+    ngx_connection_t       *c;
+    ngx_http_connection_t  *hc;
+
+    c = r->connection;
+    hc = r->http_connection;
+
+#if (NGX_HTTP_SSL)
+    if (c->ssl) {
+        return 0;
+    }
+#endif
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        return 0;
+    }
+#endif
+
+    if (r != r->main
+        || hc == NULL
+        || hc->busy
+        || r->header_in != c->buffer
+        || r->header_in->pos != r->header_in->last
+        || r->headers_in.content_length_n > 0
+        || r->headers_in.chunked
+        || r->request_line.len == 0)
+    {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/*
+ * Frees the poll's request and keeps its connection: the waiter moves
+ * into a park, the header buffer goes as a keepalive connection's does,
+ * and the connection's reads only watch for the client going away.
+ */
+
+static void
+ngx_http_session_poll_park(ngx_http_session_poll_t *p)
+{
+    u_char                        *d;
+    size_t                         size;
+    ngx_buf_t                     *b;
+    ngx_uint_t                     i, n;
+    ngx_msec_t                     left;
+    ngx_event_t                   *rev, *wev;
+    ngx_list_part_t               *part;
+    ngx_table_elt_t               *h;
+    ngx_connection_t              *c;
+    ngx_http_request_t            *r;
+    ngx_http_connection_t         *hc;
+    ngx_http_session_ctx_t        *ctx;
+    ngx_http_session_poll_park_t  *pk;
+
+    r = p->request;
+    c = r->connection;
+
+    if (p->node == NULL
+        || r->count != 1
+        || r->blocked
+        || r->buffered
+        || r->postponed
+        || c->buffered
+        || !ngx_http_session_poll_parkable(r))
+    {
+        return;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    if (ctx == NULL) {
+        return;
+    }
+
+    /* the record and the bytes it keeps */
+
+    size = sizeof(ngx_http_session_poll_park_t) + r->request_line.len
+           + r->uri.len + r->args.len;
+
+    n = 0;
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0) {
+            continue;
+        }
+
+        n++;
+        size += 2 * sizeof(ngx_str_t) + h[i].key.len + h[i].value.len;
+    }
+
+    pk = ngx_alloc(size, c->log);
+    if (pk == NULL) {
+        return;
+    }
+
+    ngx_memzero(pk, sizeof(ngx_http_session_poll_park_t));
+
+    pk->connection = c;
+    pk->main_conf = r->main_conf;
+    pk->srv_conf = r->srv_conf;
+    pk->loc_conf = r->loc_conf;
+    pk->read_handler = c->read->handler;
+    pk->write_handler = c->write->handler;
+    pk->ctx = *ctx;
+    pk->start_sec = r->start_sec;
+    pk->start_msec = r->start_msec;
+    pk->method = r->method;
+    pk->http_version = r->http_version;
+    pk->keepalive = r->keepalive;
+    pk->header_only = r->header_only;
+
+    pk->headers = (ngx_str_t *) (pk + 1);
+    pk->nheaders = n;
+
+    d = (u_char *) (pk->headers + 2 * n);
+
+    pk->request_line.data = d;
+    pk->request_line.len = r->request_line.len;
+    d = ngx_cpymem(d, r->request_line.data, r->request_line.len);
+
+    pk->uri.data = d;
+    pk->uri.len = r->uri.len;
+    d = ngx_cpymem(d, r->uri.data, r->uri.len);
+
+    pk->args.data = d;
+    pk->args.len = r->args.len;
+    d = ngx_cpymem(d, r->args.data, r->args.len);
+
+    if (r->method_name.data == r->request_line.data
+        && r->method_name.len <= r->request_line.len)
+    {
+        pk->method_len = r->method_name.len;
+    }
+
+    if (r->http_protocol.len <= r->request_line.len
+        && r->http_protocol.data + r->http_protocol.len
+           == r->request_line.data + r->request_line.len)
+    {
+        pk->protocol_len = r->http_protocol.len;
+    }
+
+    n = 0;
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0) {
+            continue;
+        }
+
+        pk->headers[n].data = d;
+        pk->headers[n].len = h[i].key.len;
+        d = ngx_cpymem(d, h[i].key.data, h[i].key.len);
+
+        pk->headers[n + 1].data = d;
+        pk->headers[n + 1].len = h[i].value.len;
+        d = ngx_cpymem(d, h[i].value.data, h[i].value.len);
+
+        n += 2;
+    }
+
+    /* the waiter moves into the record: its place, its timer */
+
+    pk->poll.node = p->node;
+    pk->poll.final = p->final;
+
+    ngx_queue_insert_after(&p->queue, &pk->poll.queue);
+    ngx_queue_remove(&p->queue);
+    p->node = NULL;
+
+    if (p->timer.timer_set) {
+        left = ((ngx_msec_int_t) (p->timer.timer.key - ngx_current_msec) > 0)
+               ? p->timer.timer.key - ngx_current_msec : 0;
+
+        ngx_del_timer(&p->timer);
+
+        pk->poll.timer.handler = ngx_http_session_poll_timeout;
+        pk->poll.timer.data = &pk->poll;
+        pk->poll.timer.log = c->log;
+
+        ngx_add_timer(&pk->poll.timer, left);
+    }
+
+    ctx->poll = NULL;
+    pk->ctx.poll = &pk->poll;
+
+    ngx_http_session_poll_parked[c - ngx_cycle->connections] = pk;
+    ngx_http_session_stat(polls_parked, 1);
+
+    /* the request goes (its line is logged with the answer) */
+
+    hc = r->http_connection;
+    r->logged = 1;
+
+    ngx_http_free_request(r, 0);
+
+    c->data = hc;
+    c->destroyed = 0;
+    c->sent = 0;
+
+    /* the header buffer too, as for an idle keepalive connection */
+
+    b = c->buffer;
+
+    if (ngx_pfree(c->pool, b->start) == NGX_OK) {
+        b->pos = NULL;
+        b->last = NULL;
+
+    } else {
+        b->pos = b->start;
+        b->last = b->start;
+    }
+
+    rev = c->read;
+    wev = c->write;
+
+    if (rev->timer_set) {
+        ngx_del_timer(rev);
+    }
+
+    if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
+
+    rev->handler = ngx_http_session_poll_parked_read;
+    wev->handler = ngx_http_empty_handler;
+
+    c->log->action = "waiting for a long poll's answer";
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "session poll: parked on %s", pk->poll.node->sid);
+
+    if (rev->ready || rev->pending_eof) {
+        ngx_post_event(rev, &ngx_posted_events);
+        return;
+    }
+
+    if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+        ngx_http_session_poll_parked_close(pk);
+    }
+}
+
+
+/* a parked poll's connection is readable: the client may have gone */
+
+static void
+ngx_http_session_poll_parked_read(ngx_event_t *rev)
+{
+    u_char                         buf;
+    ssize_t                        n;
+    ngx_err_t                      err;
+    ngx_connection_t              *c;
+    ngx_http_session_poll_park_t  *pk;
+
+    c = rev->data;
+    pk = ngx_http_session_poll_parked[c - ngx_cycle->connections];
+
+    if (pk == NULL) {
+        ngx_http_close_connection(c);
+        return;
+    }
+
+    if (c->close || rev->pending_eof) {
+        goto gone;
+    }
+
+    n = recv(c->fd, &buf, 1, MSG_PEEK);
+
+    if (n > 0) {
+        /* a pipelined request: read after the answer */
+        return;
+    }
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        if (err != NGX_EAGAIN) {
+            goto gone;
+        }
+
+        rev->ready = 0;
+
+        if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+            goto gone;
+        }
+
+        return;
+    }
+
+gone:
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "session poll: a parked client went away");
+
+    ngx_http_session_poll_parked_close(pk);
+}
+
+
+/*
+ * The client went away (or its connection failed): the waiter leaves,
+ * and a request is made again to end as nginx ends one whose client
+ * closed (499 in the access log).
+ */
+
+static void
+ngx_http_session_poll_parked_close(ngx_http_session_poll_park_t *pk)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    c = pk->connection;
+
+    ngx_http_session_poll_leave(&pk->poll);
+
+    r = ngx_http_session_poll_unpark(pk);
+    if (r == NULL) {
+        return;
+    }
+
+    c->error = 1;
+
+    ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+}
+
+
+/*
+ * A request again, for the answer of a parked poll: NULL when none can
+ * be made (the connection is closed then).
+ */
+
+static ngx_http_request_t *
+ngx_http_session_poll_unpark(ngx_http_session_poll_park_t *pk)
+{
+    size_t              size;
+    ngx_buf_t          *b;
+    ngx_connection_t   *c;
+    ngx_http_request_t *r;
+
+    c = pk->connection;
+
+    ngx_http_session_poll_parked[c - ngx_cycle->connections] = NULL;
+    ngx_http_session_stat(polls_parked, -1);
+
+    /* a keepalive connection's buffer is whole when its request ends */
+
+    b = c->buffer;
+
+    if (b->pos == NULL) {
+        size = b->end - b->start;
+
+        b->pos = ngx_palloc(c->pool, size);
+        if (b->pos == NULL) {
+            goto failed;
+        }
+
+        b->start = b->pos;
+        b->last = b->pos;
+        b->end = b->pos + size;
+    }
+
+    r = ngx_http_create_request(c);
+    if (r == NULL) {
+        goto failed;
+    }
+
+    /* one request for the client: keepalive_requests and stub_status */
+
+    c->requests--;
+
+#if (NGX_STAT_STUB)
+    (void) ngx_atomic_fetch_add(ngx_stat_requests, -1);
+    (void) ngx_atomic_fetch_add(ngx_stat_reading, -1);
+    r->stat_reading = 0;
+    (void) ngx_atomic_fetch_add(ngx_stat_writing, 1);
+    r->stat_writing = 1;
+#endif
+
+    c->data = r;
+
+    if (ngx_http_session_poll_unpark_request(r, pk) != NGX_OK) {
+        ngx_http_free_request(r, 0);
+        c->data = r->http_connection;
+        goto failed;
+    }
+
+    ngx_free(pk);
+
+    return r;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                  "session poll: cannot answer a parked poll");
+
+    ngx_free(pk);
+    ngx_http_close_connection(c);
+
+    return NULL;
+}
+
+
+/* the request's fields, context and headers from the park */
+
+static ngx_int_t
+ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
+    ngx_http_session_poll_park_t *pk)
+{
+    u_char                  *d;
+    size_t                   size;
+    ngx_uint_t               i;
+    ngx_table_elt_t         *h;
+    ngx_connection_t        *c;
+    ngx_http_session_ctx_t  *ctx;
+
+    c = r->connection;
+
+    r->main_conf = pk->main_conf;
+    r->srv_conf = pk->srv_conf;
+    r->loc_conf = pk->loc_conf;
+
+    r->start_sec = pk->start_sec;
+    r->start_msec = pk->start_msec;
+    r->method = pk->method;
+    r->http_version = pk->http_version;
+    r->keepalive = pk->keepalive;
+    r->header_only = pk->header_only;
+    r->valid_location = 1;
+
+    /* the strings in the request's pool: the log reads them at its end */
+
+    size = pk->request_line.len + pk->uri.len + pk->args.len;
+
+    for (i = 0; i < 2 * pk->nheaders; i++) {
+        size += pk->headers[i].len;
+    }
+
+    d = ngx_pnalloc(r->pool, size);
+    ctx = ngx_palloc(r->pool, sizeof(ngx_http_session_ctx_t));
+
+    if (d == NULL
+        || ctx == NULL
+        || ngx_list_init(&r->headers_in.headers, r->pool, 1,
+                         sizeof(ngx_table_elt_t))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    r->request_line.data = d;
+    r->request_line.len = pk->request_line.len;
+    d = ngx_cpymem(d, pk->request_line.data, pk->request_line.len);
+
+    r->uri.data = d;
+    r->uri.len = pk->uri.len;
+    d = ngx_cpymem(d, pk->uri.data, pk->uri.len);
+
+    r->args.data = d;
+    r->args.len = pk->args.len;
+    d = ngx_cpymem(d, pk->args.data, pk->args.len);
+
+    r->unparsed_uri = r->uri;
+    r->method_name.data = r->request_line.data;
+    r->method_name.len = pk->method_len;
+    r->http_protocol.data = r->request_line.data + r->request_line.len
+                            - pk->protocol_len;
+    r->http_protocol.len = pk->protocol_len;
+
+    for (i = 0; i < 2 * pk->nheaders; i += 2) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
+
+        h->key.data = d;
+        h->key.len = pk->headers[i].len;
+        d = ngx_cpymem(d, pk->headers[i].data, pk->headers[i].len);
+
+        h->value.data = d;
+        h->value.len = pk->headers[i + 1].len;
+        d = ngx_cpymem(d, pk->headers[i + 1].data, pk->headers[i + 1].len);
+    }
+
+    /* the context, without what pointed into the old request's pool */
+
+    *ctx = pk->ctx;
+    ctx->project = NULL;
+    ctx->query = NULL;
+    ctx->idem = NULL;
+    ctx->poll = NULL;
+    ctx->json_error = NULL;
+    ctx->resume = NULL;
+    ctx->answer_hook = NULL;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_session_module);
+
+    ngx_http_update_location_config(r);
+
+    r->read_event_handler = ngx_http_test_reading;
+
+    c->read->handler = pk->read_handler;
+    c->write->handler = pk->write_handler;
+
+    c->log->action = "sending to client";
+
+    return NGX_OK;
+}
+
 
 
 /* by hash, then session id, then project */

@@ -30,6 +30,9 @@
 #   BENCH_POLL_TUNED     set: request_pool_size 1k and
 #                        client_header_buffer_size 512 on both servers
 #   BENCH_POLL_OUT       write the Markdown table here (default stdout)
+#   BENCH_POLL_PORT      nginx's port (default: a free one)
+#   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
+#                        one; attempts 2 and 3 take the next ones)
 #   BENCH_KEEP           keep the scratch directory
 set -euo pipefail
 
@@ -287,7 +290,11 @@ statuses() {
 inside() {
     W=$(mktemp -d /tmp/ngx-session-bench-poll.XXXXXX)
     trap scratch_cleanup EXIT
-    PORT=$(free_port) || die "no free port"
+    if [ -n "${BENCH_POLL_PORT:-}" ]; then
+        PORT=$BENCH_POLL_PORT
+    else
+        PORT=$(free_port) || die "no free port"
+    fi
 
     ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
@@ -366,7 +373,11 @@ done
 export TMPDIR=/tmp LC_ALL=C
 
 for attempt in 1 2 3; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    if [ -n "${BENCH_POLL_PGPORT:-}" ]; then
+        PGPORT=$((BENCH_POLL_PGPORT + attempt - 1))
+    else
+        PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    fi
     export PGPORT
     BENCH_POLL_MARKER=$(mktemp /tmp/ngx-session-bench-poll-marker.XXXXXX)
     rm -f "$BENCH_POLL_MARKER"
