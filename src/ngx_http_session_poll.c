@@ -42,11 +42,21 @@
 #include "ngx_http_session_sql.h"
 #include "ngx_http_session_stats.h"
 
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#endif
+
 
 /* the most images one answer carries (API.md section 5) */
 #define NGX_HTTP_SESSION_POLL_IMAGES      "100"
 /* how soon a worker that shuts down answers its waiters, milliseconds */
 #define NGX_HTTP_SESSION_POLL_EXIT_CHECK  1000
+/* polls parked after one event from which freed memory goes back */
+#define NGX_HTTP_SESSION_POLL_TRIM_BURST  64
+/* session nodes allocated at once */
+#define NGX_HTTP_SESSION_POLL_NODE_CHUNK  64
+/* and again this many milliseconds later */
+#define NGX_HTTP_SESSION_POLL_TRIM_AFTER  250
 /* a node's read: the query object and its parameters' lengths */
 #define NGX_HTTP_SESSION_POLL_READ_POOL   1024
 
@@ -166,7 +176,12 @@ static void ngx_http_session_poll_timeout(ngx_event_t *ev);
 static void ngx_http_session_poll_expired(ngx_event_t *ev);
 static void ngx_http_session_poll_want_all(ngx_uint_t final);
 static void ngx_http_session_poll_exit_check(ngx_event_t *ev);
+static ngx_http_session_poll_node_t *ngx_http_session_poll_node_alloc(
+    ngx_log_t *log);
 static void ngx_http_session_poll_park_posted(ngx_event_t *ev);
+#if (NGX_LINUX && defined __GLIBC__)
+static void ngx_http_session_poll_trim(ngx_event_t *ev);
+#endif
 static void ngx_http_session_poll_park(ngx_http_session_poll_t *p);
 static ngx_uint_t ngx_http_session_poll_parkable(ngx_http_request_t *r);
 static void ngx_http_session_poll_parked_read(ngx_event_t *rev);
@@ -185,6 +200,8 @@ static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
 static ngx_rbtree_t        ngx_http_session_poll_tree;
 static ngx_rbtree_node_t   ngx_http_session_poll_sentinel;
 static ngx_queue_t         ngx_http_session_poll_nodes;
+/* nodes not in use, in chunks that stay */
+static ngx_queue_t         ngx_http_session_poll_free;
 static ngx_event_t         ngx_http_session_poll_exit_ev;
 /* nginx's timer traces print ev->data as a connection's fd */
 static ngx_connection_t    ngx_http_session_poll_exit_conn;
@@ -193,6 +210,9 @@ static ngx_uint_t          ngx_http_session_poll_ready;
 /* the polls to park once the event that made them wait is over */
 static ngx_queue_t         ngx_http_session_poll_parking;
 static ngx_event_t         ngx_http_session_poll_park_ev;
+#if (NGX_LINUX && defined __GLIBC__)
+static ngx_event_t         ngx_http_session_poll_trim_ev;
+#endif
 /* the parked poll of each connection, by its index in cycle->connections */
 static ngx_http_session_poll_park_t  **ngx_http_session_poll_parked;
 
@@ -390,7 +410,7 @@ ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
         n = (rc < 0) ? n->left : n->right;
     }
 
-    node = ngx_alloc(sizeof(ngx_http_session_poll_node_t), log);
+    node = ngx_http_session_poll_node_alloc(log);
     if (node == NULL) {
         return NULL;
     }
@@ -880,7 +900,43 @@ ngx_http_session_poll_release(ngx_http_session_poll_node_t *node)
 
     ngx_rbtree_delete(&ngx_http_session_poll_tree, &node->node);
     ngx_queue_remove(&node->all);
-    ngx_free(node);
+
+    /* to the worker's free nodes (see ngx_http_session_poll_node_alloc) */
+    ngx_queue_insert_head(&ngx_http_session_poll_free, &node->all);
+}
+
+
+/*
+ * Nodes come in chunks of NGX_HTTP_SESSION_POLL_NODE_CHUNK and go back to
+ * a free list, never to malloc: a burst of sessions polled at once does
+ * not leave a long-lived node in each page of the burst's memory, which
+ * would keep those pages from being given back.  The chunks stay for the
+ * worker's life (its peak of polled sessions).
+ */
+
+static ngx_http_session_poll_node_t *
+ngx_http_session_poll_node_alloc(ngx_log_t *log)
+{
+    ngx_uint_t                     i;
+    ngx_queue_t                   *q;
+    ngx_http_session_poll_node_t  *chunk;
+
+    if (ngx_queue_empty(&ngx_http_session_poll_free)) {
+        chunk = ngx_alloc(NGX_HTTP_SESSION_POLL_NODE_CHUNK
+                          * sizeof(ngx_http_session_poll_node_t), log);
+        if (chunk == NULL) {
+            return NULL;
+        }
+
+        for (i = 0; i < NGX_HTTP_SESSION_POLL_NODE_CHUNK; i++) {
+            ngx_queue_insert_tail(&ngx_http_session_poll_free, &chunk[i].all);
+        }
+    }
+
+    q = ngx_queue_head(&ngx_http_session_poll_free);
+    ngx_queue_remove(q);
+
+    return ngx_queue_data(q, ngx_http_session_poll_node_t, all);
 }
 
 
@@ -1094,6 +1150,7 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
                     ngx_http_session_poll_insert_value);
 
     ngx_queue_init(&ngx_http_session_poll_nodes);
+    ngx_queue_init(&ngx_http_session_poll_free);
 
     ngx_http_session_poll_exit_ev.handler = ngx_http_session_poll_exit_check;
     ngx_http_session_poll_exit_conn.fd = (ngx_socket_t) -1;
@@ -1109,6 +1166,13 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
     ngx_http_session_poll_park_ev.handler = ngx_http_session_poll_park_posted;
     ngx_http_session_poll_park_ev.data = &ngx_http_session_poll_exit_conn;
     ngx_http_session_poll_park_ev.log = cycle->log;
+
+#if (NGX_LINUX && defined __GLIBC__)
+    ngx_http_session_poll_trim_ev.handler = ngx_http_session_poll_trim;
+    ngx_http_session_poll_trim_ev.data = &ngx_http_session_poll_exit_conn;
+    ngx_http_session_poll_trim_ev.log = cycle->log;
+    ngx_http_session_poll_trim_ev.cancelable = 1;
+#endif
 
     /* untouched pages cost nothing: memory grows with the parked polls */
     ngx_http_session_poll_parked = ngx_calloc(cycle->connection_n
@@ -1183,6 +1247,12 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
         ngx_delete_posted_event(&ngx_http_session_poll_park_ev);
     }
 
+#if (NGX_LINUX && defined __GLIBC__)
+    if (ngx_http_session_poll_trim_ev.timer_set) {
+        ngx_del_timer(&ngx_http_session_poll_trim_ev);
+    }
+#endif
+
     ngx_free(ngx_http_session_poll_parked);
     ngx_http_session_poll_parked = NULL;
 
@@ -1194,8 +1264,11 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 static void
 ngx_http_session_poll_park_posted(ngx_event_t *ev)
 {
+    ngx_uint_t                n;
     ngx_queue_t              *q;
     ngx_http_session_poll_t  *p;
+
+    n = 0;
 
     while (!ngx_queue_empty(&ngx_http_session_poll_parking)) {
         q = ngx_queue_head(&ngx_http_session_poll_parking);
@@ -1205,8 +1278,41 @@ ngx_http_session_poll_park_posted(ngx_event_t *ev)
         p->parking.next = NULL;
 
         ngx_http_session_poll_park(p);
+        n++;
     }
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+    /*
+     * A burst of polls had their requests all at once before they were
+     * parked: give the pages they freed back, or the worker keeps the
+     * burst's peak for good.
+     */
+
+    if (n >= NGX_HTTP_SESSION_POLL_TRIM_BURST) {
+        (void) malloc_trim(0);
+
+        /* and once more when the burst's first reads are over */
+
+        if (!ngx_http_session_poll_trim_ev.timer_set) {
+            ngx_add_timer(&ngx_http_session_poll_trim_ev,
+                          NGX_HTTP_SESSION_POLL_TRIM_AFTER);
+        }
+    }
+
+#endif
 }
+
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+static void
+ngx_http_session_poll_trim(ngx_event_t *ev)
+{
+    (void) malloc_trim(0);
+}
+
+#endif
 
 
 /*

@@ -30,6 +30,9 @@
 #   BENCH_POLL_TUNED     set: request_pool_size 1k and
 #                        client_header_buffer_size 512 on both servers
 #   BENCH_POLL_OUT       write the Markdown table here (default stdout)
+#   BENCH_POLL_SYNC_OFF  set: the module's connections run with
+#                        synchronous_commit off (no fsync wait in an
+#                        upload's commit: shows what the disk costs)
 #   BENCH_POLL_PORT      nginx's port (default: a free one)
 #   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
 #                        one; attempts 2 and 3 take the next ones)
@@ -301,6 +304,10 @@ inside() {
     deps
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null
+
+    if [ -n "${BENCH_POLL_SYNC_OFF:-}" ]; then
+        DB="$DB options='-c synchronous_commit=off'"
+    fi
     local a p k
     a=$(ctl account create bench-poll --plan unlimited | json_field account_id)
     p=$(ctl project create "$a" bench-poll | json_field project_id)
