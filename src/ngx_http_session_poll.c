@@ -100,6 +100,8 @@ struct ngx_http_session_poll_s {
 
     /* timed out (or timeout 0, or shutting down): the next read answers */
     unsigned                       final:1;
+    /* session_poll_park and a request that can go while it waits */
+    unsigned                       parkable:1;
 };
 
 
@@ -178,6 +180,7 @@ static void ngx_http_session_poll_want_all(ngx_uint_t final);
 static void ngx_http_session_poll_exit_check(ngx_event_t *ev);
 static ngx_http_session_poll_node_t *ngx_http_session_poll_node_alloc(
     ngx_log_t *log);
+static void ngx_http_session_poll_park_later(ngx_http_session_poll_t *p);
 static void ngx_http_session_poll_park_posted(ngx_event_t *ev);
 #if (NGX_LINUX && defined __GLIBC__)
 static void ngx_http_session_poll_trim(ngx_event_t *ev);
@@ -328,16 +331,36 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     /* the request lives until the poll answers, however many reads */
     r->main->count++;
 
-    if (slcf->poll_park && p->node && ngx_http_session_poll_parkable(r)) {
-        ngx_queue_insert_tail(&ngx_http_session_poll_parking, &p->parking);
+    p->parkable = (slcf->poll_park && ngx_http_session_poll_parkable(r));
 
-        if (!ngx_http_session_poll_park_ev.posted) {
-            ngx_post_event(&ngx_http_session_poll_park_ev,
-                           &ngx_posted_events);
-        }
+    /* a poll that joined a settled node waits: parked now, others later */
+
+    if (p->node && p->node->settled && !p->node->reading) {
+        ngx_http_session_poll_park_later(p);
     }
 
     return NGX_DONE;
+}
+
+
+/*
+ * A poll that is known to wait (its node is settled) is parked once the
+ * event that handles it is over; a poll answered at once (timeout=0,
+ * images pending) is never parked.
+ */
+
+static void
+ngx_http_session_poll_park_later(ngx_http_session_poll_t *p)
+{
+    if (!p->parkable || p->final || p->request == NULL || p->parking.next) {
+        return;
+    }
+
+    ngx_queue_insert_tail(&ngx_http_session_poll_parking, &p->parking);
+
+    if (!ngx_http_session_poll_park_ev.posted) {
+        ngx_post_event(&ngx_http_session_poll_park_ev, &ngx_posted_events);
+    }
 }
 
 
@@ -532,6 +555,7 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
     int64_t                          expires_us;
     ngx_int_t                        rc;
     ngx_pool_t                      *pool;
+    ngx_queue_t                     *wq;
     ngx_http_session_err_e           err;
     ngx_http_session_poll_node_t    *node;
     ngx_http_session_poll_answer_t  *a;
@@ -590,6 +614,16 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
             ngx_http_session_poll_answer(node, 1, err, a);
             ngx_http_session_poll_answer_release(a);
+
+            /* those left wait: their requests can go */
+
+            for (wq = ngx_queue_head(&node->waiters);
+                 wq != ngx_queue_sentinel(&node->waiters);
+                 wq = ngx_queue_next(wq))
+            {
+                ngx_http_session_poll_park_later(
+                          ngx_queue_data(wq, ngx_http_session_poll_t, queue));
+            }
 
             goto done;
         }
