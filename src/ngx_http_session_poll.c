@@ -215,6 +215,8 @@ static ngx_queue_t         ngx_http_session_poll_parking;
 static ngx_event_t         ngx_http_session_poll_park_ev;
 #if (NGX_LINUX && defined __GLIBC__)
 static ngx_event_t         ngx_http_session_poll_trim_ev;
+/* polls parked since the last trim */
+static ngx_uint_t          ngx_http_session_poll_parked_since;
 #endif
 /* the parked poll of each connection, by its index in cycle->connections */
 static ngx_http_session_poll_park_t  **ngx_http_session_poll_parked;
@@ -1318,20 +1320,19 @@ ngx_http_session_poll_park_posted(ngx_event_t *ev)
 #if (NGX_LINUX && defined __GLIBC__)
 
     /*
-     * A burst of polls had their requests all at once before they were
-     * parked: give the pages they freed back, or the worker keeps the
-     * burst's peak for good.
+     * Polls that came in a burst had their requests at the same time
+     * before they were parked: the pages those requests freed go back
+     * (after the burst's first reads, 250 ms later), or the worker would
+     * keep the burst's peak for good.
      */
 
-    if (n >= NGX_HTTP_SESSION_POLL_TRIM_BURST) {
-        (void) malloc_trim(0);
+    ngx_http_session_poll_parked_since += n;
 
-        /* and once more when the burst's first reads are over */
-
-        if (!ngx_http_session_poll_trim_ev.timer_set) {
-            ngx_add_timer(&ngx_http_session_poll_trim_ev,
-                          NGX_HTTP_SESSION_POLL_TRIM_AFTER);
-        }
+    if (ngx_http_session_poll_parked_since >= NGX_HTTP_SESSION_POLL_TRIM_BURST
+        && !ngx_http_session_poll_trim_ev.timer_set)
+    {
+        ngx_add_timer(&ngx_http_session_poll_trim_ev,
+                      NGX_HTTP_SESSION_POLL_TRIM_AFTER);
     }
 
 #endif
@@ -1343,6 +1344,8 @@ ngx_http_session_poll_park_posted(ngx_event_t *ev)
 static void
 ngx_http_session_poll_trim(ngx_event_t *ev)
 {
+    ngx_http_session_poll_parked_since = 0;
+
     (void) malloc_trim(0);
 }
 

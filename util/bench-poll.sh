@@ -192,13 +192,22 @@ set -u
 W=$W
 $(declare -f workers_rss)
 if [ "$kind" = module ]; then
-    w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
-         | perl -MJSON::PP -e 'local \$/; print JSON::PP->new->decode(<STDIN>)->{long_poll}{waiting}')
+    # steady: every poll waits and, unless it has been 5 s since they all
+    # did, is parked (its request freed once its first read is over)
+    set -- \$(curl -s "http://127.0.0.1:$PORT/status" \\
+         | perl -MJSON::PP -e 'local \$/; my \$l = JSON::PP->new->decode(<STDIN>)->{long_poll}; print "\$l->{waiting} \$l->{parked}"')
+    w=\${1:-0}
+    if [ "\$w" -ge $n ] && [ "\${2:-0}" -lt $n ]; then
+        [ -f "$W/all-waiting" ] || date +%s > "$W/all-waiting"
+        [ \$(( \$(date +%s) - \$(cat "$W/all-waiting") )) -ge 5 ] || exit 1
+    fi
 else
     w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
          | awk '/^subscribers:/ { print \$2 }')
 fi
 [ "\${w:-0}" -ge $n ] || exit 1
+# what the servers free after a burst (both alike) is not counted
+sleep 1
 workers_rss > "$W/rss-ready"
 exit 0
 EOF
@@ -243,7 +252,7 @@ run() {
 
     base=$(workers_rss)
     ready_script "$kind" "$n"
-    rm -f "$W/rss-ready"
+    rm -f "$W/rss-ready" "$W/all-waiting"
 
     "$W/poll-fanout" "$PORT" "$n" "$W/ids" "$W/sub" "$W/pub" \
         "bash $W/ready.sh" "$TIMEOUT" > "$W/out" \
