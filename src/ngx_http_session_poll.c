@@ -57,8 +57,12 @@
 #define NGX_HTTP_SESSION_POLL_NODE_CHUNK  64
 /* and again this many milliseconds later */
 #define NGX_HTTP_SESSION_POLL_TRIM_AFTER  250
-/* a node's read: the query object and its parameters' lengths */
-#define NGX_HTTP_SESSION_POLL_READ_POOL   1024
+/* a read: the query object and its parameters' lengths */
+#define NGX_HTTP_SESSION_POLL_READ_POOL   4096
+/* the most sessions one statement reads */
+#define NGX_HTTP_SESSION_POLL_BATCH       256
+/* an answer's pool: its rendered body */
+#define NGX_HTTP_SESSION_POLL_ANSWER_POOL 1024
 
 
 /* the waiters of one session and project */
@@ -70,14 +74,17 @@ typedef struct {
     ngx_queue_t                    waiters;
     /* the session's expires_at: answers every waiter 410 */
     ngx_event_t                    expiry;
-    /* the running read's pool, NULL when none runs */
-    ngx_pool_t                    *read_pool;
+    /* the statement reading it now (shared by its batch), or NULL */
+    void                          *batch;
+    /* in the worker's list of nodes whose read waits to be sent */
+    ngx_queue_t                    pending;
     /* NUL-terminated: they are the statement's parameters */
     u_char                         sid[NGX_HTTP_SESSION_UUID_LEN + 1];
     u_char                         project[NGX_HTTP_SESSION_UUID_LEN + 1];
 
-    /* a read is under way */
+    /* a read is under way (or about to be sent: pending) */
     unsigned                       reading:1;
+    unsigned                       queued:1;
     /* something happened after that read was sent: read again */
     unsigned                       again:1;
     /* the last read found nothing to answer and nothing happened since */
@@ -140,6 +147,14 @@ typedef struct {
 } ngx_http_session_poll_park_t;
 
 
+/* one statement reading the sessions of many nodes */
+typedef struct {
+    ngx_pool_t                    *pool;
+    ngx_uint_t                     n;
+    ngx_http_session_poll_node_t  *nodes[1];
+} ngx_http_session_poll_batch_t;
+
+
 /* one rendered answer, sent as it is by every waiter it answers */
 typedef struct {
     ngx_pool_t                    *pool;
@@ -157,11 +172,15 @@ static void ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
     ngx_uint_t final);
 static ngx_int_t ngx_http_session_poll_read(
     ngx_http_session_poll_node_t *node);
+static void ngx_http_session_poll_send_reads(ngx_event_t *ev);
 static void ngx_http_session_poll_result(ngx_http_session_db_query_t *q,
     PGresult *res);
+static void ngx_http_session_poll_node_result(
+    ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
+    int first, int rows);
 static ngx_http_session_err_e ngx_http_session_poll_check(
     ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
-    int *n, int64_t *expires_us);
+    int first, int rows, int *n, int64_t *expires_us);
 static void ngx_http_session_poll_expires(ngx_http_session_poll_node_t *node,
     int64_t expires_us);
 static void ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
@@ -210,6 +229,9 @@ static ngx_event_t         ngx_http_session_poll_exit_ev;
 static ngx_connection_t    ngx_http_session_poll_exit_conn;
 /* the table exists: this is a worker with session_api */
 static ngx_uint_t          ngx_http_session_poll_ready;
+/* the nodes whose reads go in the next statement, and its event */
+static ngx_queue_t         ngx_http_session_poll_pending;
+static ngx_event_t         ngx_http_session_poll_read_ev;
 /* the polls to park once the event that made them wait is over */
 static ngx_queue_t         ngx_http_session_poll_parking;
 static ngx_event_t         ngx_http_session_poll_park_ev;
@@ -395,8 +417,8 @@ ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
                    timeout, node->reading ? ", joins a read" : "");
 
     if (node->reading) {
-        /* the read under way was sent before this poll asked */
-        node->again |= p->final;
+        /* a read under way was sent before this poll asked; not a queued one */
+        node->again |= (p->final && !node->queued);
         return NGX_OK;
     }
 
@@ -473,7 +495,8 @@ ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
     node->settled = 0;
 
     if (node->reading) {
-        node->again = 1;
+        /* a read still queued is sent after this: it sees the change */
+        node->again |= !node->queued;
         return;
     }
 
@@ -494,81 +517,256 @@ ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
 
 
 /*
- * One execution of the poll statement for the node: NGX_OK (the result
- * comes from the event loop), NGX_DECLINED (no database now) or
- * NGX_ERROR.
+ * A read of the node's session: queued for the statement that the
+ * worker sends once the event under way is over, with every other
+ * session to read by then (NGX_HTTP_SESSION_POLL_BATCH at most a
+ * statement).  A read that cannot be sent answers the node's waiters
+ * 503 from there.
  */
 
 static ngx_int_t
 ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
 {
-    ngx_pool_t                   *pool;
-    ngx_http_session_db_query_t  *q;
-
-    pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_READ_POOL, ngx_cycle->log);
-    if (pool == NULL) {
-        return NGX_ERROR;
-    }
-
-    q = ngx_http_session_db_query_create_pool(pool, ngx_cycle->log,
-                                              NGX_HTTP_SESSION_SQL_POLL,
-                                              ngx_http_session_poll_result);
-    if (q == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_ERROR;
-    }
-
-    /* as ngx_http_session_db_query_stmt() makes it, with no request */
-    q->stmt = NGX_HTTP_SESSION_STMT_POLL;
-    q->result_format = 1;
-    q->data = node;
-
-    /* one read answers many waiters: not held behind a burst of writes */
-    q->first = 1;
-
-    ngx_http_session_db_param(q, node->project, 0, 0);
-    ngx_http_session_db_param(q, node->sid, 0, 0);
-    ngx_http_session_db_param(q, NGX_HTTP_SESSION_POLL_IMAGES, 0, 0);
-
-    if (ngx_http_session_db_query_run(q) != NGX_OK) {
-        ngx_destroy_pool(pool);
-        return NGX_DECLINED;
-    }
-
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "session poll: reading %s", node->sid);
 
-    ngx_http_session_stat(poll_reads, 1);
-
-    node->read_pool = pool;
     node->reading = 1;
+    node->queued = 1;
     node->again = 0;
+
+    ngx_queue_insert_tail(&ngx_http_session_poll_pending, &node->pending);
+
+    if (!ngx_http_session_poll_read_ev.posted) {
+        ngx_post_event(&ngx_http_session_poll_read_ev, &ngx_posted_events);
+    }
 
     return NGX_OK;
 }
 
 
-/* the session's columns and an unacknowledged image per row, or none */
+/* the queued reads, NGX_HTTP_SESSION_POLL_BATCH sessions a statement */
+
+static void
+ngx_http_session_poll_send_reads(ngx_event_t *ev)
+{
+    u_char                         *pp, *ps;
+    ngx_uint_t                      i, n;
+    ngx_int_t                       rc;
+    ngx_pool_t                     *pool;
+    ngx_queue_t                    *q;
+    ngx_http_session_err_e          err;
+    ngx_http_session_db_query_t    *query;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
+
+    while (!ngx_queue_empty(&ngx_http_session_poll_pending)) {
+
+        q = NULL;
+        batch = NULL;
+        query = NULL;
+        pp = NULL;
+        ps = NULL;
+        err = NGX_HTTP_SESSION_ERR_INTERNAL;
+
+        pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_READ_POOL,
+                               ngx_cycle->log);
+
+        if (pool) {
+            batch = ngx_palloc(pool, sizeof(ngx_http_session_poll_batch_t)
+                                     + (NGX_HTTP_SESSION_POLL_BATCH - 1)
+                                       * sizeof(void *));
+
+            /* "{id,id,...}": an id and a comma or brace each */
+            pp = ngx_pnalloc(pool, NGX_HTTP_SESSION_POLL_BATCH
+                                   * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
+            ps = ngx_pnalloc(pool, NGX_HTTP_SESSION_POLL_BATCH
+                                   * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
+
+            query = ngx_http_session_db_query_create_pool(pool,
+                                              ngx_cycle->log,
+                                              NGX_HTTP_SESSION_SQL_POLL,
+                                              ngx_http_session_poll_result);
+        }
+
+        n = 0;
+
+        if (batch && pp && ps && query) {
+            batch->pool = pool;
+
+            query->stmt = NGX_HTTP_SESSION_STMT_POLL;
+            query->result_format = 1;
+            query->data = batch;
+
+            /* one read answers many waiters: not held behind writes */
+            query->first = 1;
+
+            ngx_http_session_db_param(query, pp, 0, 0);
+            ngx_http_session_db_param(query, ps, 0, 0);
+            ngx_http_session_db_param(query, NGX_HTTP_SESSION_POLL_IMAGES,
+                                      0, 0);
+
+            *pp++ = '{';
+            *ps++ = '{';
+        }
+
+        /* the nodes of this statement leave the queue */
+
+        while (n < NGX_HTTP_SESSION_POLL_BATCH
+               && !ngx_queue_empty(&ngx_http_session_poll_pending))
+        {
+            q = ngx_queue_head(&ngx_http_session_poll_pending);
+            ngx_queue_remove(q);
+
+            node = ngx_queue_data(q, ngx_http_session_poll_node_t, pending);
+            node->queued = 0;
+
+            if (batch) {
+                batch->nodes[n] = node;
+            }
+
+            if (pp && ps) {
+                if (n) {
+                    *pp++ = ',';
+                    *ps++ = ',';
+                }
+
+                pp = ngx_cpymem(pp, node->project, NGX_HTTP_SESSION_UUID_LEN);
+                ps = ngx_cpymem(ps, node->sid, NGX_HTTP_SESSION_UUID_LEN);
+            }
+
+            n++;
+
+            if (batch == NULL) {
+                /* no memory: this node is answered 500 below */
+                break;
+            }
+        }
+
+        rc = NGX_ERROR;
+
+        if (batch && pp && ps && query) {
+            batch->n = n;
+
+            *pp++ = '}'; *pp = '\0';
+            *ps++ = '}'; *ps = '\0';
+
+            rc = ngx_http_session_db_query_run(query);
+
+            if (rc == NGX_OK) {
+                ngx_http_session_stat(poll_reads, 1);
+
+                for (i = 0; i < n; i++) {
+                    batch->nodes[i]->batch = batch;
+                }
+
+                ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                               "session poll: one read of %ui sessions", n);
+
+                continue;
+            }
+
+            err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+        }
+
+        /* not sent: the waiters of those nodes answer now */
+
+        if (batch == NULL && q) {
+            n = 0;
+            node = ngx_queue_data(q, ngx_http_session_poll_node_t, pending);
+            node->reading = 0;
+            ngx_http_session_poll_answer(node, 0, err, NULL);
+            ngx_http_session_poll_release(node);
+        }
+
+        for (i = 0; i < n; i++) {
+            node = batch->nodes[i];
+            node->reading = 0;
+            ngx_http_session_poll_answer(node, 0, err, NULL);
+            ngx_http_session_poll_release(node);
+        }
+
+        if (pool) {
+            ngx_destroy_pool(pool);
+        }
+    }
+}
+
+
+/* a statement's result: each node's rows, in the order they were sent */
 
 static void
 ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    u_char                         *v;
+    int64_t                         k;
+    ngx_uint_t                      i, j;
+    int                             row, first, rows, ntuples, col;
+    ngx_pool_t                     *pool;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
+
+    batch = q->data;
+    pool = batch->pool;
+
+    for (i = 0; i < batch->n; i++) {
+        batch->nodes[i]->batch = NULL;
+        batch->nodes[i]->reading = 0;
+    }
+
+    ntuples = (res && PQresultStatus(res) == PGRES_TUPLES_OK)
+              ? PQntuples(res) : 0;
+
+    col = NGX_HTTP_SESSION_SESSION_NCOLS + NGX_HTTP_SESSION_IMAGE_NCOLS;
+    row = 0;
+
+    for (i = 0; i < batch->n; i++) {
+        node = batch->nodes[i];
+        first = row;
+
+        /* the rows of the (i + 1)-th session: k, a bigint, is i + 1 */
+
+        while (row < ntuples
+               && PQnfields(res) == col + 1
+               && PQgetlength(res, row, col) == 8)
+        {
+            v = (u_char *) PQgetvalue(res, row, col);
+            k = 0;
+
+            for (j = 0; j < 8; j++) {
+                k = (k << 8) | v[j];
+            }
+
+            if (k != (int64_t) i + 1) {
+                break;
+            }
+
+            row++;
+        }
+
+        rows = row - first;
+
+        ngx_http_session_poll_node_result(node, q->log, res, first, rows);
+    }
+
+    ngx_destroy_pool(pool);
+}
+
+
+/* a node's rows of the result: answers, or the node settles */
+
+static void
+ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
+    ngx_log_t *log, PGresult *res, int first, int rows)
+{
     int                              n;
     int64_t                          expires_us;
-    ngx_int_t                        rc;
     ngx_pool_t                      *pool;
     ngx_queue_t                     *wq;
     ngx_http_session_err_e           err;
-    ngx_http_session_poll_node_t    *node;
     ngx_http_session_poll_answer_t  *a;
 
-    node = q->data;
-    pool = node->read_pool;
-
-    node->read_pool = NULL;
-    node->reading = 0;
-
-    err = ngx_http_session_poll_check(node, q->log, res, &n, &expires_us);
+    err = ngx_http_session_poll_check(node, log, res, first, rows, &n,
+                                      &expires_us);
 
     a = NULL;
 
@@ -576,13 +774,7 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
         /* something happened while this read ran: it may have missed it */
 
-        rc = ngx_http_session_poll_read(node);
-
-        if (rc != NGX_OK) {
-            err = (rc == NGX_DECLINED) ? NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE
-                                       : NGX_HTTP_SESSION_ERR_INTERNAL;
-            ngx_http_session_poll_answer(node, 0, err, NULL);
-        }
+        (void) ngx_http_session_poll_read(node);
 
         goto done;
     }
@@ -590,24 +782,29 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
     if (err == NGX_HTTP_SESSION_ERR_LAST) {
         /* one rendering for every waiter it answers */
 
-        a = ngx_palloc(pool, sizeof(ngx_http_session_poll_answer_t));
+        pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_ANSWER_POOL, log);
+        a = pool ? ngx_palloc(pool, sizeof(ngx_http_session_poll_answer_t))
+                 : NULL;
+
         if (a == NULL) {
+            if (pool) {
+                ngx_destroy_pool(pool);
+            }
+
             err = NGX_HTTP_SESSION_ERR_INTERNAL;
             goto answer;
         }
 
         a->pool = pool;
         a->refs = 1;
-        a->body = ngx_http_session_render_poll(pool, q->log, res, n);
+        a->body = ngx_http_session_render_poll(pool, log, res, first, n);
 
         if (a->body == NULL) {
+            ngx_destroy_pool(pool);
             a = NULL;
             err = NGX_HTTP_SESSION_ERR_INTERNAL;
             goto answer;
         }
-
-        /* the answer keeps the pool; the query in it is over */
-        pool = NULL;
 
         if (n == 0) {
             /* nothing yet: those whose time is up answer, the rest wait */
@@ -641,10 +838,6 @@ answer:
 
 done:
 
-    if (pool) {
-        ngx_destroy_pool(pool);
-    }
-
     ngx_http_session_poll_release(node);
 }
 
@@ -656,7 +849,8 @@ done:
 
 static ngx_http_session_err_e
 ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
-    ngx_log_t *log, PGresult *res, int *n, int64_t *expires_us)
+    ngx_log_t *log, PGresult *res, int first, int rows, int *n,
+    int64_t *expires_us)
 {
     u_char  project[NGX_HTTP_SESSION_UUID_LEN];
 
@@ -674,50 +868,49 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
     }
 
     if (PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS
-                          + NGX_HTTP_SESSION_IMAGE_NCOLS)
+                          + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+        || rows == 0)
     {
         return NGX_HTTP_SESSION_ERR_INTERNAL;
     }
 
-    if (PQntuples(res) == 0
-        || PQgetisnull(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT))
-    {
+    if (PQgetisnull(res, first, NGX_HTTP_SESSION_COL_S_PROJECT)) {
         return NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
     }
 
     /* the statement joins images only for $1; the row says whose it is */
 
-    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT)
+    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_PROJECT)
         != NGX_HTTP_SESSION_UUID_BIN_LEN)
     {
         return NGX_HTTP_SESSION_ERR_INTERNAL;
     }
 
     ngx_http_session_uuid_format(
-              (u_char *) PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT),
+              (u_char *) PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_PROJECT),
               project);
 
     if (ngx_memcmp(project, node->project, NGX_HTTP_SESSION_UUID_LEN) != 0) {
         return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
     }
 
-    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_STATUS)
         == sizeof("expired") - 1
-        && ngx_strncmp(PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_STATUS),
+        && ngx_strncmp(PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_STATUS),
                        "expired", sizeof("expired") - 1)
            == 0)
     {
         return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
     }
 
-    if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_SESSION_NCOLS)) {
-        *n = PQntuples(res);
+    if (!PQgetisnull(res, first, NGX_HTTP_SESSION_SESSION_NCOLS)) {
+        *n = rows;
         return NGX_HTTP_SESSION_ERR_LAST;
     }
 
-    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_STATUS)
         == sizeof("completed") - 1
-        && ngx_strncmp(PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_STATUS),
+        && ngx_strncmp(PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_STATUS),
                        "completed", sizeof("completed") - 1)
            == 0)
     {
@@ -725,7 +918,7 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
         return NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED;
     }
 
-    if (ngx_http_session_render_time(res, 0, NGX_HTTP_SESSION_COL_S_EXPIRES,
+    if (ngx_http_session_render_time(res, first, NGX_HTTP_SESSION_COL_S_EXPIRES,
                                      expires_us)
         != NGX_OK)
     {
@@ -1198,6 +1391,11 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
                   NGX_HTTP_SESSION_POLL_EXIT_CHECK);
 
     ngx_queue_init(&ngx_http_session_poll_parking);
+    ngx_queue_init(&ngx_http_session_poll_pending);
+
+    ngx_http_session_poll_read_ev.handler = ngx_http_session_poll_send_reads;
+    ngx_http_session_poll_read_ev.data = &ngx_http_session_poll_exit_conn;
+    ngx_http_session_poll_read_ev.log = cycle->log;
 
     ngx_http_session_poll_park_ev.handler = ngx_http_session_poll_park_posted;
     ngx_http_session_poll_park_ev.data = &ngx_http_session_poll_exit_conn;
@@ -1229,9 +1427,11 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_queue_t                   *q, *qq;
-    ngx_http_session_poll_t       *p;
-    ngx_http_session_poll_node_t  *node;
+    ngx_uint_t                      i;
+    ngx_queue_t                    *q, *qq;
+    ngx_http_session_poll_t        *p;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
 
     if (!ngx_http_session_poll_ready) {
         return;
@@ -1267,10 +1467,21 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
             }
         }
 
-        if (node->read_pool) {
+        if (node->batch) {
             /* the pool's cleanup detaches the query from its connection */
-            ngx_destroy_pool(node->read_pool);
-            node->read_pool = NULL;
+            batch = node->batch;
+
+            for (i = 0; i < batch->n; i++) {
+                batch->nodes[i]->batch = NULL;
+                batch->nodes[i]->reading = 0;
+            }
+
+            ngx_destroy_pool(batch->pool);
+        }
+
+        if (node->queued) {
+            ngx_queue_remove(&node->pending);
+            node->queued = 0;
         }
 
         node->reading = 0;
@@ -1281,6 +1492,10 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 
     if (ngx_http_session_poll_park_ev.posted) {
         ngx_delete_posted_event(&ngx_http_session_poll_park_ev);
+    }
+
+    if (ngx_http_session_poll_read_ev.posted) {
+        ngx_delete_posted_event(&ngx_http_session_poll_read_ev);
     }
 
 #if (NGX_LINUX && defined __GLIBC__)
