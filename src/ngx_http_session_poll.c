@@ -130,6 +130,7 @@ typedef struct {
     ngx_http_session_ctx_t         ctx;
     time_t                         start_sec;
     ngx_msec_t                     start_msec;
+    off_t                          request_length;
     ngx_uint_t                     method;
     ngx_uint_t                     http_version;
     ngx_str_t                      request_line;
@@ -1696,6 +1697,7 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
     pk->ctx = *ctx;
     pk->start_sec = r->start_sec;
     pk->start_msec = r->start_msec;
+    pk->request_length = r->request_length;
     pk->method = r->method;
     pk->http_version = r->http_version;
     pk->keepalive = r->keepalive;
@@ -2022,6 +2024,7 @@ ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
 
     r->start_sec = pk->start_sec;
     r->start_msec = pk->start_msec;
+    r->request_length = pk->request_length;
     r->method = pk->method;
     r->http_version = pk->http_version;
     r->keepalive = pk->keepalive;

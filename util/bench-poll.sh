@@ -30,6 +30,8 @@
 #   BENCH_POLL_TUNED     set: request_pool_size 1k and
 #                        client_header_buffer_size 512 on both servers
 #   BENCH_POLL_OUT       write the Markdown table here (default stdout)
+#   BENCH_POLL_PARK      "off": session_poll_park off (polls keep their
+#                        requests while they wait)
 #   BENCH_POLL_SYNC_OFF  set: the module's connections run with
 #                        synchronous_commit off (no fsync wait in an
 #                        upload's commit: shows what the disk costs)
@@ -126,6 +128,7 @@ conf_module() {
         cat <<EOF
     session_db $(nginx_quote "$DB");
     session_poll_max_timeout 120s;
+    session_poll_park ${BENCH_POLL_PARK:-on};
     server {
         listen 127.0.0.1:$PORT backlog=16384;
         location = /ok { return 204; }
