@@ -207,6 +207,8 @@ static void ngx_http_session_poll_trim(ngx_event_t *ev);
 #endif
 static void ngx_http_session_poll_park(ngx_http_session_poll_t *p);
 static ngx_uint_t ngx_http_session_poll_parkable(ngx_http_request_t *r);
+static size_t ngx_http_session_poll_park_headers(ngx_http_request_t *r,
+    ngx_str_t *out, u_char *d, ngx_uint_t *n);
 static void ngx_http_session_poll_parked_read(ngx_event_t *rev);
 static void ngx_http_session_poll_parked_close(
     ngx_http_session_poll_park_t *pk);
@@ -214,6 +216,8 @@ static ngx_http_request_t *ngx_http_session_poll_unpark(
     ngx_http_session_poll_park_t *pk);
 static ngx_int_t ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
     ngx_http_session_poll_park_t *pk);
+static u_char *ngx_http_session_poll_copy(ngx_str_t *dst, ngx_str_t *src,
+    u_char *d);
 static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
     uint32_t hash, u_char *sid, u_char *project);
 static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
@@ -1623,11 +1627,9 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
     u_char                        *d;
     size_t                         size;
     ngx_buf_t                     *b;
-    ngx_uint_t                     i, n;
+    ngx_uint_t                     n;
     ngx_msec_t                     left;
     ngx_event_t                   *rev, *wev;
-    ngx_list_part_t               *part;
-    ngx_table_elt_t               *h;
     ngx_connection_t              *c;
     ngx_http_request_t            *r;
     ngx_http_connection_t         *hc;
@@ -1658,28 +1660,7 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
     size = sizeof(ngx_http_session_poll_park_t) + r->request_line.len
            + r->uri.len + r->args.len;
 
-    n = 0;
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0) {
-            continue;
-        }
-
-        n++;
-        size += 2 * sizeof(ngx_str_t) + h[i].key.len + h[i].value.len;
-    }
+    size += ngx_http_session_poll_park_headers(r, NULL, NULL, &n);
 
     pk = ngx_alloc(size, c->log);
     if (pk == NULL) {
@@ -1708,17 +1689,9 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
 
     d = (u_char *) (pk->headers + 2 * n);
 
-    pk->request_line.data = d;
-    pk->request_line.len = r->request_line.len;
-    d = ngx_cpymem(d, r->request_line.data, r->request_line.len);
-
-    pk->uri.data = d;
-    pk->uri.len = r->uri.len;
-    d = ngx_cpymem(d, r->uri.data, r->uri.len);
-
-    pk->args.data = d;
-    pk->args.len = r->args.len;
-    d = ngx_cpymem(d, r->args.data, r->args.len);
+    d = ngx_http_session_poll_copy(&pk->request_line, &r->request_line, d);
+    d = ngx_http_session_poll_copy(&pk->uri, &r->uri, d);
+    d = ngx_http_session_poll_copy(&pk->args, &r->args, d);
 
     if (r->method_name.data == r->request_line.data
         && r->method_name.len <= r->request_line.len)
@@ -1733,35 +1706,7 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
         pk->protocol_len = r->http_protocol.len;
     }
 
-    n = 0;
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0) {
-            continue;
-        }
-
-        pk->headers[n].data = d;
-        pk->headers[n].len = h[i].key.len;
-        d = ngx_cpymem(d, h[i].key.data, h[i].key.len);
-
-        pk->headers[n + 1].data = d;
-        pk->headers[n + 1].len = h[i].value.len;
-        d = ngx_cpymem(d, h[i].value.data, h[i].value.len);
-
-        n += 2;
-    }
+    d += ngx_http_session_poll_park_headers(r, pk->headers, d, &n);
 
     /* the waiter moves into the record: its place, its timer */
 
@@ -1842,6 +1787,67 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
     if (ngx_handle_read_event(rev, 0) != NGX_OK) {
         ngx_http_session_poll_parked_close(pk);
     }
+}
+
+
+/*
+ * The headers set for the answer (hash not 0), with out NULL: the bytes
+ * a park needs for them; else copied as name and value pairs of out,
+ * their bytes at d: the bytes written.  *n: how many.
+ */
+
+static size_t
+ngx_http_session_poll_park_headers(ngx_http_request_t *r, ngx_str_t *out,
+    u_char *d, ngx_uint_t *n)
+{
+    size_t            size;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    size = 0;
+    *n = 0;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0) {
+            continue;
+        }
+
+        if (out == NULL) {
+            size += 2 * sizeof(ngx_str_t) + h[i].key.len + h[i].value.len;
+
+        } else {
+            out->data = d + size;
+            out->len = h[i].key.len;
+            size += h[i].key.len;
+            out++;
+
+            out->data = d + size;
+            out->len = h[i].value.len;
+            size += h[i].value.len;
+            out++;
+
+            ngx_memcpy(out[-2].data, h[i].key.data, h[i].key.len);
+            ngx_memcpy(out[-1].data, h[i].value.data, h[i].value.len);
+        }
+
+        (*n)++;
+    }
+
+    return size;
 }
 
 
@@ -2051,17 +2057,9 @@ ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    r->request_line.data = d;
-    r->request_line.len = pk->request_line.len;
-    d = ngx_cpymem(d, pk->request_line.data, pk->request_line.len);
-
-    r->uri.data = d;
-    r->uri.len = pk->uri.len;
-    d = ngx_cpymem(d, pk->uri.data, pk->uri.len);
-
-    r->args.data = d;
-    r->args.len = pk->args.len;
-    d = ngx_cpymem(d, pk->args.data, pk->args.len);
+    d = ngx_http_session_poll_copy(&r->request_line, &pk->request_line, d);
+    d = ngx_http_session_poll_copy(&r->uri, &pk->uri, d);
+    d = ngx_http_session_poll_copy(&r->args, &pk->args, d);
 
     r->unparsed_uri = r->uri;
     r->method_name.data = r->request_line.data;
@@ -2116,6 +2114,18 @@ ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
     return NGX_OK;
 }
 
+
+
+/* src's bytes to d, dst points at them: after them */
+
+static u_char *
+ngx_http_session_poll_copy(ngx_str_t *dst, ngx_str_t *src, u_char *d)
+{
+    dst->data = d;
+    dst->len = src->len;
+
+    return ngx_cpymem(d, src->data, src->len);
+}
 
 
 /* by hash, then session id, then project */
