@@ -1988,8 +1988,9 @@ ngx_http_session_poll_unpark(ngx_http_session_poll_park_t *pk)
     c->data = r;
 
     if (ngx_http_session_poll_unpark_request(r, pk) != NGX_OK) {
-        ngx_http_free_request(r, 0);
         c->data = r->http_connection;
+        r->logged = 1;
+        ngx_http_free_request(r, 0);
         goto failed;
     }
 
