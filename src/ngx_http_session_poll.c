@@ -26,37 +26,35 @@
  * session's expires_at, which answers every waiter 410 "session has
  * expired" on time instead of at the next expiry sweep.
  *
- * A plain HTTP/1.x poll that waits is parked (session_poll_park): once
- * the handler is over, its nginx request is freed (the request pool and
- * the header buffer are most of a waiting poll's memory) and only the
- * connection and a small record stay; the answer builds a request again
- * from the record, sends and finalizes it as nginx would have.
+ * A plain HTTP/1.x poll known to wait (its node settled) is parked
+ * (session_poll_park, ngx_http_session_park.h) once the event that
+ * handled it is over: its nginx request is freed (the request pool and
+ * the header buffer are most of a waiting poll's memory), the waiter
+ * moves into the park's record, and the answer is sent on a request
+ * made again from the record.
+ *
+ * The reads of the nodes that must read after one event go in one
+ * statement (up to NGX_HTTP_SESSION_POLL_BATCH sessions), sent from a
+ * posted event.
  */
 
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_body.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_park.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
 #include "ngx_http_session_stats.h"
-
-#if (NGX_LINUX && defined __GLIBC__)
-#include <malloc.h>
-#endif
 
 
 /* the most images one answer carries (API.md section 5) */
 #define NGX_HTTP_SESSION_POLL_IMAGES      "100"
 /* how soon a worker that shuts down answers its waiters, milliseconds */
 #define NGX_HTTP_SESSION_POLL_EXIT_CHECK  1000
-/* polls parked after one event from which freed memory goes back */
-#define NGX_HTTP_SESSION_POLL_TRIM_BURST  64
 /* session nodes allocated at once */
 #define NGX_HTTP_SESSION_POLL_NODE_CHUNK  64
-/* and again this many milliseconds later */
-#define NGX_HTTP_SESSION_POLL_TRIM_AFTER  250
 /* a read: the query object and its parameters' lengths */
 #define NGX_HTTP_SESSION_POLL_READ_POOL   4096
 /* the most sessions one statement reads */
@@ -99,8 +97,9 @@ struct ngx_http_session_poll_s {
     ngx_queue_t                    queue;
     /* NULL once the poll no longer waits */
     ngx_http_session_poll_node_t  *node;
-    /* NULL while parked: the poll is then the first field of a park */
+    /* NULL while parked: the poll is then the data of park */
     ngx_http_request_t            *request;
+    ngx_http_session_park_t       *park;
     ngx_event_t                    timer;
     /* in the worker's list of polls to park after this event */
     ngx_queue_t                    parking;
@@ -110,42 +109,6 @@ struct ngx_http_session_poll_s {
     /* session_poll_park and a request that can go while it waits */
     unsigned                       parkable:1;
 };
-
-
-/*
- * A parked poll: what its answer's request is built from.  One
- * allocation: the record, then the request line, the URI, the
- * arguments and the headers already set for the answer (name and value
- * bytes after their ngx_str_t pairs).
- */
-typedef struct {
-    ngx_http_session_poll_t        poll;
-    ngx_connection_t              *connection;
-    void                         **main_conf;
-    void                         **srv_conf;
-    void                         **loc_conf;
-    /* the connection's handlers while its request ran */
-    ngx_event_handler_pt           read_handler;
-    ngx_event_handler_pt           write_handler;
-    ngx_http_session_ctx_t         ctx;
-    time_t                         start_sec;
-    ngx_msec_t                     start_msec;
-    off_t                          request_length;
-    ngx_uint_t                     method;
-    ngx_uint_t                     http_version;
-    ngx_str_t                      request_line;
-    ngx_str_t                      uri;
-    ngx_str_t                      args;
-    /* method_name and http_protocol: offsets into request_line */
-    size_t                         method_len;
-    size_t                         protocol_len;
-    /* headers_out.headers, as pairs of ngx_str_t at "headers" */
-    ngx_uint_t                     nheaders;
-    ngx_str_t                     *headers;
-
-    unsigned                       keepalive:1;
-    unsigned                       header_only:1;
-} ngx_http_session_poll_park_t;
 
 
 /* one statement reading the sessions of many nodes */
@@ -202,22 +165,8 @@ static ngx_http_session_poll_node_t *ngx_http_session_poll_node_alloc(
     ngx_log_t *log);
 static void ngx_http_session_poll_park_later(ngx_http_session_poll_t *p);
 static void ngx_http_session_poll_park_posted(ngx_event_t *ev);
-#if (NGX_LINUX && defined __GLIBC__)
-static void ngx_http_session_poll_trim(ngx_event_t *ev);
-#endif
 static void ngx_http_session_poll_park(ngx_http_session_poll_t *p);
-static ngx_uint_t ngx_http_session_poll_parkable(ngx_http_request_t *r);
-static size_t ngx_http_session_poll_park_headers(ngx_http_request_t *r,
-    ngx_str_t *out, u_char *d, ngx_uint_t *n);
-static void ngx_http_session_poll_parked_read(ngx_event_t *rev);
-static void ngx_http_session_poll_parked_close(
-    ngx_http_session_poll_park_t *pk);
-static ngx_http_request_t *ngx_http_session_poll_unpark(
-    ngx_http_session_poll_park_t *pk);
-static ngx_int_t ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
-    ngx_http_session_poll_park_t *pk);
-static u_char *ngx_http_session_poll_copy(ngx_str_t *dst, ngx_str_t *src,
-    u_char *d);
+static void ngx_http_session_poll_parked_gone(ngx_http_session_park_t *pk);
 static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
     uint32_t hash, u_char *sid, u_char *project);
 static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
@@ -240,13 +189,6 @@ static ngx_event_t         ngx_http_session_poll_read_ev;
 /* the polls to park once the event that made them wait is over */
 static ngx_queue_t         ngx_http_session_poll_parking;
 static ngx_event_t         ngx_http_session_poll_park_ev;
-#if (NGX_LINUX && defined __GLIBC__)
-static ngx_event_t         ngx_http_session_poll_trim_ev;
-/* polls parked since the last trim */
-static ngx_uint_t          ngx_http_session_poll_parked_since;
-#endif
-/* the parked poll of each connection, by its index in cycle->connections */
-static ngx_http_session_poll_park_t  **ngx_http_session_poll_parked;
 
 
 /* GET /api/v1/sessions/{sid}/poll */
@@ -360,7 +302,7 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     /* the request lives until the poll answers, however many reads */
     r->main->count++;
 
-    p->parkable = (slcf->poll_park && ngx_http_session_poll_parkable(r));
+    p->parkable = (slcf->poll_park && ngx_http_session_parkable(r));
 
     /* a poll that joined a settled node waits: parked now, others later */
 
@@ -1019,8 +961,7 @@ ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
         r = p->request;
 
         if (r == NULL) {
-            r = ngx_http_session_poll_unpark(
-                                       (ngx_http_session_poll_park_t *) p);
+            r = ngx_http_session_unpark(p->park);
             if (r == NULL) {
                 continue;
             }
@@ -1406,18 +1347,7 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
     ngx_http_session_poll_park_ev.data = &ngx_http_session_poll_exit_conn;
     ngx_http_session_poll_park_ev.log = cycle->log;
 
-#if (NGX_LINUX && defined __GLIBC__)
-    ngx_http_session_poll_trim_ev.handler = ngx_http_session_poll_trim;
-    ngx_http_session_poll_trim_ev.data = &ngx_http_session_poll_exit_conn;
-    ngx_http_session_poll_trim_ev.log = cycle->log;
-    ngx_http_session_poll_trim_ev.cancelable = 1;
-#endif
-
-    /* untouched pages cost nothing: memory grows with the parked polls */
-    ngx_http_session_poll_parked = ngx_calloc(cycle->connection_n
-                                   * sizeof(ngx_http_session_poll_park_t *),
-                                              cycle->log);
-    if (ngx_http_session_poll_parked == NULL) {
+    if (ngx_http_session_park_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
     }
 
@@ -1464,11 +1394,7 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 
             if (p->request == NULL) {
                 /* parked: its connection goes with the process */
-                ngx_http_session_stat(polls_parked, -1);
-                ngx_http_session_poll_parked[
-                             ((ngx_http_session_poll_park_t *) p)->connection
-                             - cycle->connections] = NULL;
-                ngx_free(p);
+                ngx_http_session_park_free(p->park);
             }
         }
 
@@ -1503,14 +1429,7 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
         ngx_delete_posted_event(&ngx_http_session_poll_read_ev);
     }
 
-#if (NGX_LINUX && defined __GLIBC__)
-    if (ngx_http_session_poll_trim_ev.timer_set) {
-        ngx_del_timer(&ngx_http_session_poll_trim_ev);
-    }
-#endif
-
-    ngx_free(ngx_http_session_poll_parked);
-    ngx_http_session_poll_parked = NULL;
+    ngx_http_session_park_exit_process(cycle);
 
     ngx_http_session_poll_ready = 0;
 }
@@ -1520,11 +1439,8 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 static void
 ngx_http_session_poll_park_posted(ngx_event_t *ev)
 {
-    ngx_uint_t                n;
     ngx_queue_t              *q;
     ngx_http_session_poll_t  *p;
-
-    n = 0;
 
     while (!ngx_queue_empty(&ngx_http_session_poll_parking)) {
         q = ngx_queue_head(&ngx_http_session_poll_parking);
@@ -1534,186 +1450,43 @@ ngx_http_session_poll_park_posted(ngx_event_t *ev)
         p->parking.next = NULL;
 
         ngx_http_session_poll_park(p);
-        n++;
     }
 
-#if (NGX_LINUX && defined __GLIBC__)
-
-    /*
-     * Polls that came in a burst had their requests at the same time
-     * before they were parked: the pages those requests freed go back
-     * (after the burst's first reads, 250 ms later), or the worker would
-     * keep the burst's peak for good.
-     */
-
-    ngx_http_session_poll_parked_since += n;
-
-    if (ngx_http_session_poll_parked_since >= NGX_HTTP_SESSION_POLL_TRIM_BURST
-        && !ngx_http_session_poll_trim_ev.timer_set)
-    {
-        ngx_add_timer(&ngx_http_session_poll_trim_ev,
-                      NGX_HTTP_SESSION_POLL_TRIM_AFTER);
-    }
-
-#endif
-}
-
-
-#if (NGX_LINUX && defined __GLIBC__)
-
-static void
-ngx_http_session_poll_trim(ngx_event_t *ev)
-{
-    ngx_http_session_poll_parked_since = 0;
-
-    (void) malloc_trim(0);
-}
-
-#endif
-
-
-/*
- * Whether the request can go while its poll waits: plain HTTP/1.x (not
- * TLS, not a stream of HTTP/2), no body, nothing read beyond it, its
- * header in the connection's own buffer.
- */
-
-static ngx_uint_t
-ngx_http_session_poll_parkable(ngx_http_request_t *r)
-{
-    ngx_connection_t       *c;
-    ngx_http_connection_t  *hc;
-
-    c = r->connection;
-    hc = r->http_connection;
-
-#if (NGX_HTTP_SSL)
-    if (c->ssl) {
-        return 0;
-    }
-#endif
-
-#if (NGX_HTTP_V2)
-    if (r->stream) {
-        return 0;
-    }
-#endif
-
-    if (r != r->main
-        || hc == NULL
-        || hc->busy
-        || r->header_in != c->buffer
-        || r->header_in->pos != r->header_in->last
-        || r->headers_in.content_length_n > 0
-        || r->headers_in.chunked
-        || r->request_line.len == 0)
-    {
-        return 0;
-    }
-
-    return 1;
 }
 
 
 /*
- * Frees the poll's request and keeps its connection: the waiter moves
- * into a park, the header buffer goes as a keepalive connection's does,
- * and the connection's reads only watch for the client going away.
+ * The poll's request goes (see ngx_http_session_park.h): the waiter
+ * moves into the park's data, with its place in the node and its timer.
  */
 
 static void
 ngx_http_session_poll_park(ngx_http_session_poll_t *p)
 {
-    u_char                        *d;
-    size_t                         size;
-    ngx_buf_t                     *b;
-    ngx_uint_t                     n;
-    ngx_msec_t                     left;
-    ngx_event_t                   *rev, *wev;
-    ngx_connection_t              *c;
-    ngx_http_request_t            *r;
-    ngx_http_connection_t         *hc;
-    ngx_http_session_ctx_t        *ctx;
-    ngx_http_session_poll_park_t  *pk;
+    ngx_msec_t                left;
+    ngx_http_request_t       *r;
+    ngx_http_session_park_t  *pk;
+    ngx_http_session_poll_t  *np;
 
     r = p->request;
-    c = r->connection;
 
-    if (p->node == NULL
-        || r->count != 1
-        || r->blocked
-        || r->buffered
-        || r->postponed
-        || c->buffered
-        || !ngx_http_session_poll_parkable(r))
-    {
+    if (p->node == NULL) {
         return;
     }
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-    if (ctx == NULL) {
-        return;
-    }
-
-    /* the record and the bytes it keeps */
-
-    size = sizeof(ngx_http_session_poll_park_t) + r->request_line.len
-           + r->uri.len + r->args.len;
-
-    size += ngx_http_session_poll_park_headers(r, NULL, NULL, &n);
-
-    pk = ngx_alloc(size, c->log);
+    pk = ngx_http_session_park_prepare(r, sizeof(ngx_http_session_poll_t),
+                                       ngx_http_session_poll_parked_gone);
     if (pk == NULL) {
         return;
     }
 
-    ngx_memzero(pk, sizeof(ngx_http_session_poll_park_t));
+    np = ngx_http_session_park_data(pk);
 
-    pk->connection = c;
-    pk->main_conf = r->main_conf;
-    pk->srv_conf = r->srv_conf;
-    pk->loc_conf = r->loc_conf;
-    pk->read_handler = c->read->handler;
-    pk->write_handler = c->write->handler;
-    pk->ctx = *ctx;
-    pk->start_sec = r->start_sec;
-    pk->start_msec = r->start_msec;
-    pk->request_length = r->request_length;
-    pk->method = r->method;
-    pk->http_version = r->http_version;
-    pk->keepalive = r->keepalive;
-    pk->header_only = r->header_only;
+    np->node = p->node;
+    np->park = pk;
+    np->final = p->final;
 
-    pk->headers = (ngx_str_t *) (pk + 1);
-    pk->nheaders = n;
-
-    d = (u_char *) (pk->headers + 2 * n);
-
-    d = ngx_http_session_poll_copy(&pk->request_line, &r->request_line, d);
-    d = ngx_http_session_poll_copy(&pk->uri, &r->uri, d);
-    d = ngx_http_session_poll_copy(&pk->args, &r->args, d);
-
-    if (r->method_name.data == r->request_line.data
-        && r->method_name.len <= r->request_line.len)
-    {
-        pk->method_len = r->method_name.len;
-    }
-
-    if (r->http_protocol.len <= r->request_line.len
-        && r->http_protocol.data + r->http_protocol.len
-           == r->request_line.data + r->request_line.len)
-    {
-        pk->protocol_len = r->http_protocol.len;
-    }
-
-    d += ngx_http_session_poll_park_headers(r, pk->headers, d, &n);
-
-    /* the waiter moves into the record: its place, its timer */
-
-    pk->poll.node = p->node;
-    pk->poll.final = p->final;
-
-    ngx_queue_insert_after(&p->queue, &pk->poll.queue);
+    ngx_queue_insert_after(&p->queue, &np->queue);
     ngx_queue_remove(&p->queue);
     p->node = NULL;
 
@@ -1723,410 +1496,31 @@ ngx_http_session_poll_park(ngx_http_session_poll_t *p)
 
         ngx_del_timer(&p->timer);
 
-        pk->poll.timer.handler = ngx_http_session_poll_timeout;
-        pk->poll.timer.data = &pk->poll;
-        pk->poll.timer.log = c->log;
+        np->timer.handler = ngx_http_session_poll_timeout;
+        np->timer.data = np;
+        np->timer.log = r->connection->log;
 
-        ngx_add_timer(&pk->poll.timer, left);
+        ngx_add_timer(&np->timer, left);
     }
 
-    ctx->poll = NULL;
-    pk->ctx.poll = &pk->poll;
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session poll: parking on %s", np->node->sid);
 
-    ngx_http_session_poll_parked[c - ngx_cycle->connections] = pk;
-    ngx_http_session_stat(polls_parked, 1);
+    /* the request's cleanup finds p out of the node: it does nothing */
 
-    /* the request goes (its line is logged with the answer) */
-
-    hc = r->http_connection;
-    r->logged = 1;
-
-    ngx_http_free_request(r, 0);
-
-    c->data = hc;
-    c->destroyed = 0;
-    c->sent = 0;
-
-    /* the header buffer too, as for an idle keepalive connection */
-
-    b = c->buffer;
-
-    if (ngx_pfree(c->pool, b->start) == NGX_OK) {
-        b->pos = NULL;
-        b->last = NULL;
-
-    } else {
-        b->pos = b->start;
-        b->last = b->start;
-    }
-
-    rev = c->read;
-    wev = c->write;
-
-    if (rev->timer_set) {
-        ngx_del_timer(rev);
-    }
-
-    if (wev->timer_set) {
-        ngx_del_timer(wev);
-    }
-
-    rev->handler = ngx_http_session_poll_parked_read;
-    wev->handler = ngx_http_empty_handler;
-
-    c->log->action = "waiting for a long poll's answer";
-
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, c->log, 0,
-                   "session poll: parked on %s", pk->poll.node->sid);
-
-    if (rev->ready || rev->pending_eof) {
-        ngx_post_event(rev, &ngx_posted_events);
-        return;
-    }
-
-    if (ngx_handle_read_event(rev, 0) != NGX_OK) {
-        ngx_http_session_poll_parked_close(pk);
-    }
+    ngx_http_session_park_request(pk, r);
 }
 
 
-/*
- * The headers set for the answer (hash not 0), with out NULL: the bytes
- * a park needs for them; else copied as name and value pairs of out,
- * their bytes at d: the bytes written.  *n: how many.
- */
-
-static size_t
-ngx_http_session_poll_park_headers(ngx_http_request_t *r, ngx_str_t *out,
-    u_char *d, ngx_uint_t *n)
-{
-    size_t            size;
-    ngx_uint_t        i;
-    ngx_list_part_t  *part;
-    ngx_table_elt_t  *h;
-
-    size = 0;
-    *n = 0;
-
-    part = &r->headers_out.headers.part;
-    h = part->elts;
-
-    for (i = 0; /* void */; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0) {
-            continue;
-        }
-
-        if (out == NULL) {
-            size += 2 * sizeof(ngx_str_t) + h[i].key.len + h[i].value.len;
-
-        } else {
-            out->data = d + size;
-            out->len = h[i].key.len;
-            size += h[i].key.len;
-            out++;
-
-            out->data = d + size;
-            out->len = h[i].value.len;
-            size += h[i].value.len;
-            out++;
-
-            ngx_memcpy(out[-2].data, h[i].key.data, h[i].key.len);
-            ngx_memcpy(out[-1].data, h[i].value.data, h[i].value.len);
-        }
-
-        (*n)++;
-    }
-
-    return size;
-}
-
-
-/* a parked poll's connection is readable: the client may have gone */
+/* the client of a parked poll went away: the waiter leaves */
 
 static void
-ngx_http_session_poll_parked_read(ngx_event_t *rev)
+ngx_http_session_poll_parked_gone(ngx_http_session_park_t *pk)
 {
-    u_char                         buf;
-    ssize_t                        n;
-    ngx_err_t                      err;
-    ngx_connection_t              *c;
-    ngx_http_session_poll_park_t  *pk;
-
-    c = rev->data;
-    pk = ngx_http_session_poll_parked[c - ngx_cycle->connections];
-
-    if (pk == NULL) {
-        ngx_http_close_connection(c);
-        return;
-    }
-
-    if (c->close || rev->pending_eof) {
-        goto gone;
-    }
-
-    n = recv(c->fd, &buf, 1, MSG_PEEK);
-
-    if (n > 0) {
-        /* a pipelined request: read after the answer */
-        return;
-    }
-
-    if (n == -1) {
-        err = ngx_socket_errno;
-
-        if (err != NGX_EAGAIN) {
-            goto gone;
-        }
-
-        rev->ready = 0;
-
-        if (ngx_handle_read_event(rev, 0) != NGX_OK) {
-            goto gone;
-        }
-
-        return;
-    }
-
-gone:
-
-    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
-                   "session poll: a parked client went away");
-
-    ngx_http_session_poll_parked_close(pk);
+    ngx_http_session_poll_leave(ngx_http_session_park_data(pk));
 }
 
 
-/*
- * The client went away (or its connection failed): the waiter leaves,
- * and a request is made again to end as nginx ends one whose client
- * closed (499 in the access log).
- */
-
-static void
-ngx_http_session_poll_parked_close(ngx_http_session_poll_park_t *pk)
-{
-    ngx_connection_t    *c;
-    ngx_http_request_t  *r;
-
-    c = pk->connection;
-
-    ngx_http_session_poll_leave(&pk->poll);
-
-    r = ngx_http_session_poll_unpark(pk);
-    if (r == NULL) {
-        return;
-    }
-
-    c->error = 1;
-
-    ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
-}
-
-
-/*
- * A request again, for the answer of a parked poll: NULL when none can
- * be made (the connection is closed then).
- */
-
-static ngx_http_request_t *
-ngx_http_session_poll_unpark(ngx_http_session_poll_park_t *pk)
-{
-    size_t              size;
-    ngx_buf_t          *b;
-    ngx_connection_t   *c;
-    ngx_http_request_t *r;
-
-    c = pk->connection;
-
-    ngx_http_session_poll_parked[c - ngx_cycle->connections] = NULL;
-    ngx_http_session_stat(polls_parked, -1);
-
-    /* a keepalive connection's buffer is whole when its request ends */
-
-    b = c->buffer;
-
-    if (b->pos == NULL) {
-        size = b->end - b->start;
-
-        b->pos = ngx_palloc(c->pool, size);
-        if (b->pos == NULL) {
-            goto failed;
-        }
-
-        b->start = b->pos;
-        b->last = b->pos;
-        b->end = b->pos + size;
-    }
-
-    r = ngx_http_create_request(c);
-    if (r == NULL) {
-        goto failed;
-    }
-
-    /* one request for the client: keepalive_requests and stub_status */
-
-    c->requests--;
-
-#if (NGX_STAT_STUB)
-    (void) ngx_atomic_fetch_add(ngx_stat_requests, -1);
-    (void) ngx_atomic_fetch_add(ngx_stat_reading, -1);
-    r->stat_reading = 0;
-    (void) ngx_atomic_fetch_add(ngx_stat_writing, 1);
-    r->stat_writing = 1;
-#endif
-
-    c->data = r;
-
-    if (ngx_http_session_poll_unpark_request(r, pk) != NGX_OK) {
-        c->data = r->http_connection;
-        r->logged = 1;
-        ngx_http_free_request(r, 0);
-        goto failed;
-    }
-
-    ngx_free(pk);
-
-    return r;
-
-failed:
-
-    ngx_log_error(NGX_LOG_ERR, c->log, 0,
-                  "session poll: cannot answer a parked poll");
-
-    ngx_free(pk);
-    ngx_http_close_connection(c);
-
-    return NULL;
-}
-
-
-/* the request's fields, context and headers from the park */
-
-static ngx_int_t
-ngx_http_session_poll_unpark_request(ngx_http_request_t *r,
-    ngx_http_session_poll_park_t *pk)
-{
-    u_char                  *d;
-    size_t                   size;
-    ngx_uint_t               i;
-    ngx_table_elt_t         *h;
-    ngx_connection_t        *c;
-    ngx_http_session_ctx_t  *ctx;
-
-    c = r->connection;
-
-    r->main_conf = pk->main_conf;
-    r->srv_conf = pk->srv_conf;
-    r->loc_conf = pk->loc_conf;
-
-    r->start_sec = pk->start_sec;
-    r->start_msec = pk->start_msec;
-    r->request_length = pk->request_length;
-    r->method = pk->method;
-    r->http_version = pk->http_version;
-    r->keepalive = pk->keepalive;
-    r->header_only = pk->header_only;
-    r->valid_location = 1;
-
-    /* the strings in the request's pool: the log reads them at its end */
-
-    size = pk->request_line.len + pk->uri.len + pk->args.len;
-
-    for (i = 0; i < 2 * pk->nheaders; i++) {
-        size += pk->headers[i].len;
-    }
-
-    d = ngx_pnalloc(r->pool, size);
-    ctx = ngx_palloc(r->pool, sizeof(ngx_http_session_ctx_t));
-
-    if (d == NULL
-        || ctx == NULL
-        || ngx_list_init(&r->headers_in.headers, r->pool, 1,
-                         sizeof(ngx_table_elt_t))
-           != NGX_OK)
-    {
-        return NGX_ERROR;
-    }
-
-    d = ngx_http_session_poll_copy(&r->request_line, &pk->request_line, d);
-    d = ngx_http_session_poll_copy(&r->uri, &pk->uri, d);
-    d = ngx_http_session_poll_copy(&r->args, &pk->args, d);
-
-    r->unparsed_uri = r->uri;
-    r->method_name.data = r->request_line.data;
-    r->method_name.len = pk->method_len;
-    r->http_protocol.data = r->request_line.data + r->request_line.len
-                            - pk->protocol_len;
-    r->http_protocol.len = pk->protocol_len;
-
-    for (i = 0; i < 2 * pk->nheaders; i += 2) {
-        h = ngx_list_push(&r->headers_out.headers);
-        if (h == NULL) {
-            return NGX_ERROR;
-        }
-
-        h->hash = 1;
-        h->lowcase_key = NULL;
-#if (nginx_version >= 1023000)
-        h->next = NULL;
-#endif
-
-        h->key.data = d;
-        h->key.len = pk->headers[i].len;
-        d = ngx_cpymem(d, pk->headers[i].data, pk->headers[i].len);
-
-        h->value.data = d;
-        h->value.len = pk->headers[i + 1].len;
-        d = ngx_cpymem(d, pk->headers[i + 1].data, pk->headers[i + 1].len);
-    }
-
-    /* the context, without what pointed into the old request's pool */
-
-    *ctx = pk->ctx;
-    ctx->project = NULL;
-    ctx->query = NULL;
-    ctx->idem = NULL;
-    ctx->poll = NULL;
-    ctx->json_error = NULL;
-    ctx->resume = NULL;
-    ctx->answer_hook = NULL;
-
-    ngx_http_set_ctx(r, ctx, ngx_http_session_module);
-
-    ngx_http_update_location_config(r);
-
-    r->read_event_handler = ngx_http_test_reading;
-
-    c->read->handler = pk->read_handler;
-    c->write->handler = pk->write_handler;
-
-    c->log->action = "sending to client";
-
-    return NGX_OK;
-}
-
-
-
-/* src's bytes to d, dst points at them: after them */
-
-static u_char *
-ngx_http_session_poll_copy(ngx_str_t *dst, ngx_str_t *src, u_char *d)
-{
-    dst->data = d;
-    dst->len = src->len;
-
-    return ngx_cpymem(d, src->data, src->len);
-}
 
 
 /* by hash, then session id, then project */
