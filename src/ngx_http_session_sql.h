@@ -378,19 +378,24 @@
 
 
 /*
- * $1 project, $2 session id, $3 most images: the session's columns and
- * an unacknowledged image per row, oldest first (one row of NULL image
- * columns when there is none; no row when the session is missing)
+ * The long poll's read of many sessions at once: $1 their projects and
+ * $2 their ids (arrays of the same length, the k-th project with the
+ * k-th id), $3 most images a session.  For each k in order: the
+ * session's columns and an unacknowledged image per row, oldest first
+ * (one row of NULL image columns when there is none, or when the session
+ * is not the k-th project's; a row of NULL session columns when the
+ * session is missing), then k (bigint, from 1) as the last column.
  */
 #define NGX_HTTP_SESSION_SQL_POLL                                             \
     "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("x") ", "                     \
-    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
-    " FROM sessions x"                                                        \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ", w.k"                              \
+    " FROM unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY w(project, id, k)"  \
+    " LEFT JOIN sessions x ON x.id = w.id"                                    \
     " LEFT JOIN LATERAL (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")        \
     " FROM images i WHERE i.session_id = x.id"                                \
     " AND i.acknowledged_at IS NULL"                                          \
-    " ORDER BY i.sequence LIMIT $3::integer) i ON x.project_id = $1::uuid"    \
-    " WHERE x.id = $2::uuid"
+    " ORDER BY i.sequence LIMIT $3::integer) i ON x.project_id = w.project"   \
+    " ORDER BY w.k, i.sequence"
 
 
 /*

@@ -33,6 +33,8 @@ typedef struct {
     /* polls waiting now; the long poll's shared reads of sessions */
     ngx_atomic_t        polls_waiting;
     ngx_atomic_t        poll_reads;
+    /* of the polls waiting, those whose nginx request is freed */
+    ngx_atomic_t        polls_parked;
     /* expiry sweeps that ran, sessions they expired */
     ngx_atomic_t        sweeps;
     ngx_atomic_t        expired;

@@ -326,7 +326,8 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
                    "\"entries\": %ui}, "
                    "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
-                   "\"long_poll\": {\"waiting\": %uA, \"reads\": %uA}, "
+                   "\"long_poll\": {\"waiting\": %uA, \"parked\": %uA, "
+                   "\"reads\": %uA}, "
                    "\"expiry_sweep\": {\"runs\": %uA, "
                    "\"sessions_expired\": %uA, \"sessions_purged\": %uA}, "
                    "\"webhooks\": {\"delivered\": %uA, \"retried\": %uA, "
@@ -335,7 +336,8 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.polls_waiting, st->s.poll_reads, st->s.sweeps,
+                   st->s.polls_waiting, st->s.polls_parked, st->s.poll_reads,
+                   st->s.sweeps,
                    st->s.expired, st->s.purged, st->s.webhooks_delivered,
                    st->s.webhooks_retried, st->s.webhooks_failed, &st->zone,
                    st->fig.size, st->fig.free, st->fig.keys,
@@ -380,6 +382,9 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
                             "timeout): 503.", st->s.db_failures);
     p = ngx_http_session_status_metric(p, "polls_waiting", "gauge",
                             "Long polls waiting now.", st->s.polls_waiting);
+    p = ngx_http_session_status_metric(p, "polls_parked", "gauge",
+                            "Of the waiting long polls, those that hold only "
+                            "their connection.", st->s.polls_parked);
     p = ngx_http_session_status_metric(p, "poll_reads_total", "counter",
                             "Reads of a session, each shared by the long "
                             "polls that wait on it.", st->s.poll_reads);
