@@ -174,6 +174,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 
         dc->log = cycle->log;
         dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->role = "nginx session pool";
         dc->hosts = smcf->db_hosts;
         dc->options = options;
         dc->timeout = smcf->db_timeout;
@@ -348,7 +349,7 @@ ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     const char *host, const char *hostaddr, const char *port)
 {
     ngx_uint_t   n;
-    const char  *keywords[6], *values[6];
+    const char  *keywords[7], *values[7];
 
     /* the conninfo is expanded first; the keywords given here follow it */
 
@@ -360,6 +361,11 @@ ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     if (dc->options) {
         keywords[n] = "options";
         values[n++] = dc->options;
+    }
+
+    if (dc->role) {
+        keywords[n] = "fallback_application_name";
+        values[n++] = dc->role;
     }
 
     if (host) {

@@ -422,7 +422,7 @@ $checks{batch} = sub {
 
     my $killed = psql(q{SELECT count(pg_terminate_backend(pid))}
                       . q{ FROM pg_stat_activity}
-                      . q{ WHERE query LIKE 'LISTEN %'});
+                      . q{ WHERE application_name = 'nginx session listen'});
     is($killed, 1, "$name - the LISTEN connection is cut");
 
     my ($after) = wait_until(10, 0.05, sub {
