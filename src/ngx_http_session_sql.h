@@ -353,6 +353,19 @@ typedef enum {
     " AND o.delivered_at IS NULL"
 
 
+/*
+ * The queue for session_status: events not delivered nor failed (due,
+ * scheduled or in flight), and the milliseconds since the oldest due one
+ * became due (0: none is due).  Both over the partial index
+ * webhook_outbox_due.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_QUEUE                                    \
+    "SELECT count(*), coalesce(ceil(extract(epoch FROM now()"                 \
+    " - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()))"        \
+    " * 1000), 0)::bigint"                                                    \
+    " FROM webhook_outbox"                                                    \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"
+
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
 #define NGX_HTTP_SESSION_CHANNEL_EVENTS  "session_events"

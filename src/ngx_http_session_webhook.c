@@ -41,6 +41,8 @@
 #define NGX_HTTP_SESSION_WEBHOOK_LEASE_PAD  10000
 /* "resolver_timeout" when the http block sets none, as nginx's default */
 #define NGX_HTTP_SESSION_WEBHOOK_RESOLVER_TIMEOUT  30000
+/* the queue is measured for session_status this often per node, ms */
+#define NGX_HTTP_SESSION_WEBHOOK_MEASURE    1000
 /* the status line must fit in this many bytes */
 #define NGX_HTTP_SESSION_WEBHOOK_ANSWER     1024
 #define NGX_HTTP_SESSION_WEBHOOK_ERROR_MAX  256
@@ -102,6 +104,10 @@ typedef struct {
     ngx_msec_t                    flush_due;
     u_char                       *params[5];
     ngx_uint_t                    nbatch_failed;
+
+    /* the queue's measurement: its timer, the query in flight */
+    ngx_event_t                   measure;
+    ngx_pool_t                   *measuring;
 
     unsigned                      enabled:1;
     /* claim again as soon as possible */
@@ -195,6 +201,9 @@ static void ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
 static void ngx_http_session_webhook_free(
     ngx_http_session_webhook_delivery_t *d);
 static ngx_uint_t ngx_http_session_webhook_stopping(void);
+static void ngx_http_session_webhook_measure(ngx_event_t *ev);
+static void ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
+    PGresult *res);
 
 
 static const char  *ngx_http_session_webhook_stages[] = {
@@ -345,10 +354,19 @@ ngx_http_session_webhook_init_process(ngx_cycle_t *cycle)
     wh->timer.log = cycle->log;
     wh->timer.cancelable = 1;
 
+    wh->measure.handler = ngx_http_session_webhook_measure;
+    wh->measure.data = wh;
+    wh->measure.log = cycle->log;
+    wh->measure.cancelable = 1;
+
     wh->enabled = 1;
 
     /* the first claim once the query pool may be connected */
     ngx_http_session_webhook_schedule(wh, 100 + ngx_random() % 400);
+
+    if (ngx_http_session_stats) {
+        ngx_add_timer(&wh->measure, 100 + ngx_random() % 400);
+    }
 
     return NGX_OK;
 }
@@ -373,9 +391,18 @@ ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
         ngx_del_timer(&wh->timer);
     }
 
+    if (wh->measure.timer_set) {
+        ngx_del_timer(&wh->measure);
+    }
+
     if (wh->claim) {
         ngx_destroy_pool(wh->claim);
         wh->claim = NULL;
+    }
+
+    if (wh->measuring) {
+        ngx_destroy_pool(wh->measuring);
+        wh->measuring = NULL;
     }
 
     /* outcomes not recorded: their leases run out */
@@ -1829,4 +1856,106 @@ static ngx_uint_t
 ngx_http_session_webhook_stopping(void)
 {
     return ngx_exiting || ngx_quit || ngx_terminate;
+}
+
+
+/*
+ * The queue's depth and the age of its oldest due event, for
+ * session_status: every worker's timer fires about once a second, and
+ * the first of a node's workers to find the node's measurement due (an
+ * atomic step in the zone) runs one query and stores the figures in the
+ * zone.  A status request only reads them.
+ */
+
+static void
+ngx_http_session_webhook_measure(ngx_event_t *ev)
+{
+    ngx_pool_t                   *pool;
+    ngx_msec_t                    now;
+    ngx_atomic_uint_t             next;
+    ngx_http_session_db_query_t  *q;
+    ngx_http_session_webhook_t   *wh;
+
+    wh = ev->data;
+
+    if (ngx_http_session_webhook_stopping() || ngx_http_session_stats == NULL)
+    {
+        return;
+    }
+
+    ngx_add_timer(&wh->measure, NGX_HTTP_SESSION_WEBHOOK_MEASURE
+                                + ngx_random() % 50);
+
+    if (wh->measuring) {
+        return;
+    }
+
+    now = ngx_current_msec;
+    next = ngx_http_session_stats->webhooks_measure_next;
+
+    if ((ngx_msec_int_t) (now - (ngx_msec_t) next) < 0
+        || !ngx_atomic_cmp_set(&ngx_http_session_stats->webhooks_measure_next,
+                               next,
+                               now + NGX_HTTP_SESSION_WEBHOOK_MEASURE - 50))
+    {
+        /* not yet, or another worker took this turn */
+        return;
+    }
+
+    pool = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE, wh->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, wh->log,
+                                        NGX_HTTP_SESSION_SQL_WEBHOOK_QUEUE,
+                                        ngx_http_session_webhook_measured);
+    if (q == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    q->data = wh;
+    wh->measuring = pool;
+
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        /* the figures age; their time says so */
+        wh->measuring = NULL;
+        ngx_destroy_pool(pool);
+    }
+}
+
+
+static void
+ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    ngx_int_t                    queued, oldest;
+    ngx_time_t                  *tp;
+    ngx_http_session_webhook_t  *wh;
+
+    wh = q->data;
+
+    if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK
+        && PQntuples(res) == 1 && PQnfields(res) == 2
+        && ngx_http_session_stats != NULL)
+    {
+        queued = ngx_atoi((u_char *) PQgetvalue(res, 0, 0),
+                          PQgetlength(res, 0, 0));
+        oldest = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
+                          PQgetlength(res, 0, 1));
+
+        if (queued != NGX_ERROR) {
+            tp = ngx_timeofday();
+
+            ngx_http_session_stats->webhooks_queued = queued;
+            ngx_http_session_stats->webhooks_oldest_due =
+                                           (oldest == NGX_ERROR) ? 0 : oldest;
+            ngx_http_session_stats->webhooks_measured =
+                                  (ngx_atomic_uint_t) tp->sec * 1000 + tp->msec;
+        }
+    }
+
+    ngx_destroy_pool(wh->measuring);
+    wh->measuring = NULL;
 }

@@ -12,6 +12,8 @@ package Webhook;
 #           /status/CODExN/...      CODE for the first N requests to that
 #                                   exact path, then 204
 #           /hold/...               no answer; the connection stays open
+#           /holdxN/...             no answer for the first N requests to
+#                                   that exact path, then 204
 #       A 3xx carries "Location: /ok/redirected".
 #   receiver_requests(LOG [, PATH_PREFIX]): the logged requests, in order.
 #   dns_start(ZONE): a UDP DNS responder that answers A queries for ZONE
@@ -100,6 +102,9 @@ sub _answer {
 
     if ($path =~ m{^/hold/}) {
         return undef;
+
+    } elsif ($path =~ m{^/holdx(\d+)/}) {
+        return undef if $n <= $1;
 
     } elsif ($path =~ m{^/status/(\d{3})x(\d+)/}) {
         $code = $1 if $n <= $2;
