@@ -354,6 +354,13 @@ typedef enum {
 
 
 /*
+ * Wakes every sender: a worker that is exiting (reload, shutdown) has
+ * recorded retries that its own timer will not see to.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE                                     \
+    "SELECT pg_notify('session_webhooks', '')"
+
+/*
  * The queue for session_status: events not delivered nor failed (due,
  * scheduled or in flight), and the milliseconds since the oldest due one
  * became due (0: none is due).  Both over the partial index

@@ -201,6 +201,9 @@ static void ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
 static void ngx_http_session_webhook_free(
     ngx_http_session_webhook_delivery_t *d);
 static ngx_uint_t ngx_http_session_webhook_stopping(void);
+static void ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh);
+static void ngx_http_session_webhook_passed_on(
+    ngx_http_session_db_query_t *q, PGresult *res);
 static void ngx_http_session_webhook_measure(ngx_event_t *ev);
 static void ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
     PGresult *res);
@@ -1818,8 +1821,14 @@ ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
         }
 
         if (wh->flush_due) {
-            /* this worker retries them unless another does sooner */
-            ngx_http_session_webhook_due(wh, wh->flush_due);
+            if (ngx_http_session_webhook_stopping()) {
+                /* the workers that stay retry them */
+                ngx_http_session_webhook_pass_on(wh);
+
+            } else {
+                /* this worker retries them unless another does sooner */
+                ngx_http_session_webhook_due(wh, wh->flush_due);
+            }
         }
     }
 
@@ -1849,6 +1858,47 @@ ngx_http_session_webhook_free(ngx_http_session_webhook_delivery_t *d)
         /* from the timer, not from inside the query pool's callback */
         ngx_http_session_webhook_schedule(wh, 1);
     }
+}
+
+
+/*
+ * An exiting worker's retries: a NOTIFY makes the other workers (the new
+ * ones after a reload, other nodes) claim, and so set their timers for
+ * them, rather than find them at their next rescan.
+ */
+
+static void
+ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh)
+{
+    ngx_pool_t                   *pool;
+    ngx_http_session_db_query_t  *q;
+
+    pool = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE, wh->log);
+    if (pool == NULL) {
+        return;
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, wh->log,
+                                        NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE,
+                                        ngx_http_session_webhook_passed_on);
+    if (q == NULL) {
+        ngx_destroy_pool(pool);
+        return;
+    }
+
+    q->data = pool;
+
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        ngx_destroy_pool(pool);
+    }
+}
+
+
+static void
+ngx_http_session_webhook_passed_on(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    ngx_destroy_pool(q->data);
 }
 
 
