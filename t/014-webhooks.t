@@ -985,6 +985,53 @@ $checks{reload} = sub {
     is($req[1]{body}, $first->{body}, "$name - the same body") if @req == 2;
 };
 
+# connections are reused: three events one after another go over one
+# connection; a receiver that drops a reused connection without an
+# answer gets the event again on a new one, within the same attempt
+$checks{keepalive} = sub {
+    my ($name) = @_;
+
+    my $tag = tag();
+    my @conn;
+
+    for my $i (1 .. 3) {
+        my $sid = session_to("http://127.0.0.1:$HOOK/keep/$tag/$i");
+        complete($sid);
+        my @req = wait_requests("/keep/$tag/$i", 1, 10);
+        is(scalar @req, 1, "$name - event $i delivered");
+        push @conn, $req[0]{conn} // 0;
+        request_ok($req[0], "$name - event $i") if @req;
+        ok(wait_rows('session_id = ' . sql_quote($sid), 5,
+                     sub { @_ == 1 && $_[0]{delivered} }),
+           "$name - event $i recorded");
+    }
+
+    is_deeply([$conn[1], $conn[2]], [$conn[0], $conn[0]],
+              "$name - one connection for the three");
+
+    # the receiver drops the second request on a connection
+    my @sid;
+
+    for my $i (1, 2) {
+        push @sid, session_to("http://127.0.0.1:$HOOK/keepdrop/$tag/$i");
+        complete($sid[-1]);
+        wait_requests("/keepdrop/$tag/$i", $i, 10);
+    }
+
+    my @req = wait_requests("/keepdrop/$tag/2", 2, 10);
+    is(scalar @req, 2, "$name - dropped, then sent again");
+    is_deeply([map { $_->{nth} } @req], [2, 1],
+              "$name - on the reused connection, then on a new one");
+    is($req[0]{body}, $req[1]{body}, "$name - the same body") if @req == 2;
+
+    ok(wait_rows('session_id = ' . sql_quote($sid[1]), 5,
+                 sub { @_ == 1 && $_[0]{delivered} }),
+       "$name - delivered");
+    my ($row) = session_rows($sid[1]);
+    is($row->{attempts}, 1, "$name - within one attempt");
+    is($row->{last_error}, undef, "$name - no error recorded");
+};
+
 # --- blocks -------------------------------------------------------------
 
 master_on();
@@ -1233,7 +1280,15 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 18: session_webhook_timeout 0
+=== TEST 18: connections to a receiver are reused
+--- check: keepalive
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 19: session_webhook_timeout 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_timeout 0;
@@ -1243,7 +1298,7 @@ qr/\[emerg\] .*"session_webhook_timeout" directive must be greater than zero in 
 
 
 
-=== TEST 19: session_webhook_timeout abc
+=== TEST 20: session_webhook_timeout abc
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_timeout abc;
@@ -1253,7 +1308,7 @@ qr/\[emerg\] .*"session_webhook_timeout" directive invalid value in \S+nginx\.co
 
 
 
-=== TEST 20: session_webhook_max_attempts 0
+=== TEST 21: session_webhook_max_attempts 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 0;
@@ -1263,7 +1318,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive must be between 1 and 10
 
 
 
-=== TEST 21: session_webhook_max_attempts 101
+=== TEST 22: session_webhook_max_attempts 101
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 101;
@@ -1273,7 +1328,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive must be between 1 and 10
 
 
 
-=== TEST 22: session_webhook_max_attempts x
+=== TEST 23: session_webhook_max_attempts x
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts x;
@@ -1283,7 +1338,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive invalid number in \S+ngi
 
 
 
-=== TEST 23: session_webhook_max_attempts twice
+=== TEST 24: session_webhook_max_attempts twice
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 3;
@@ -1294,7 +1349,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive is duplicate in \S+nginx
 
 
 
-=== TEST 24: session_webhook_concurrency 0
+=== TEST 25: session_webhook_concurrency 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_concurrency 0;
@@ -1304,7 +1359,7 @@ qr/\[emerg\] .*"session_webhook_concurrency" directive must be between 1 and 409
 
 
 
-=== TEST 25: session_webhook_trusted_certificate that does not exist
+=== TEST 26: session_webhook_trusted_certificate that does not exist
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_trusted_certificate /nonexistent/ca.pem;
@@ -1314,7 +1369,7 @@ qr/\[emerg\] .*cannot load "session_webhook_trusted_certificate" "\/nonexistent\
 
 
 
-=== TEST 26: session_webhook_timeout in a server block
+=== TEST 27: session_webhook_timeout in a server block
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
 --- config

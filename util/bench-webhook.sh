@@ -42,6 +42,8 @@ ROUNDS=${BENCH_WEBHOOK_ROUNDS:-3}
 UPLOADS=${BENCH_WEBHOOK_UPLOADS:-200}
 SPACING=${BENCH_WEBHOOK_SPACING:-0.05}
 RECEIVER_WORKERS=${BENCH_WEBHOOK_RECEIVER_WORKERS:-1}
+# session_webhook_concurrency, when not the module's default
+CONCURRENCY=${BENCH_WEBHOOK_CONCURRENCY:-}
 OUT=${BENCH_WEBHOOK_OUT:--}
 
 die() {
@@ -160,6 +162,7 @@ write_conf() {
 $(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     session_limit_zone bench_webhook:10m;
     session_webhook_allow_private on;
+    ${CONCURRENCY:+session_webhook_concurrency $CONCURRENCY;}
 
     server {
         listen 127.0.0.1:$PORT;
@@ -195,7 +198,13 @@ pending() {
 
 # --- 1. throughput ---------------------------------------------------------
 
-declare -a RATES CPU_SEND CPU_RECV CPU_PG
+declare -a RATES CPU_SEND CPU_RECV CPU_PG COMMITS
+
+# statements the nginx under test has had answered so far (session_status)
+commits() {
+    curl -s "http://127.0.0.1:$PORT/status?format=json" | perl -MJSON::PP \
+        -e 'local $/; print JSON::PP->new->decode(<STDIN>)->{database}{queries}'
+}
 
 # CPU time (clock ticks) of the children of process $1
 children_ticks() {
@@ -223,10 +232,11 @@ per_1000() {
 }
 
 throughput_round() {
-    local round=$1 t0 t1 secs rate got distinct tries s0 r0 p0 s1 r1 p1
+    local round=$1 t0 t1 secs rate got distinct tries s0 r0 p0 s1 r1 p1 x0 x1
 
     : > "$R/access.log"
     read -r s0 r0 p0 < <(ticks)
+    x0=$(commits)
 
     # one statement, one commit, one NOTIFY; a payload of the size of a
     # session.completed event, with the event's id as the body's
@@ -257,6 +267,7 @@ throughput_round() {
     done
 
     read -r s1 r1 p1 < <(ticks)
+    x1=$(commits)
     t1=$(sql "SELECT extract(epoch FROM max(delivered_at))
                 FROM webhook_outbox WHERE project_id = '$PROJECT'")
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
@@ -277,10 +288,11 @@ throughput_round() {
     CPU_SEND+=("$(per_1000 "$s0" "$s1")")
     CPU_RECV+=("$(per_1000 "$r0" "$r1")")
     CPU_PG+=("$(per_1000 "$p0" "$p1")")
+    COMMITS+=("$(( (x1 - x0) * 1000 / EVENTS ))")
 
     log "round $round: $EVENTS events in $secs s: $rate deliveries/s;" \
         "CPU ms per 1000: sender ${CPU_SEND[-1]}, receiver ${CPU_RECV[-1]}," \
-        "PostgreSQL ${CPU_PG[-1]}"
+        "PostgreSQL ${CPU_PG[-1]}; ${COMMITS[-1]} statements per 1000"
     RATES+=("$rate")
 
     sql "DELETE FROM webhook_outbox WHERE project_id = '$PROJECT'" >/dev/null
@@ -423,6 +435,8 @@ report() {
         "$(printf '%s\n' "${CPU_RECV[@]}" | median)"
     printf '| CPU per 1000 deliveries: PostgreSQL backends | %s ms | |\n' \
         "$(printf '%s\n' "${CPU_PG[@]}" | median)"
+    printf '| statements per 1000 deliveries (claims, records, the queue measurement; median) | %s | |\n' \
+        "$(printf '%s\n' "${COMMITS[@]}" | median)"
     printf '| latency p50, transaction of the upload to the receiver'"'"'s 204 (%s uploads %s s apart) | %s ms | |\n' \
         "$LAT_N" "$SPACING" "$P50"
     printf '| latency p99 (max %s ms) | %s ms | < 20 ms: %s |\n' \
