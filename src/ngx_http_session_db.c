@@ -106,7 +106,9 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_IMAGE_GET,
     NGX_HTTP_SESSION_SQL_IMAGE_ACK,
     NGX_HTTP_SESSION_SQL_IMAGE_CONTENT,
-    NGX_HTTP_SESSION_SQL_POLL
+    NGX_HTTP_SESSION_SQL_POLL,
+    NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM,
+    NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */

@@ -582,6 +582,8 @@ ngx_http_session_webhook_claim(ngx_http_session_webhook_t *wh)
         return;
     }
 
+    /* prepared once per connection; the answer is read as text */
+    q->stmt = NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM;
     q->data = wh;
 
     /* parameters in text format are C strings */
@@ -1850,6 +1852,8 @@ ngx_http_session_webhook_flush(ngx_http_session_webhook_t *wh)
         goto failed;
     }
 
+    /* prepared once per connection, as the claim */
+    q->stmt = NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD;
     q->data = wh;
 
     /* parameters in text format are C strings */

@@ -32,7 +32,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 DB=${BENCH_SESSION_DB:-}
 
