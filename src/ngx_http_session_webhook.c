@@ -423,8 +423,8 @@ void
 ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
 {
     ngx_queue_t                          *q;
-    ngx_http_session_webhook_conn_t      *conn;
     ngx_http_session_webhook_t           *wh;
+    ngx_http_session_webhook_conn_t      *conn;
     ngx_http_session_webhook_delivery_t  *d;
 
     wh = &ngx_http_session_webhook;
