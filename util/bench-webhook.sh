@@ -73,8 +73,21 @@ if [ -z "$DB" ] && [ "${1:-}" != --inside-pg-virtualenv ]; then
     export TMPDIR=/tmp
     PGPORT=${PGPORT:-$(free_port)} || die "no free port for PostgreSQL"
     export PGPORT
-    exec pg_virtualenv -t -o fsync=on -- \
-        bash "$ROOT/util/bench-webhook.sh" --inside-pg-virtualenv
+    # pg_virtualenv talks on stdout: the report goes through a file
+    report_file=$(mktemp /tmp/ngx-session-bench-webhook-report.XXXXXX)
+    rc=0
+    BENCH_WEBHOOK_OUT=$report_file pg_virtualenv -t -o fsync=on -- \
+        bash "$ROOT/util/bench-webhook.sh" --inside-pg-virtualenv >&2 \
+        || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        if [ "$OUT" = - ]; then
+            cat "$report_file"
+        else
+            cp "$report_file" "$OUT"
+        fi
+    fi
+    rm -f "$report_file"
+    exit "$rc"
 fi
 
 if [ -z "$DB" ]; then

@@ -821,6 +821,7 @@ $(webhook_notes)
     make bench                                     # or: bash util/bench.sh
     BENCH_DURATION=10s BENCH_ROUNDS=5 bash util/bench.sh
     BENCH_SESSION_DB="host=... dbname=..." bash util/bench.sh   # an existing database
+    bash util/bench-webhook.sh                     # the webhook section alone
 
 \`BENCH_OUT=-\` prints the table without writing this page.
 $(poll_section)
