@@ -247,6 +247,9 @@ static void ngx_http_session_webhook_conn_close(ngx_connection_t *c);
 static void ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh);
 static void ngx_http_session_webhook_passed_on(
     ngx_http_session_db_query_t *q, PGresult *res);
+static ngx_pool_t *ngx_http_session_webhook_run(
+    ngx_http_session_webhook_t *wh, const char *sql,
+    ngx_http_session_db_handler_pt handler, void *data);
 static void ngx_http_session_webhook_measure(ngx_event_t *ev);
 static void ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
     PGresult *res);
@@ -1986,27 +1989,9 @@ ngx_http_session_webhook_free(ngx_http_session_webhook_delivery_t *d)
 static void
 ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh)
 {
-    ngx_pool_t                   *pool;
-    ngx_http_session_db_query_t  *q;
-
-    pool = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE, wh->log);
-    if (pool == NULL) {
-        return;
-    }
-
-    q = ngx_http_session_db_query_create_pool(pool, wh->log,
-                                        NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE,
-                                        ngx_http_session_webhook_passed_on);
-    if (q == NULL) {
-        ngx_destroy_pool(pool);
-        return;
-    }
-
-    q->data = pool;
-
-    if (ngx_http_session_db_query_run(q) != NGX_OK) {
-        ngx_destroy_pool(pool);
-    }
+    (void) ngx_http_session_webhook_run(wh, NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE,
+                                        ngx_http_session_webhook_passed_on,
+                                        NULL);
 }
 
 
@@ -2015,6 +2000,42 @@ ngx_http_session_webhook_passed_on(ngx_http_session_db_query_t *q,
     PGresult *res)
 {
     ngx_destroy_pool(q->data);
+}
+
+
+/*
+ * A statement without parameters in a pool of its own; its handler gets
+ * data, or the pool when data is NULL, and frees the pool.  The pool,
+ * or NULL when the statement could not be started.
+ */
+
+static ngx_pool_t *
+ngx_http_session_webhook_run(ngx_http_session_webhook_t *wh,
+    const char *sql, ngx_http_session_db_handler_pt handler, void *data)
+{
+    ngx_pool_t                   *pool;
+    ngx_http_session_db_query_t  *q;
+
+    pool = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE, wh->log);
+    if (pool == NULL) {
+        return NULL;
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, wh->log, sql, handler);
+    if (q == NULL) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    q->data = data ? data : pool;
+
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    /* the handler follows, from the event loop */
+    return pool;
 }
 
 
@@ -2036,11 +2057,9 @@ ngx_http_session_webhook_stopping(void)
 static void
 ngx_http_session_webhook_measure(ngx_event_t *ev)
 {
-    ngx_pool_t                   *pool;
-    ngx_msec_t                    now;
-    ngx_atomic_uint_t             next;
-    ngx_http_session_db_query_t  *q;
-    ngx_http_session_webhook_t   *wh;
+    ngx_msec_t                   now;
+    ngx_atomic_uint_t            next;
+    ngx_http_session_webhook_t  *wh;
 
     wh = ev->data;
 
@@ -2068,27 +2087,11 @@ ngx_http_session_webhook_measure(ngx_event_t *ev)
         return;
     }
 
-    pool = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE, wh->log);
-    if (pool == NULL) {
-        return;
-    }
-
-    q = ngx_http_session_db_query_create_pool(pool, wh->log,
+    /* if it cannot run, the figures age; their time says so */
+    wh->measuring = ngx_http_session_webhook_run(wh,
                                         NGX_HTTP_SESSION_SQL_WEBHOOK_QUEUE,
-                                        ngx_http_session_webhook_measured);
-    if (q == NULL) {
-        ngx_destroy_pool(pool);
-        return;
-    }
-
-    q->data = wh;
-    wh->measuring = pool;
-
-    if (ngx_http_session_db_query_run(q) != NGX_OK) {
-        /* the figures age; their time says so */
-        wh->measuring = NULL;
-        ngx_destroy_pool(pool);
-    }
+                                        ngx_http_session_webhook_measured,
+                                        wh);
 }
 
 
