@@ -43,7 +43,7 @@ MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
 MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench bench-poll lint \
+.PHONY: all build deps run stop test unit integration bench bench-poll chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps
 
 all: build
@@ -117,6 +117,9 @@ bench: deps build
 
 bench-poll: deps build
 	@bash util/bench-poll.sh
+
+chaos: deps build
+	@bash util/chaos.sh
 
 lint:
 	@bash util/lint.sh

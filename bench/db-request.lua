@@ -12,6 +12,7 @@
 --   BENCH_BODY     a file whose bytes are the body
 --   BENCH_CTYPE    its Content-Type
 --   BENCH_THREADS  wrk's -t, for the strides of "once"
+--   BENCH_IDEM     set: each request carries a new Idempotency-Key
 
 local threads = 0
 
@@ -46,6 +47,8 @@ function init(args)
     keys = lines(os.getenv("BENCH_KEYS"))
     pos = tid or 0
     body = nil
+    idem = os.getenv("BENCH_IDEM")
+    sent = 0
 
     local file = os.getenv("BENCH_BODY")
     if file and file ~= "" then
@@ -55,6 +58,7 @@ function init(args)
     end
 
     math.randomseed(os.time() + pos * 7919)
+    run = math.random(1000000000)
 end
 
 function request()
@@ -80,6 +84,12 @@ function request()
 
     if ctype then
         headers["Content-Type"] = ctype
+    end
+
+    if idem and idem ~= "" then
+        sent = sent + 1
+        headers["Idempotency-Key"] =
+            string.format("bench-%d-%d-%d", run, tid or 0, sent)
     end
 
     return wrk.format(method, p, headers, body)

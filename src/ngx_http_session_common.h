@@ -167,6 +167,13 @@ struct ngx_http_session_ctx_s {
     ngx_http_session_db_query_t  *query;
     /* a POST with an Idempotency-Key */
     ngx_http_session_idem_t      *idem;
+    /*
+     * the key (NUL-terminated) and the claim (16 bytes) once the request
+     * holds it: the endpoints that do work then send their keyed
+     * statements, which store the answer with the work
+     */
+    u_char                       *idem_key;
+    u_char                       *idem_claim;
     /* a long poll */
     ngx_http_session_poll_t      *poll;
 
@@ -193,6 +200,8 @@ struct ngx_http_session_ctx_s {
     unsigned                      body_hashed:1;
     /* a lookup started by this request counted a failure in advance */
     unsigned                      fail_reserved:1;
+    /* the keyed statement did the work and kept its answer */
+    unsigned                      idem_kept:1;
 };
 
 

@@ -9,22 +9,50 @@
  *      A new claim runs the endpoint; an existing key answers at once:
  *      the stored answer again (Idempotent-Replayed: true), 409 while the
  *      first request runs, 422 for another request under the same key;
- *   2. the endpoint runs as it would without the header;
- *   3. its answer is stored (2xx and 4xx but 429) or the claim given up
- *      (429, 5xx: a retry runs again) before the answer is sent, so that
- *      a client that saw an answer finds it kept.
+ *   2. the endpoint runs as it would without the header, except that an
+ *      endpoint that does work (create, complete, upload, ack) sends the
+ *      keyed variant of its statement: the work is done only while the
+ *      claim is still this request's, and its answer (status, Location,
+ *      the resource as answered) is stored by the same statement, so
+ *      that the work and its answer commit together or not at all,
+ *      whatever happens to the worker or the connection afterwards;
+ *   3. any other answer is stored (2xx and 4xx but 429) or the claim
+ *      given up (429, 5xx: a retry runs again) before it is sent, so that
+ *      a client that saw an answer finds it kept.  Those answers did no
+ *      work: losing one (the worker dies first) only makes the retry run
+ *      again.
+ *
+ * A replay sends the stored body, or renders the stored resource again
+ * with the code that rendered it the first time.
  */
 
 #include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_idem.h"
+#include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
 
 
-/* a claim whose request never answered is free again after this long */
-#define NGX_HTTP_SESSION_IDEM_LEASE_MIN   60
+/*
+ * A claim whose request never answered is free again after its lease:
+ * twice session_db_timeout (the endpoint's statement waits for a
+ * connection and runs within those), at least this long.  Taking a claim
+ * over early is safe: the keyed statements work only for the claim's
+ * holder, so the request that lost it does nothing (and answers 409).
+ */
+#define NGX_HTTP_SESSION_IDEM_LEASE_MIN   1
+
+/*
+ * The claim's columns: outcome, claim, status, location, body, then the
+ * session and the image of an answer of work
+ */
+#define NGX_HTTP_SESSION_IDEM_COL_SESSION  5
+#define NGX_HTTP_SESSION_IDEM_COL_IMAGE                                       \
+    (NGX_HTTP_SESSION_IDEM_COL_SESSION + NGX_HTTP_SESSION_SESSION_NCOLS)
+#define NGX_HTTP_SESSION_IDEM_NCOLS                                           \
+    (NGX_HTTP_SESSION_IDEM_COL_IMAGE + NGX_HTTP_SESSION_IMAGE_NCOLS)
 
 #define NGX_HTTP_SESSION_IDEM_READ_CHUNK  65536
 
@@ -231,11 +259,9 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
 
     *p = '\0';
 
-    /* longer than any request can run: four database round trips */
-
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
-    lease_sec = smcf->db_timeout * 4 / 1000;
+    lease_sec = (smcf->db_timeout * 2 + 999) / 1000;
     if (lease_sec < NGX_HTTP_SESSION_IDEM_LEASE_MIN) {
         lease_sec = NGX_HTTP_SESSION_IDEM_LEASE_MIN;
     }
@@ -281,7 +307,8 @@ ngx_http_session_idem_claimed(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     if (ngx_http_session_db_result_ok(q, res) != NGX_OK
-        || PQntuples(res) != 1 || PQnfields(res) != 5)
+        || PQntuples(res) != 1
+        || PQnfields(res) != NGX_HTTP_SESSION_IDEM_NCOLS)
     {
         rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         goto done;
@@ -297,6 +324,10 @@ ngx_http_session_idem_claimed(ngx_http_session_db_query_t *q, PGresult *res)
         }
 
         ngx_memcpy(idem->claim, PQgetvalue(res, 0, 1), 16);
+
+        /* the endpoint's statement works under the claim */
+        ctx->idem_key = idem->key;
+        ctx->idem_claim = idem->claim;
 
         /* the endpoint's answer is kept for the key first, then sent */
         ctx->answer_hook = ngx_http_session_idem_answer;
@@ -332,7 +363,7 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
     uint32_t     status;
     ngx_buf_t   *b;
 
-    if (PQgetlength(res, 0, 2) != 4 || PQgetisnull(res, 0, 4)) {
+    if (PQgetlength(res, 0, 2) != 4) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
@@ -369,14 +400,32 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    len = PQgetlength(res, 0, 4);
+    if (!PQgetisnull(res, 0, 4)) {
+        len = PQgetlength(res, 0, 4);
 
-    b = ngx_create_temp_buf(r->pool, len ? len : 1);
+        b = ngx_create_temp_buf(r->pool, len ? len : 1);
+        if (b == NULL) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 4), len);
+
+    } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_IDEM_COL_SESSION)) {
+        /* the answer of work: the resource as it was answered */
+        b = ngx_http_session_render_session(r, res, 0,
+                                            NGX_HTTP_SESSION_IDEM_COL_SESSION);
+
+    } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_IDEM_COL_IMAGE)) {
+        b = ngx_http_session_render_image(r, res, 0,
+                                          NGX_HTTP_SESSION_IDEM_COL_IMAGE);
+
+    } else {
+        b = NULL;
+    }
+
     if (b == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
-
-    b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 4), len);
 
     return ngx_http_session_send_json(r, status, b);
 }
@@ -399,6 +448,11 @@ ngx_http_session_idem_answer(ngx_http_request_t *r,
     ngx_http_session_db_query_t  *q;
 
     idem = ctx->idem;
+
+    if (ctx->idem_kept) {
+        /* stored with the work, by the endpoint's statement */
+        return ngx_http_session_send_json(r, status, b);
+    }
 
     idem->status = status;
     idem->answer = b;

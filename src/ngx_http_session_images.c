@@ -249,8 +249,9 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
         }
     }
 
-    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD,
-                                       ngx_http_session_image_uploaded);
+    q = ngx_http_session_work_query(r, NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD,
+                                    NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD_KEYED,
+                                    ngx_http_session_image_uploaded);
     if (q == NULL || ngx_http_session_project(r, ctx) == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -261,6 +262,7 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
                               0);
     ngx_http_session_db_param(q, sha, NGX_HTTP_SESSION_IMAGE_SHA256_LEN, 1);
     ngx_http_session_db_param(q, body, len, 1);
+    ngx_http_session_work_params(q);
 
     q->data = sid;
 
@@ -282,6 +284,12 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
 
     r = q->request;
     sid = q->data;
+
+    if (ngx_http_session_work_held(q, res) != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+        return;
+    }
 
     err = ngx_http_session_check(q, res, 0, 1);
 
@@ -518,11 +526,16 @@ ngx_http_session_image_get(ngx_http_request_t *r,
         return rc;
     }
 
-    q = ngx_http_session_db_query_stmt(r,
-                        (ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK)
-                        ? NGX_HTTP_SESSION_STMT_IMAGE_ACK
-                        : NGX_HTTP_SESSION_STMT_IMAGE_GET,
-                        ngx_http_session_image_one);
+    if (ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK) {
+        q = ngx_http_session_work_query(r, NGX_HTTP_SESSION_STMT_IMAGE_ACK,
+                                        NGX_HTTP_SESSION_STMT_IMAGE_ACK_KEYED,
+                                        ngx_http_session_image_one);
+
+    } else {
+        q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_GET,
+                                           ngx_http_session_image_one);
+    }
+
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -531,6 +544,8 @@ ngx_http_session_image_get(ngx_http_request_t *r,
     if (rc != NGX_DECLINED) {
         return rc;
     }
+
+    ngx_http_session_work_params(q);
 
     return ngx_http_session_run(r, q);
 }
@@ -554,6 +569,12 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
     r = q->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
+    if (ngx_http_session_work_held(q, res) != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+        return;
+    }
+
     err = ngx_http_session_check(q, res, 0, 1);
 
     if (err == NGX_HTTP_SESSION_ERR_LAST
@@ -562,6 +583,7 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
         present = ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK
                   && PQnfields(res) == NGX_HTTP_SESSION_CHECK_NCOLS
                                        + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+                                       + ngx_http_session_work_ncols(q)
                   && PQgetlength(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
                                          + NGX_HTTP_SESSION_IMAGE_NCOLS)
                      == 1

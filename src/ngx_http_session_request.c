@@ -86,6 +86,86 @@ ngx_http_session_check(ngx_http_session_db_query_t *q, PGresult *res,
 }
 
 
+ngx_http_session_db_query_t *
+ngx_http_session_work_query(ngx_http_request_t *r,
+    ngx_http_session_stmt_e plain, ngx_http_session_stmt_e keyed,
+    ngx_http_session_db_handler_pt handler)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    return ngx_http_session_db_query_stmt(r, ctx->idem_claim ? keyed : plain,
+                                          handler);
+}
+
+
+void
+ngx_http_session_work_params(ngx_http_session_db_query_t *q)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
+
+    if (ctx->idem_claim) {
+        ngx_http_session_db_param(q, ctx->idem_key, 0, 0);
+        ngx_http_session_db_param(q, ctx->idem_claim,
+                                  NGX_HTTP_SESSION_UUID_BIN_LEN, 1);
+    }
+}
+
+
+int
+ngx_http_session_work_ncols(ngx_http_session_db_query_t *q)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
+
+    return ctx->idem_claim ? 2 : 0;
+}
+
+
+ngx_int_t
+ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    int                      n;
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
+
+    if (ctx->idem_claim == NULL
+        || res == NULL
+        || PQresultStatus(res) != PGRES_TUPLES_OK
+        || PQntuples(res) == 0)
+    {
+        return NGX_OK;
+    }
+
+    n = PQnfields(res);
+
+    if (n < 2
+        || PQgetlength(res, 0, n - 2) != 1
+        || PQgetlength(res, 0, n - 1) != 1)
+    {
+        return NGX_OK;
+    }
+
+    if (PQgetvalue(res, 0, n - 2)[0] == 0) {
+        ngx_log_error(NGX_LOG_WARN, q->request->connection->log, 0,
+                      "session idempotency: the claim was taken over "
+                      "before the work, nothing done");
+        return NGX_DECLINED;
+    }
+
+    if (PQgetvalue(res, 0, n - 1)[0]) {
+        ctx->idem_kept = 1;
+    }
+
+    return NGX_OK;
+}
+
+
 /* the project id as a NUL-terminated text parameter, made once */
 
 char *

@@ -10,6 +10,7 @@
 #include <libpq-fe.h>
 
 #include "ngx_http_session_common.h"
+#include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 
 
@@ -54,6 +55,33 @@ u_char *ngx_http_session_read_body(ngx_http_request_t *r, size_t max,
 ngx_http_session_err_e ngx_http_session_check(
     ngx_http_session_db_query_t *q, PGresult *res, int project_col,
     int status_col);
+
+/*
+ * The statement of an endpoint that does work: the keyed one (see
+ * NGX_HTTP_SESSION_SQL_IDEM_HELD) when the request holds an
+ * Idempotency-Key claim, else the plain one.
+ */
+ngx_http_session_db_query_t *ngx_http_session_work_query(
+    ngx_http_request_t *r, ngx_http_session_stmt_e plain,
+    ngx_http_session_stmt_e keyed, ngx_http_session_db_handler_pt handler);
+
+/* after the endpoint's own parameters: the key and the claim, if keyed */
+void ngx_http_session_work_params(ngx_http_session_db_query_t *q);
+
+/*
+ * The columns that a keyed statement adds at the end (held, kept): 0 for
+ * a plain one.
+ */
+int ngx_http_session_work_ncols(ngx_http_session_db_query_t *q);
+
+/*
+ * Reads held and kept of a keyed statement's first row: NGX_OK to go on
+ * (kept sets ctx->idem_kept), NGX_DECLINED when the claim was no longer
+ * the request's (taken over after its lease: answer 409, nothing was
+ * done).  Results that are not rows are left to the endpoint.
+ */
+ngx_int_t ngx_http_session_work_held(ngx_http_session_db_query_t *q,
+    PGresult *res);
 
 /*
  * For endpoints that take no query parameter: NGX_DECLINED when there is

@@ -136,9 +136,9 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
         return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
     }
 
-    q = ngx_http_session_db_query_stmt(r,
-                                       NGX_HTTP_SESSION_STMT_SESSION_CREATE,
-                                       ngx_http_session_created);
+    q = ngx_http_session_work_query(r, NGX_HTTP_SESSION_STMT_SESSION_CREATE,
+                                  NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED,
+                                  ngx_http_session_created);
     if (q == NULL) {
         ngx_http_session_create_free(&cr);
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -185,6 +185,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
                                             : (time_t) slcf->ttl) = '\0';
 
     ngx_http_session_db_param(q, p, 0, 0);
+    ngx_http_session_work_params(q);
 
     ngx_http_session_create_free(&cr);
 
@@ -221,9 +222,14 @@ ngx_http_session_created_send(ngx_http_request_t *r,
     }
 
     if (ngx_http_session_db_result_ok(q, res) != NGX_OK
-        || PQntuples(res) != 1 || PQnfields(res) != 4)
+        || PQntuples(res) != 1
+        || PQnfields(res) != 4 + ngx_http_session_work_ncols(q))
     {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    if (ngx_http_session_work_held(q, res) != NGX_OK) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
     }
 
     if (PQgetisnull(res, 0, 0) || PQgetvalue(res, 0, 0)[0] == 0) {
@@ -314,14 +320,17 @@ ngx_http_session_get(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     }
 
     if (ctx->route.id == NGX_HTTP_SESSION_ROUTE_COMPLETE) {
-        q = ngx_http_session_db_query_stmt(r,
-                                      NGX_HTTP_SESSION_STMT_SESSION_COMPLETE,
-                                      ngx_http_session_one);
+        q = ngx_http_session_work_query(r,
+                                 NGX_HTTP_SESSION_STMT_SESSION_COMPLETE,
+                                 NGX_HTTP_SESSION_STMT_SESSION_COMPLETE_KEYED,
+                                 ngx_http_session_one);
         if (q == NULL) {
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
 
         ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
+        ngx_http_session_db_param(q, sid, 0, 0);
+        ngx_http_session_work_params(q);
 
     } else {
         q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_SESSION_GET,
@@ -329,9 +338,9 @@ ngx_http_session_get(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         if (q == NULL) {
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
-    }
 
-    ngx_http_session_db_param(q, sid, 0, 0);
+        ngx_http_session_db_param(q, sid, 0, 0);
+    }
 
     return ngx_http_session_run(r, q);
 }
@@ -354,6 +363,12 @@ ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
     ngx_http_session_err_e   err;
 
     r = q->request;
+
+    if (ngx_http_session_work_held(q, res) != NGX_OK) {
+        ngx_http_finalize_request(r, ngx_http_session_error(r,
+                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+        return;
+    }
 
     err = ngx_http_session_check(q, res, NGX_HTTP_SESSION_COL_S_PROJECT,
                                  NGX_HTTP_SESSION_COL_S_STATUS);

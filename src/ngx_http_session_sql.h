@@ -59,11 +59,17 @@
  * concurrent creates never exceed it (see docs/decisions.md).
  */
 #define NGX_HTTP_SESSION_SQL_SESSION_CREATE                                   \
-    "WITH p AS ("                                                             \
+    "WITH " NGX_HTTP_SESSION_SQL_CREATE_WORK("")                              \
+    " SELECT p.allowed, s.id, s.created_at, s.expires_at"                     \
+    NGX_HTTP_SESSION_SQL_CREATE_FROM
+
+/* the CTEs p, u, s of the create; held: a condition on p */
+#define NGX_HTTP_SESSION_SQL_CREATE_WORK(held)                                \
+    "p AS ("                                                                  \
     "SELECT a.id AS account, pl.monthly_quota AS quota,"                      \
     " $2::text = ANY (pl.features) AS allowed"                                \
     " FROM projects p JOIN accounts a ON a.id = p.account_id"                 \
-    " JOIN plans pl ON pl.name = a.plan WHERE p.id = $1::uuid),"              \
+    " JOIN plans pl ON pl.name = a.plan WHERE p.id = $1::uuid" held "),"      \
     " u AS ("                                                                 \
     "INSERT INTO monthly_usage AS u (account_id, month, sessions_created)"    \
     " SELECT p.account,"                                                      \
@@ -80,9 +86,60 @@
     " t.now + $4::integer * interval '1 second'"                              \
     " FROM p, (SELECT clock_timestamp() AS now) t"                            \
     " WHERE p.allowed AND (p.quota IS NULL OR EXISTS (SELECT 1 FROM u))"      \
-    " RETURNING id, created_at, expires_at)"                                  \
-    " SELECT p.allowed, s.id, s.created_at, s.expires_at"                     \
+    " RETURNING id, created_at, expires_at)"
+
+#define NGX_HTTP_SESSION_SQL_CREATE_FROM                                      \
     " FROM (SELECT 1) one LEFT JOIN p ON true LEFT JOIN s ON true"
+
+
+/*
+ * The keyed statements: those that do work (create, complete, upload,
+ * ack) for a request that holds an Idempotency-Key claim.  The work is
+ * the plain statement's, done only while the claim is the request's (g
+ * locks the key's row until the commit), and the answer of the work is
+ * stored in the same statement (k): status, Location and the resource as
+ * answered, see src/sql/010_idempotent_work.sql.  $k the key, $c the
+ * claim (uuid, binary); two more columns at the end: held (the claim was
+ * the request's) and kept (the work was done and its answer stored).
+ */
+#define NGX_HTTP_SESSION_SQL_IDEM_HELD(k, c)                                  \
+    "g AS (SELECT 1 FROM idempotency_keys WHERE project_id = $1::uuid"       \
+    " AND key = $" k "::text AND claim_id = $" c "::uuid"                     \
+    " AND status IS NULL FOR UPDATE)"
+
+#define NGX_HTTP_SESSION_SQL_IDEM_IF_HELD  " AND EXISTS (SELECT 1 FROM g)"
+
+/* k: status, location, answer_session, answer_image from the rows of f */
+#define NGX_HTTP_SESSION_SQL_IDEM_KEEP(k, c, status, loc, sess, img, f)       \
+    " k AS (UPDATE idempotency_keys k SET status = " status ","              \
+    " content_type = 'application/json', location = " loc ","                 \
+    " answer_session = " sess ", answer_image = " img ","                     \
+    " expires_at = now() + interval '24 hours'"                               \
+    " FROM " f " WHERE k.project_id = $1::uuid AND k.key = $" k "::text"      \
+    " AND k.claim_id = $" c "::uuid RETURNING 1)"
+
+#define NGX_HTTP_SESSION_SQL_IDEM_COLS                                        \
+    ", EXISTS (SELECT 1 FROM g), EXISTS (SELECT 1 FROM k)"
+
+/* the columns of the session (image) t as an answer's resource */
+#define NGX_HTTP_SESSION_SQL_IDEM_SESSION(t)                                  \
+    "ROW(" NGX_HTTP_SESSION_SQL_SESSION_COLS(t) ")::idempotency_session_answer"
+#define NGX_HTTP_SESSION_SQL_IDEM_IMAGE(t)                                    \
+    "ROW(" NGX_HTTP_SESSION_SQL_IMAGE_COLS(t) ")::idempotency_image_answer"
+
+/* $5 key, $6 claim: the create's columns, held, kept */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_KEYED                             \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("5", "6") ","                      \
+    NGX_HTTP_SESSION_SQL_CREATE_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","   \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP("5", "6", "201",                           \
+        "'/api/v1/sessions/' || s.id",                                        \
+        "ROW(s.id, $1::uuid, $2::text,"                                       \
+        " CASE WHEN $2::text = 'webhook' THEN $3::text END, 'open', 0, 0,"    \
+        " s.created_at, s.expires_at, NULL)::idempotency_session_answer",     \
+        "NULL", "s")                                                          \
+    " SELECT p.allowed, s.id, s.created_at, s.expires_at"                     \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
+    NGX_HTTP_SESSION_SQL_CREATE_FROM
 
 /* $1 session id: the session's columns, or no row */
 #define NGX_HTTP_SESSION_SQL_SESSION_GET                                      \
@@ -97,12 +154,18 @@
  * sessions, the outbox row commit with the change or not at all.
  */
 #define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE                                 \
-    "WITH l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"          \
+    "WITH " NGX_HTTP_SESSION_SQL_COMPLETE_WORK("")                            \
+    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
+    NGX_HTTP_SESSION_SQL_COMPLETE_FROM
+
+/* the CTEs l, c, o of the complete; held: a condition on c */
+#define NGX_HTTP_SESSION_SQL_COMPLETE_WORK(held)                              \
+    "l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"               \
     " FOR UPDATE),"                                                           \
     " c AS ("                                                                 \
     "UPDATE sessions s SET status = 'completed', completed_at = now()"        \
     " FROM l WHERE s.id = (l.r).id AND s.project_id = $1::uuid"               \
-    " AND s.status = 'open' AND now() < s.expires_at"                         \
+    " AND s.status = 'open' AND now() < s.expires_at" held                    \
     " RETURNING s AS r,"                                                      \
     " pg_notify('session_events', 'completed:' || s.id::text) AS n),"         \
     " o AS ("                                                                 \
@@ -114,10 +177,21 @@
     " 'created_at', session_ts(now()),"                                       \
     " 'data', session_json(c.r)::json)::text"                                 \
     " FROM c, LATERAL (SELECT gen_random_uuid() AS id) e"                     \
-    " WHERE (c.r).delivery_mode = 'webhook')"                                 \
-    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
+    " WHERE (c.r).delivery_mode = 'webhook')"
+
+#define NGX_HTTP_SESSION_SQL_COMPLETE_FROM                                    \
     " FROM (SELECT c.r FROM c UNION ALL"                                      \
     " SELECT l.r FROM l WHERE NOT EXISTS (SELECT 1 FROM c)) x"
+
+/* $3 key, $4 claim: the complete's columns, held, kept */
+#define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE_KEYED                           \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("3", "4") ","                      \
+    NGX_HTTP_SESSION_SQL_COMPLETE_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) "," \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP("3", "4", "200", "NULL",                   \
+        NGX_HTTP_SESSION_SQL_IDEM_SESSION("(c.r)"), "NULL", "c")              \
+    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
+    NGX_HTTP_SESSION_SQL_COMPLETE_FROM
 
 /* $1 project, $2 status or NULL, $3 rows: newest first */
 #define NGX_HTTP_SESSION_SQL_SESSION_LIST                                     \
@@ -146,11 +220,14 @@
 
 /*
  * $1 project, $2 key, $3 method, $4 path with query, $5 SHA-256 of the
- * body (bytea, binary), $6 lease seconds; results in binary format
+ * body (bytea, binary), $6 lease seconds; results in binary format:
+ * outcome, claim, status, location, body, then the columns of the
+ * answer's session (NGX_HTTP_SESSION_SQL_SESSION_COLS) and image (_IMAGE_)
  */
 #define NGX_HTTP_SESSION_SQL_IDEM_CLAIM                                       \
-    "SELECT outcome, claim, status, location, body"                           \
-    " FROM idempotency_claim($1, $2, $3, $4, $5, $6)"
+    "SELECT c.outcome, c.claim, c.status, c.location, c.body,"                \
+    " (c.answer_session).*, (c.answer_image).*"                               \
+    " FROM idempotency_claim($1, $2, $3, $4, $5, $6) c"
 
 /* $1 project, $2 key, $3 claim (uuid, binary), $4 status, $5 type,
  * $6 location or NULL, $7 body (bytea, binary) */
@@ -172,10 +249,17 @@
  * notification and the outbox row commit with the image or not at all.
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD                                     \
-    "WITH s AS ("                                                             \
+    "WITH " NGX_HTTP_SESSION_SQL_UPLOAD_WORK("")                              \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
+
+/* the CTEs s, i, o of the upload; held: a condition on s */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_WORK(held)                                \
+    "s AS ("                                                                  \
     "UPDATE sessions s SET image_count = s.image_count + 1"                   \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
-    " AND s.status = 'open' AND now() < s.expires_at"                         \
+    " AND s.status = 'open' AND now() < s.expires_at" held                    \
     " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
     " s.webhook_url),"                                                        \
     " i AS ("                                                                 \
@@ -194,9 +278,18 @@
     " 'data', image_json(" NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ")::json)"    \
     "::text"                                                                  \
     " FROM s, i, LATERAL (SELECT gen_random_uuid() AS id) e"                  \
-    " WHERE s.delivery_mode = 'webhook')"                                     \
+    " WHERE s.delivery_mode = 'webhook')"
+
+/* $6 key, $7 claim: the upload's columns, held, kept */
+#define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED                               \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("6", "7") ","                      \
+    NGX_HTTP_SESSION_SQL_UPLOAD_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","   \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP("6", "7", "201",                           \
+        "'/api/v1/sessions/' || i.session_id || '/images/' || i.id",          \
+        "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")                    \
     " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
     NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
 
 /*
@@ -230,20 +323,38 @@
  * acknowledged_count moves in the same transaction.
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_ACK                                        \
-    "WITH a AS ("                                                             \
+    "WITH " NGX_HTTP_SESSION_SQL_ACK_WORK("")                                 \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("a") ", " NGX_HTTP_SESSION_SQL_ACK_FOUND  \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN a ON true"
+
+/* the CTEs a, c of the acknowledgement; held: a condition on a */
+#define NGX_HTTP_SESSION_SQL_ACK_WORK(held)                                   \
+    "a AS ("                                                                  \
     "UPDATE images i SET acknowledged_at = now() FROM sessions x"             \
     " WHERE i.id = $3::uuid AND i.session_id = $2::uuid"                      \
     " AND i.acknowledged_at IS NULL AND x.id = $2::uuid"                      \
     " AND x.project_id = $1::uuid AND x.status <> 'expired'"                  \
-    " AND now() < x.expires_at"                                               \
+    " AND now() < x.expires_at" held                                          \
     " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") "),"                   \
     " c AS ("                                                                 \
     "UPDATE sessions s SET acknowledged_count = s.acknowledged_count + 1"     \
-    " FROM a WHERE s.id = a.session_id)"                                      \
+    " FROM a WHERE s.id = a.session_id)"
+
+/* whether the image exists, acknowledged or not */
+#define NGX_HTTP_SESSION_SQL_ACK_FOUND                                        \
+    "EXISTS (SELECT 1 FROM images e WHERE e.id = $3::uuid"                    \
+    " AND e.session_id = $2::uuid)"
+
+/* $4 key, $5 claim: the acknowledgement's columns, held, kept */
+#define NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED                                  \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("4", "5") ","                      \
+    NGX_HTTP_SESSION_SQL_ACK_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","      \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP("4", "5", "200", "NULL", "NULL",           \
+        NGX_HTTP_SESSION_SQL_IDEM_IMAGE("a"), "a")                            \
     " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
-    NGX_HTTP_SESSION_SQL_IMAGE_COLS("a") ","                                  \
-    " EXISTS (SELECT 1 FROM images e WHERE e.id = $3::uuid"                   \
-    " AND e.session_id = $2::uuid)"                                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("a") ", " NGX_HTTP_SESSION_SQL_ACK_FOUND  \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN a ON true"
 
 /*
@@ -301,6 +412,10 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_IMAGE_ACK,
     NGX_HTTP_SESSION_STMT_IMAGE_CONTENT,
     NGX_HTTP_SESSION_STMT_POLL,
+    NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED,
+    NGX_HTTP_SESSION_STMT_SESSION_COMPLETE_KEYED,
+    NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD_KEYED,
+    NGX_HTTP_SESSION_STMT_IMAGE_ACK_KEYED,
     NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM,
     NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD,
     NGX_HTTP_SESSION_NSTMTS

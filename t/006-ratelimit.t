@@ -186,15 +186,6 @@ sub pid_of_worker {
     return $r->{status} == 200 ? $r->{content} : undef;
 }
 
-sub master_pid {
-    open my $fh, '<', $Test::Nginx::Util::PidFile
-        or die "open $Test::Nginx::Util::PidFile: $!";
-    my $pid = <$fh>;
-    close $fh;
-    chomp $pid;
-    return $pid;
-}
-
 sub error_log_text {
     open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return '';
     local $/;

@@ -8,6 +8,11 @@
 #     the first request still running     409
 #     429 and 5xx                         not kept: a retry runs again
 #     24 h, and a claim left behind       the key is free again
+#     the work and its answer             one commit: a statement that
+#                                         commits after the module gave up
+#                                         on it, or a worker killed
+#                                         mid-request, and the retry
+#                                         replays or runs once, never twice
 #
 # The blocks whose checks need Perl say "--- check: NAME" (as in
 # t/007-sessions.t): the check runs against the nginx of the block, from
@@ -32,6 +37,12 @@ our (%KEY, %PROJECT);
 
 our $TAG = sprintf 't011-%d-%d', $$, time;
 
+# the database with no statement_timeout: a statement the module gave up
+# on goes on in the server (what a network delay does in production)
+$ENV{TEST_NGINX_SESSION_DB_NO_TIMEOUT} =
+    nginx_quote($ENV{TEST_NGINX_SESSION_DB}
+                . " options='-c statement_timeout=0'");
+
 {
     sessionctl_ok('plan', 'set', "$TAG-q0", '--quota', '0', '--features',
                   'long_poll');
@@ -41,6 +52,8 @@ our $TAG = sprintf 't011-%d-%d', $$, time;
         B    => 'pro',
         RACE => 'pro',
         Q0   => "$TAG-q0",
+        LATE => 'pro',
+        KILL => 'pro',
     );
 
     for my $name (sort keys %fix) {
@@ -149,6 +162,8 @@ $checks{replay_create} = sub {
     is(sessions_of('A'), $before + 1, "$name - one session created");
     is(usage_of('A'), $usage + 1, "$name - one unit of quota used");
     is(key_row('A', $k, 'status'), '201', "$name - the answer is kept");
+    is(key_row('A', $k, 'body IS NULL AND (answer_session).id IS NOT NULL'),
+       't', "$name - kept with the work, as the session");
     is(key_row('A', $k, q{expires_at - now() BETWEEN interval '23 hours 59 }
                         . q{minutes' AND interval '24 hours'}),
        't', "$name - for 24 h from the answer");
@@ -445,6 +460,20 @@ $checks{upload} = sub {
     my $r4 = api('POST', $path, $KEY{A}, $img,
                  { 'Content-Type' => 'image/png' });
     is($r4->{json}{sequence}, 2, "$name - next upload: sequence 2");
+
+    # an acknowledgement with a key: once, and replayed as answered
+    my $ack = "$path/$r1->{json}{id}/ack";
+    $k = new_key('ack');
+    my $a1 = api('POST', $ack, $KEY{A}, undef, idem($k));
+    is($a1->{status}, 200, "$name - ack: 200");
+    my $a2 = api('POST', $ack, $KEY{A}, undef, idem($k));
+    is($a2->{status}, 200, "$name - ack again: 200");
+    is($a2->{headers}{'idempotent-replayed'}, 'true', "$name - ack: replay");
+    is($a2->{content}, $a1->{content}, "$name - ack: the same body");
+    is(psql('SELECT acknowledged_count FROM sessions WHERE id = '
+            . sql_quote($sid)), '1', "$name - ack: counted once");
+    is(key_row('A', $k, 'body IS NULL AND (answer_image).id IS NOT NULL'),
+       't', "$name - ack: kept with the work, as the image");
 };
 
 # a body over the route's limit is refused with the route's 413 whether it
@@ -499,29 +528,35 @@ $checks{burn} = sub {
     is($r->{status}, 201, "$name - the one create of the minute");
 };
 
-# A psql holding ACCESS EXCLUSIVE on a table in an open transaction, so
-# that the module's statements on it hang until session_db_timeout.
+# A psql that holds the locks its statement takes in an open transaction
+# until release_lock(), so that the module's statements that need them
+# wait: ACCESS EXCLUSIVE on a table (take_lock), or the rows of a
+# "SELECT ... FOR UPDATE" (row_lock).  Both return once the locks are held.
 my $locker;
 
-sub take_lock {
-    my ($table) = @_;
+sub hold_locks {
+    my ($sql) = @_;
 
-    open $locker, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
-        or die "psql: $!";
+    local $ENV{PGAPPNAME} = "$TAG-locker";
+    open $locker, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
+         '-d', db_conninfo() or die "psql: $!";
     my $old = select $locker;
     $| = 1;
     select $old;
 
-    print $locker "BEGIN;\nLOCK TABLE $table IN ACCESS EXCLUSIVE MODE;\n";
+    print $locker "BEGIN;\n$sql;\nSET application_name = '$TAG-locked';\n";
 
     my ($held) = wait_until(10, 0.05, sub {
-        psql(q{SELECT count(*) FROM pg_locks WHERE granted}
-             . q{ AND mode = 'AccessExclusiveLock'}
-             . qq{ AND relation = '$table'::regclass}) > 0
+        psql(q{SELECT count(*) FROM pg_stat_activity WHERE application_name}
+             . qq{ = '$TAG-locked'}) > 0
     });
 
     return $held;
 }
+
+sub take_lock { hold_locks("LOCK TABLE $_[0] IN ACCESS EXCLUSIVE MODE") }
+
+sub row_lock { hold_locks("$_[0] FOR UPDATE") }
 
 sub release_lock {
     return unless $locker;
@@ -578,6 +613,179 @@ $checks{outage} = sub {
     is($r->{status}, 201, "$name - the retry runs: 201");
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - the retry is not a replay");
+};
+
+# backends of the module waiting for a lock
+sub lock_waiters {
+    return psql(q{SELECT count(*) FROM pg_stat_activity}
+                . q{ WHERE wait_event_type = 'Lock'}
+                . qq{ AND application_name NOT LIKE '$TAG-%'}
+                . q{ AND pid <> pg_backend_pid()});
+}
+
+# a request with the same key until its answer is neither 5xx nor 409
+# (bounded); the last answer
+sub retry {
+    my ($method, $path, $who, $body, $headers) = @_;
+    my $r;
+
+    wait_until(20, 0.2, sub {
+        $r = api($method, $path, $KEY{$who}, $body, $headers);
+        $r->{status} < 500 && $r->{status} != 409
+    });
+
+    return $r;
+}
+
+sub images_of {
+    my ($sid) = @_;
+    return psql('SELECT count(*) FROM images WHERE session_id = '
+                . sql_quote($sid));
+}
+
+# The server commits the work after the module gave up on the statement
+# (session_db_timeout passed while it waited for a row lock; the server
+# has no statement_timeout here): the 503 told the client nothing, and
+# the retry must find the answer of that work, not do it again.
+$checks{late_commit} = sub {
+    my ($name) = @_;
+    my $acct = $PROJECT{'LATE.account'};
+
+    # the usage row exists, the key is in the auth cache
+    my $s = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP);
+    is($s->{status}, 201, "$name - a first session");
+    my $sid = $s->{json}{id};
+
+    my $img = "\x89PNG\r\n\x1a\n" . ('z' x 100);
+    my $png = { 'Content-Type' => 'image/png' };
+
+    my @cases = (
+        ['create', 'POST', '/api/v1/sessions', $LP, {},
+         'SELECT 1 FROM monthly_usage WHERE account_id = ' . sql_quote($acct),
+         sub { sessions_of('LATE') }],
+        ['upload', 'POST', "/api/v1/sessions/$sid/images", $img, $png,
+         'SELECT 1 FROM sessions WHERE id = ' . sql_quote($sid),
+         sub { images_of($sid) }],
+    );
+
+    for my $c (@cases) {
+        my ($what, $method, $path, $body, $h, $lock, $count) = @$c;
+        my $k = new_key("late-$what");
+        my %h = (%$h, %{ idem($k) });
+        my $before = $count->();
+        my $usage = usage_of('LATE');
+
+        ok(row_lock($lock), "$name - $what: row locked");
+        my $t0 = Time::HiRes::time();
+        my $r = api($method, $path, $KEY{LATE}, $body, \%h);
+        my $took = Time::HiRes::time() - $t0;
+        is($r->{status}, 503, "$name - $what: 503 after session_db_timeout");
+
+        # giving the claim up does not wait for the statement's row lock
+        cmp_ok($took, '<', 1.9, "$name - $what: 503 within about 1 s");
+
+        # the statement still waits in the server; now it goes on
+        release_lock();
+
+        my ($done) = wait_until(10, 0.05, sub {
+            $count->() == $before + 1 && lock_waiters() == 0
+        });
+        ok($done, "$name - $what: the server committed the work");
+
+        my $again = retry($method, $path, 'LATE', $body, \%h);
+        is($again->{status}, 201, "$name - $what: the retry: 201");
+        is($again->{headers}{'idempotent-replayed'}, 'true',
+           "$name - $what: the retry is a replay of that work");
+        is($count->(), $before + 1, "$name - $what: done once");
+        is(key_row('LATE', $k, 'status'), '201',
+           "$name - $what: the answer is kept");
+
+        if ($what eq 'create') {
+            is(usage_of('LATE'), $usage + 1,
+               "$name - $what: one unit of quota");
+            is(psql('SELECT count(*) FROM sessions WHERE id = '
+                    . sql_quote($again->{json}{id} // '')
+                    . '::uuid'), '1',
+               "$name - $what: the replayed session is the one created");
+        }
+
+        my $third = api($method, $path, $KEY{LATE}, $body, \%h);
+        is($third->{content}, $again->{content},
+           "$name - $what: replays answer the same body");
+        is($third->{headers}{location}, $again->{headers}{location},
+           "$name - $what: and the same Location");
+    }
+};
+
+# A worker killed (SIGKILL) while keyed creates wait in the database, some
+# sent, some not yet: once their claims' lease has passed, retrying every
+# key creates each session once and uses the quota once per key.
+$checks{killed} = sub {
+    my ($name) = @_;
+    my $n = 8;
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $acct = $PROJECT{'KILL.account'};
+
+    my $s = api('POST', '/api/v1/sessions', $KEY{KILL}, $LP);
+    is($s->{status}, 201, "$name - a first session");
+    my $before = sessions_of('KILL');
+    my $usage = usage_of('KILL');
+
+    ok(row_lock('SELECT 1 FROM monthly_usage WHERE account_id = '
+                . sql_quote($acct)), "$name - usage row locked");
+
+    my @keys = map { new_key("kill-$_") } 1 .. $n;
+    my @socks;
+
+    for my $k (@keys) {
+        my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                         PeerPort => $port, Proto => 'tcp',
+                                         Timeout => 5) or die "connect: $!";
+        print $sock "POST /api/v1/sessions HTTP/1.1\r\nHost: localhost\r\n"
+                    . "Authorization: Bearer $KEY{KILL}\r\n"
+                    . "Idempotency-Key: $k\r\n"
+                    . "Content-Type: application/json\r\n"
+                    . "Content-Length: " . length($LP) . "\r\n"
+                    . "Connection: close\r\n\r\n$LP";
+        push @socks, $sock;
+    }
+
+    # every pool connection is busy with a create that waits
+    my ($waiting) = wait_until(15, 0.05, sub { lock_waiters() >= 2 });
+    ok($waiting, "$name - creates wait in the database");
+
+    my @workers = worker_pids();
+    ok(@workers >= 1, "$name - the worker");
+    kill 'KILL', @workers;
+    my ($gone) = wait_until(10, 0.05, sub { !grep { kill 0, $_ } @workers });
+    ok($gone, "$name - the worker is gone");
+    close $_ for @socks;
+
+    release_lock();
+
+    # the statements sent before the kill finish in the server
+    my ($settled) = wait_until(15, 0.05, sub { lock_waiters() == 0 });
+    ok($settled, "$name - the server finished what it had");
+
+    # claims the dead worker left: past their lease
+    psql(q{UPDATE idempotency_keys SET claimed_at = now() - interval '1 hour'}
+         . ' WHERE status IS NULL AND project_id = '
+         . sql_quote($PROJECT{KILL}));
+
+    my %ids;
+    for my $k (@keys) {
+        my $r = retry('POST', '/api/v1/sessions', 'KILL', $LP, idem($k));
+        is($r->{status}, 201, "$name - $k: 201");
+        $ids{ $r->{json}{id} // 'none' }++;
+    }
+
+    is(scalar keys %ids, $n, "$name - a session per key");
+    is(sessions_of('KILL'), $before + $n, "$name - no session twice");
+    is(usage_of('KILL'), $usage + $n, "$name - quota used once per key");
+    is(psql('SELECT count(*) FROM sessions WHERE project_id = '
+            . sql_quote($PROJECT{KILL}) . ' AND id::text IN ('
+            . join(', ', map { sql_quote($_) } keys %ids) . ')'),
+       $n, "$name - every answered session is in the database");
 };
 
 # a body nginx spooled to a file hashes the same as one in memory
@@ -717,6 +925,31 @@ GET /api/v1/sessions?limit=1
     session_db_timeout 1s;
     session_auth_cache_ttl 60s;
 --- check: outage
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 7a: the server commits after the module gave up: the retry replays
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_NO_TIMEOUT;
+    session_db_timeout 1s;
+    session_auth_cache_ttl 60s;
+--- check: late_commit
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 7b: a worker killed mid-request: every key done once
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_NO_TIMEOUT;
+    session_db_timeout 3s;
+    session_db_connections 4;
+    session_auth_cache_ttl 60s;
+--- check: killed
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

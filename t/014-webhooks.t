@@ -900,14 +900,6 @@ $checks{queue} = sub {
     ok($ok, "$name - nothing due: oldest due age 0");
 };
 
-sub master_pid {
-    open my $fh, '<', $Test::Nginx::Util::PidFile or return undef;
-    my $pid = <$fh>;
-    close $fh;
-    chomp $pid if defined $pid;
-    return $pid;
-}
-
 # the event sent to a receiver that holds the first request: returns
 # the event's row and the receiver's record of that request
 sub held_event {

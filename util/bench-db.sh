@@ -24,8 +24,8 @@
 #                         as pgbench has clients)
 #   BENCH_THREADS         wrk threads and pgbench jobs (default 2)
 #   BENCH_DB_ONLY         a comma list of scenario names (create,
-#                         create-quota, list, get, complete, upload,
-#                         image-list, image, content, ack, poll)
+#                         create-key, create-quota, list, get, complete,
+#                         upload, image-list, image, content, ack, poll)
 #   BENCH_DB_OUT          write the table here (default: standard output)
 #   BENCH_KEEP            keep the scratch directory
 set -euo pipefail
@@ -348,12 +348,16 @@ anchor() {
 shape() {
     local scenario=$1
     export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS= BENCH_BODY= \
-           BENCH_CTYPE= BENCH_KEYS="$W/key"
+           BENCH_CTYPE= BENCH_KEYS="$W/key" BENCH_IDEM=
 
     case $scenario in
     create)
         export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions \
                BENCH_BODY="$W/create.json" BENCH_CTYPE=application/json ;;
+    create-key)
+        export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions \
+               BENCH_BODY="$W/create.json" BENCH_CTYPE=application/json \
+               BENCH_IDEM=1 ;;
     create-quota)
         export BENCH_METHOD=POST BENCH_PATH=/api/v1/sessions \
                BENCH_BODY="$W/create.json" BENCH_CTYPE=application/json \
@@ -390,6 +394,7 @@ shape() {
 
 SCENARIOS=(
     "create|POST /api/v1/sessions, one key, plan unlimited|create"
+    "create-key|POST /api/v1/sessions, a new Idempotency-Key each (anchor: the plain insert)|create"
     "create-quota|POST /api/v1/sessions, $QUOTA_ACCOUNTS accounts, plan with a quota|create-quota"
     "list|GET /api/v1/sessions?limit=20|list"
     "get|GET /api/v1/sessions/{sid}|get"

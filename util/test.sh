@@ -6,8 +6,17 @@
 #   bash util/test.sh                  every t/**/*.t
 #   bash util/test.sh t/001-auth.t     some scripts (any prove arguments)
 #   PROVE_OPTS=-v bash util/test.sh    more prove options
+#   TEST_JOBS=1 bash util/test.sh      every script in one lane
 #
 # Exits non-zero when anything fails.  The cluster is dropped on exit.
+#
+# The whole suite runs in TEST_JOBS lanes (default 2) at the same time:
+# each lane has its own cluster, its own Test::Nginx port (TEST_NGINX_PORT,
+# default 1984, plus 10 per lane) and server root, so lanes share nothing
+# (t/004 stops its lane's cluster; webhook dispatchers claim only their
+# own lane's events).  Most of the suite's time is spent waiting (timers,
+# retries, long polls), so two lanes on two CPUs take about half as long.
+# Scripts are dealt to lanes by the weights below, longest first.
 #
 # pg_virtualenv runs with -t, so that as root too the cluster lives in a
 # private temporary directory (owned by the postgres user) rather than
@@ -133,20 +142,113 @@ fi
 # on 5432.  Pick a random free port instead, and try again with another
 # one when the cluster did not come up (the marker tells that case apart
 # from a failing test run).  free_port is bench-lib.sh's.
+# run_cluster MARKER ARGS...: the suite (or ARGS) inside a new cluster
+run_cluster() {
+    local marker=$1 attempt rc
+    shift
+    export TEST_SH_MARKER=$marker
 
-marker="$chk/inside"
-export TEST_SH_MARKER=$marker
+    for attempt in 1 2 3 4 5; do
+        PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+        export PGPORT
+        rc=0
+        pg_virtualenv -t -- bash "$ROOT/util/test.sh" \
+            --inside-pg-virtualenv "$@" || rc=$?
+        if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
+            return "$rc"
+        fi
+        echo "test.sh: the PostgreSQL cluster did not start" \
+             "(attempt $attempt)" >&2
+    done
 
-for attempt in 1 2 3 4 5; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    export PGPORT
-    rc=0
-    pg_virtualenv -t -- bash "$ROOT/util/test.sh" --inside-pg-virtualenv \
-        "$@" || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
-        exit "$rc"
-    fi
-    echo "test.sh: the PostgreSQL cluster did not start (attempt $attempt)" >&2
+    die "could not start a throw-away PostgreSQL cluster"
+}
+
+# Seconds each script took in one lane on the 2-CPU development machine
+# (prove --timer); a script not listed counts as 30.
+weight() {
+    case ${1##*/} in
+        006-ratelimit.t)    echo 75 ;;
+        007-sessions.t)     echo 45 ;;
+        012-poll.t)         echo 40 ;;
+        009-expiry.t)       echo 30 ;;
+        008-images.t)       echo 30 ;;
+        014-webhooks.t)     echo 30 ;;
+        011-idempotency.t)  echo 22 ;;
+        021-retention.t)    echo 20 ;;
+        001-auth.t)         echo 15 ;;
+        010-sessionctl.t)   echo 12 ;;
+        002-errors.t)       echo 12 ;;
+        022-poll-scale.t)   echo 10 ;;
+        004-db-outage.t)    echo 10 ;;
+        014-hostile.t)      echo 8 ;;
+        020-openapi.t)      echo 6 ;;
+        023-db-connect.t)   echo 6 ;;
+        003-config.t)       echo 4 ;;
+        013-status.t)       echo 4 ;;
+        005-revocation.t)   echo 4 ;;
+        020-documents.t)    echo 3 ;;
+        *)                  echo 30 ;;
+    esac
+}
+
+jobs=${TEST_JOBS:-2}
+case $jobs in
+    ''|*[!0-9]*|0) die "TEST_JOBS must be a positive integer" ;;
+esac
+
+if [ "$#" -gt 0 ] || [ "$jobs" -eq 1 ]; then
+    run_cluster "$chk/inside" "$@"
+    exit $?
+fi
+
+# Deal the scripts to the lanes, longest first, each to the lightest lane.
+declare -a lane_load lane_files
+for ((i = 0; i < jobs; i++)); do
+    lane_load[i]=0
+    lane_files[i]=
+done
+while read -r w f; do
+    best=0
+    for ((i = 1; i < jobs; i++)); do
+        [ "${lane_load[i]}" -lt "${lane_load[best]}" ] && best=$i
+    done
+    lane_load[best]=$((lane_load[best] + w))
+    lane_files[best]+=" $f"
+done < <(for f in $(find t -name '*.t' | sort); do
+             echo "$(weight "$f") $f"
+         done | sort -k1,1nr -k2,2)
+
+base_port=${TEST_NGINX_PORT:-1984}
+declare -a pids
+for ((i = 0; i < jobs; i++)); do
+    [ -n "${lane_files[i]}" ] || continue
+    mkdir -p "$chk/lane$i"
+    (
+        export TEST_NGINX_PORT=$((base_port + 10 * i))
+        export TEST_NGINX_SERVROOT=$ROOT/t/servroot-lane$i
+        # shellcheck disable=SC2086
+        run_cluster "$chk/lane$i/inside" ${lane_files[i]}
+    ) > "$chk/lane$i/out" 2>&1 &
+    pids[i]=$!
+    echo "test.sh: lane $i (port $((base_port + 10 * i))," \
+         "~${lane_load[i]} s):${lane_files[i]}"
 done
 
-die "could not start a throw-away PostgreSQL cluster"
+status=0
+for ((i = 0; i < jobs; i++)); do
+    [ -n "${pids[i]:-}" ] || continue
+    rc=0
+    wait "${pids[i]}" || rc=$?
+    echo
+    echo "=== lane $i: exit $rc ==="
+    cat "$chk/lane$i/out"
+    [ "$rc" -eq 0 ] || status=1
+done
+
+if [ "$status" -eq 0 ]; then
+    echo "test.sh: all lanes passed"
+else
+    echo "test.sh: a lane FAILED (see above)" >&2
+fi
+exit "$status"

@@ -85,6 +85,8 @@ static int sessionctl_refuse(const char *fmt, ...);
 static int sessionctl_parse_args(int argc, char **argv, const char **pos,
     int npos, sessionctl_opt_t *opts, int nopts);
 static int sessionctl_connect(sessionctl_ctx_t *ctx);
+static int sessionctl_id_command(sessionctl_ctx_t *ctx, int argc,
+    char **argv, const char *what, const char **id);
 static void sessionctl_notice(void *arg, const char *message);
 static PGresult *sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql,
     int n, const char *const *values, const int *lengths,
@@ -577,6 +579,31 @@ sessionctl_parse_args(int argc, char **argv, const char **pos, int npos,
     }
 
     return SESSIONCTL_OK;
+}
+
+
+/*
+ * The opening of every "COMMAND ID" command: exactly one argument, a
+ * UUID (anything else cannot name a row: "<what> not found", exit 1,
+ * without a connection), then the connection.
+ */
+
+static int
+sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
+    const char *what, const char **id)
+{
+    int  rc;
+
+    rc = sessionctl_parse_args(argc, argv, id, 1, NULL, 0);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    if (!sessionctl_uuid_valid(id[0])) {
+        return sessionctl_refuse("%s not found", what);
+    }
+
+    return sessionctl_connect(ctx);
 }
 
 
@@ -1291,16 +1318,7 @@ sessionctl_account_status(sessionctl_ctx_t *ctx, int argc, char **argv,
     PGresult    *res;
     const char  *pos[1], *values[2];
 
-    rc = sessionctl_parse_args(argc, argv, pos, 1, NULL, 0);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
-    if (!sessionctl_uuid_valid(pos[0])) {
-        return sessionctl_refuse("account not found");
-    }
-
-    rc = sessionctl_connect(ctx);
+    rc = sessionctl_id_command(ctx, argc, argv, "account", pos);
     if (rc != SESSIONCTL_OK) {
         return rc;
     }
@@ -1511,16 +1529,7 @@ sessionctl_key_list(sessionctl_ctx_t *ctx, int argc, char **argv)
     PGresult    *res;
     const char  *pos[1], *values[1];
 
-    rc = sessionctl_parse_args(argc, argv, pos, 1, NULL, 0);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
-    if (!sessionctl_uuid_valid(pos[0])) {
-        return sessionctl_refuse("project not found");
-    }
-
-    rc = sessionctl_connect(ctx);
+    rc = sessionctl_id_command(ctx, argc, argv, "project", pos);
     if (rc != SESSIONCTL_OK) {
         return rc;
     }
@@ -1603,16 +1612,7 @@ sessionctl_key_delete(sessionctl_ctx_t *ctx, int argc, char **argv)
     PGresult    *res;
     const char  *pos[1], *values[1];
 
-    rc = sessionctl_parse_args(argc, argv, pos, 1, NULL, 0);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
-    if (!sessionctl_uuid_valid(pos[0])) {
-        return sessionctl_refuse("key not found");
-    }
-
-    rc = sessionctl_connect(ctx);
+    rc = sessionctl_id_command(ctx, argc, argv, "key", pos);
     if (rc != SESSIONCTL_OK) {
         return rc;
     }
@@ -1806,16 +1806,7 @@ sessionctl_webhook_retry(sessionctl_ctx_t *ctx, int argc, char **argv)
     PGresult    *res;
     const char  *pos[1], *values[1];
 
-    rc = sessionctl_parse_args(argc, argv, pos, 1, NULL, 0);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
-    if (!sessionctl_uuid_valid(pos[0])) {
-        return sessionctl_refuse("event not found");
-    }
-
-    rc = sessionctl_connect(ctx);
+    rc = sessionctl_id_command(ctx, argc, argv, "event", pos);
     if (rc != SESSIONCTL_OK) {
         return rc;
     }

@@ -37,7 +37,7 @@ use Time::HiRes ();
 
 our @EXPORT = qw(nginx_quote http_request auth_header wait_until
                  random_key hang_listener conninfo_port
-                 relay_start relay_stop);
+                 relay_start relay_stop master_pid worker_pids);
 
 
 sub nginx_quote {
@@ -114,6 +114,22 @@ sub wait_until {
     }
 
     return ($r, Time::HiRes::time() - $t0);
+}
+
+
+# The pid of the nginx master of the current block, and its workers'.
+sub master_pid {
+    open my $fh, '<', $Test::Nginx::Util::PidFile
+        or die "open $Test::Nginx::Util::PidFile: $!";
+    my $pid = <$fh>;
+    close $fh;
+    chomp $pid;
+    return $pid;
+}
+
+sub worker_pids {
+    my $master = master_pid();
+    return grep { /^\d+$/ } split /\s+/, `pgrep -P $master`;
 }
 
 
