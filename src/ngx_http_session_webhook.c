@@ -1084,23 +1084,6 @@ ngx_http_session_webhook_connect(ngx_http_session_webhook_delivery_t *d)
 
         ngx_memzero(&d->peer, sizeof(ngx_peer_connection_t));
 
-        if (!d->fresh && ngx_http_session_webhook_reuse(d, addr) == NGX_OK) {
-            d->peer.name = ngx_palloc(d->pool, sizeof(ngx_str_t));
-            if (d->peer.name == NULL) {
-                ngx_http_session_webhook_fail(d, "out of memory");
-                return;
-            }
-
-            d->peer.name->data = text;
-            d->peer.name->len = len;
-
-            d->state = ngx_http_session_webhook_sending;
-            ngx_http_session_webhook_send(d);
-            return;
-        }
-
-        d->peer.sockaddr = addr->sockaddr;
-        d->peer.socklen = addr->socklen;
         d->peer.name = ngx_palloc(d->pool, sizeof(ngx_str_t));
         if (d->peer.name == NULL) {
             ngx_http_session_webhook_fail(d, "out of memory");
@@ -1109,6 +1092,15 @@ ngx_http_session_webhook_connect(ngx_http_session_webhook_delivery_t *d)
 
         d->peer.name->data = text;
         d->peer.name->len = len;
+
+        if (!d->fresh && ngx_http_session_webhook_reuse(d, addr) == NGX_OK) {
+            d->state = ngx_http_session_webhook_sending;
+            ngx_http_session_webhook_send(d);
+            return;
+        }
+
+        d->peer.sockaddr = addr->sockaddr;
+        d->peer.socklen = addr->socklen;
         d->peer.get = ngx_event_get_peer;
         d->peer.log = &d->wh->quiet;
         d->peer.log_error = NGX_ERROR_INFO;
