@@ -421,6 +421,8 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_SESSION_COMPLETE_KEYED,
     NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD_KEYED,
     NGX_HTTP_SESSION_STMT_IMAGE_ACK_KEYED,
+    NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM,
+    NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 
@@ -472,6 +474,26 @@ typedef enum {
     " WHERE o.id = b.id AND o.attempts = b.attempts"                          \
     " AND o.delivered_at IS NULL"
 
+
+/*
+ * Wakes every sender: a worker that is exiting (reload, shutdown) has
+ * recorded retries that its own timer will not see to.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE                                     \
+    "SELECT pg_notify('session_webhooks', '')"
+
+/*
+ * The queue for session_status: events not delivered nor failed (due,
+ * scheduled or in flight), and the milliseconds since the oldest due one
+ * became due (0: none is due).  Both over the partial index
+ * webhook_outbox_due.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_QUEUE                                    \
+    "SELECT count(*), coalesce(ceil(extract(epoch FROM now()"                 \
+    " - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()))"        \
+    " * 1000), 0)::bigint"                                                    \
+    " FROM webhook_outbox"                                                    \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"
 
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"
