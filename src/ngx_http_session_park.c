@@ -635,6 +635,11 @@ ngx_http_session_park_copy(ngx_str_t *dst, ngx_str_t *src, u_char *d)
     dst->data = d;
     dst->len = src->len;
 
+    if (src->len == 0) {
+        /* src->data may be NULL: memcpy() must not get it (make asan) */
+        return d;
+    }
+
     return ngx_cpymem(d, src->data, src->len);
 }
 

@@ -164,9 +164,11 @@ mkdir -p "$REPORTS"
 echo "asan: Test::Nginx $tests"
 start=$(date +%s)
 rc=0
-# A sanitizer error stops the process (ASan always does; UBSan is told
-# to), so that a worker's report also fails the block's tests (a worker
-# that exits on a signal).  Leaks are reported at every process's exit
+# A sanitizer error stops the process with SIGABRT (ASan always does;
+# UBSan is told to), so that a worker's report also fails the block's
+# tests (a worker that exits on a signal) and counts as a crash below:
+# UBSan's reports from a worker reach the block's error log rather than
+# the log_path file.  Leaks are reported at every process's exit
 # (LeakSanitizer); the ones nginx itself leaves by design are suppressed
 # by util/asan-lsan.supp, which names nginx's own functions only.  A
 # dynamic module defines ngx_module_names and the like again, by design,
@@ -175,7 +177,7 @@ rc=0
 # shellcheck disable=SC2086
 ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1:log_path=$REPORTS/asan \
 LSAN_OPTIONS=suppressions=$ROOT/util/asan-lsan.supp:print_suppressions=0 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$REPORTS/ubsan:suppressions=$ROOT/util/asan-ubsan.supp \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$REPORTS/ubsan:suppressions=$ROOT/util/asan-ubsan.supp \
 TEST_NGINX_BINARY=$ROOT/$NGX/objs/nginx \
 SESSION_MODULE=$ROOT/$OUT/ngx_http_session_module.so \
     bash util/test.sh $tests 2>&1 | tee "$OUT/test.log" || rc=$?
