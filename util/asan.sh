@@ -178,6 +178,7 @@ rc=0
 ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1:log_path=$REPORTS/asan \
 LSAN_OPTIONS=suppressions=$ROOT/util/asan-lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$REPORTS/ubsan:suppressions=$ROOT/util/asan-ubsan.supp \
+TEST_NGINX_SERVROOT=$ROOT/$OUT/servroot \
 TEST_NGINX_BINARY=$ROOT/$NGX/objs/nginx \
 SESSION_MODULE=$ROOT/$OUT/ngx_http_session_module.so \
     bash util/test.sh $tests 2>&1 | tee "$OUT/test.log" || rc=$?
@@ -194,7 +195,7 @@ read -r total failed < <(perl -ne '
     $f += $1 while /Failed: (\d+)\)/g;
     END { printf "%d %d\n", $t // 0, $f // 0 }' "$OUT/test.log")
 files=$(grep -l -E "$pattern" "$REPORTS"/* 2>/dev/null | wc -l || true)
-inlogs=$(cat "$OUT/test.log" t/servroot*/logs/error.log 2>/dev/null \
+inlogs=$(cat "$OUT/test.log" "$OUT"/servroot/logs/error.log 2>/dev/null \
              | grep -c -E "$pattern" || true)
 reports=$((files + inlogs))
 # a worker that a test kills on purpose (t/011: SIGKILL) is no crash
