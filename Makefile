@@ -16,7 +16,7 @@
 #   make asan       unit tests, nginx and the module under ASan + UBSan +
 #                   LeakSanitizer, every Test::Nginx script (~15 min)
 #   make sweep      raw-socket bad-input sweep (util/sweep.pl) against an
-#                   nginx of t/024-sweep.t: SWEEP_COUNT=5000 requests at
+#                   nginx of t/025-sweep.t: SWEEP_COUNT=5000 requests at
 #                   most, SWEEP_SECONDS=300, SWEEP_SEED=N repeats a run
 #   make failover   a primary and a pg_basebackup standby on loopback
 #                   (ports 2420-2422), load, two failovers: the module
@@ -154,7 +154,7 @@ asan: deps sanitizer-deps
 
 sweep: deps build
 	@SWEEP_COUNT=$${SWEEP_COUNT:-5000} SWEEP_SECONDS=$${SWEEP_SECONDS:-300} \
-	    SWEEP_STALLS=$${SWEEP_STALLS:-8} bash util/test.sh t/024-sweep.t
+	    SWEEP_STALLS=$${SWEEP_STALLS:-8} bash util/test.sh t/025-sweep.t
 
 clean:
 	rm -rf $(BUILD)

@@ -20,8 +20,8 @@
 # show no [alert] (a worker that exits on a signal is one), no [crit]
 # and no "exited on signal".  Exits 1 on any bad answer or log line.
 #
-# make sweep runs it through t/024-sweep.t (nginx, PostgreSQL, a key);
-# t/024-sweep.t runs a short version in make test.  Also usable as a
+# make sweep runs it through t/025-sweep.t (nginx, PostgreSQL, a key);
+# t/025-sweep.t runs a short version in make test.  Also usable as a
 # library: require it and call SessionSweep::run(%options).
 
 package SessionSweep;
