@@ -213,6 +213,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       offsetof(ngx_http_session_loc_conf_t, poll_max_timeout),
       &ngx_http_session_poll_max_post },
 
+    { ngx_string("session_poll_park"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_FLAG,
+      ngx_conf_set_flag_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, poll_park),
+      NULL },
+
     { ngx_string("session_webhook_allow_private"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_FLAG,
       ngx_conf_set_flag_slot,
@@ -529,6 +536,7 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->image_max_size = NGX_CONF_UNSET;
     slcf->poll_timeout = NGX_CONF_UNSET;
     slcf->poll_max_timeout = NGX_CONF_UNSET;
+    slcf->poll_park = NGX_CONF_UNSET;
 
     return slcf;
 }
@@ -583,6 +591,7 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX);
 
     ngx_conf_merge_sec_value(conf->poll_timeout, prev->poll_timeout, 30);
+    ngx_conf_merge_value(conf->poll_park, prev->poll_park, 1);
     ngx_conf_merge_sec_value(conf->poll_max_timeout, prev->poll_max_timeout,
                              60);
 

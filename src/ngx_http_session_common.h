@@ -109,6 +109,8 @@ typedef struct {
     /* long poll: the wait without "timeout", and the largest, seconds */
     time_t                      poll_timeout;
     time_t                      poll_max_timeout;
+    /* a waiting plain HTTP/1.x poll keeps its connection, not its request */
+    ngx_flag_t                  poll_park;
 } ngx_http_session_loc_conf_t;
 
 

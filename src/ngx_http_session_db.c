@@ -123,7 +123,9 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_SESSION_CREATE_KEYED,
     NGX_HTTP_SESSION_SQL_SESSION_COMPLETE_KEYED,
     NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED,
-    NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED
+    NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED,
+    NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM,
+    NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */
@@ -179,6 +181,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
 
         dc->log = cycle->log;
         dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->role = "nginx session pool";
         dc->hosts = smcf->db_hosts;
         dc->options = options;
         dc->timeout = smcf->db_timeout;
@@ -353,7 +356,7 @@ ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     const char *host, const char *hostaddr, const char *port)
 {
     ngx_uint_t   n;
-    const char  *keywords[6], *values[6];
+    const char  *keywords[7], *values[7];
 
     /* the conninfo is expanded first; the keywords given here follow it */
 
@@ -365,6 +368,11 @@ ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     if (dc->options) {
         keywords[n] = "options";
         values[n++] = dc->options;
+    }
+
+    if (dc->role) {
+        keywords[n] = "fallback_application_name";
+        values[n++] = dc->role;
     }
 
     if (host) {

@@ -42,6 +42,11 @@ struct ngx_http_session_db_conn_s {
     ino_t                            socket_ino;
     ngx_log_t                       *log;
     const char                      *conninfo;
+    /*
+     * fallback_application_name: what the connection is for, as
+     * pg_stat_activity shows it unless the conninfo names one
+     */
+    const char                      *role;
     /* host names to resolve before each attempt, or NULL */
     ngx_http_session_dbhosts_t      *hosts;
     ngx_http_session_dbhost_ctx_t    resolve;

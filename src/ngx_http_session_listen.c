@@ -50,6 +50,7 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 
     dc->log = cycle->log;
     dc->conninfo = (const char *) smcf->db_conninfo.data;
+    dc->role = "nginx session listen";
     dc->hosts = smcf->db_hosts;
     dc->options = ngx_http_session_db_options(cycle);
     if (dc->options == NULL) {

@@ -25,12 +25,24 @@
  * Each waiter has a timer for its timeout; the node has one for the
  * session's expires_at, which answers every waiter 410 "session has
  * expired" on time instead of at the next expiry sweep.
+ *
+ * A plain HTTP/1.x poll known to wait (its node settled) is parked
+ * (session_poll_park, ngx_http_session_park.h) once the event that
+ * handled it is over: its nginx request is freed (the request pool and
+ * the header buffer are most of a waiting poll's memory), the waiter
+ * moves into the park's record, and the answer is sent on a request
+ * made again from the record.
+ *
+ * The reads of the nodes that must read after one event go in one
+ * statement (up to NGX_HTTP_SESSION_POLL_BATCH sessions), sent from a
+ * posted event.
  */
 
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_body.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_park.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
@@ -41,8 +53,14 @@
 #define NGX_HTTP_SESSION_POLL_IMAGES      "100"
 /* how soon a worker that shuts down answers its waiters, milliseconds */
 #define NGX_HTTP_SESSION_POLL_EXIT_CHECK  1000
-/* a node's read: the query object and its parameters' lengths */
-#define NGX_HTTP_SESSION_POLL_READ_POOL   1024
+/* session nodes allocated at once */
+#define NGX_HTTP_SESSION_POLL_NODE_CHUNK  64
+/* a read: the query object and its parameters' lengths */
+#define NGX_HTTP_SESSION_POLL_READ_POOL   4096
+/* the most sessions one statement reads */
+#define NGX_HTTP_SESSION_POLL_BATCH       256
+/* an answer's pool: its rendered body */
+#define NGX_HTTP_SESSION_POLL_ANSWER_POOL 1024
 
 
 /* the waiters of one session and project */
@@ -54,14 +72,17 @@ typedef struct {
     ngx_queue_t                    waiters;
     /* the session's expires_at: answers every waiter 410 */
     ngx_event_t                    expiry;
-    /* the running read's pool, NULL when none runs */
-    ngx_pool_t                    *read_pool;
+    /* the statement reading it now (shared by its batch), or NULL */
+    void                          *batch;
+    /* in the worker's list of nodes whose read waits to be sent */
+    ngx_queue_t                    pending;
     /* NUL-terminated: they are the statement's parameters */
     u_char                         sid[NGX_HTTP_SESSION_UUID_LEN + 1];
     u_char                         project[NGX_HTTP_SESSION_UUID_LEN + 1];
 
-    /* a read is under way */
+    /* a read is under way (or about to be sent: pending) */
     unsigned                       reading:1;
+    unsigned                       queued:1;
     /* something happened after that read was sent: read again */
     unsigned                       again:1;
     /* the last read found nothing to answer and nothing happened since */
@@ -76,12 +97,26 @@ struct ngx_http_session_poll_s {
     ngx_queue_t                    queue;
     /* NULL once the poll no longer waits */
     ngx_http_session_poll_node_t  *node;
+    /* NULL while parked: the poll is then the data of park */
     ngx_http_request_t            *request;
+    ngx_http_session_park_t       *park;
     ngx_event_t                    timer;
+    /* in the worker's list of polls to park after this event */
+    ngx_queue_t                    parking;
 
     /* timed out (or timeout 0, or shutting down): the next read answers */
     unsigned                       final:1;
+    /* session_poll_park and a request that can go while it waits */
+    unsigned                       parkable:1;
 };
+
+
+/* one statement reading the sessions of many nodes */
+typedef struct {
+    ngx_pool_t                    *pool;
+    ngx_uint_t                     n;
+    ngx_http_session_poll_node_t  *nodes[1];
+} ngx_http_session_poll_batch_t;
 
 
 /* one rendered answer, sent as it is by every waiter it answers */
@@ -101,11 +136,15 @@ static void ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
     ngx_uint_t final);
 static ngx_int_t ngx_http_session_poll_read(
     ngx_http_session_poll_node_t *node);
+static void ngx_http_session_poll_send_reads(ngx_event_t *ev);
 static void ngx_http_session_poll_result(ngx_http_session_db_query_t *q,
     PGresult *res);
+static void ngx_http_session_poll_node_result(
+    ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
+    int first, int rows);
 static ngx_http_session_err_e ngx_http_session_poll_check(
     ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
-    int *n, int64_t *expires_us);
+    int first, int rows, int *n, int64_t *expires_us);
 static void ngx_http_session_poll_expires(ngx_http_session_poll_node_t *node,
     int64_t expires_us);
 static void ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
@@ -122,6 +161,12 @@ static void ngx_http_session_poll_timeout(ngx_event_t *ev);
 static void ngx_http_session_poll_expired(ngx_event_t *ev);
 static void ngx_http_session_poll_want_all(ngx_uint_t final);
 static void ngx_http_session_poll_exit_check(ngx_event_t *ev);
+static ngx_http_session_poll_node_t *ngx_http_session_poll_node_alloc(
+    ngx_log_t *log);
+static void ngx_http_session_poll_park_later(ngx_http_session_poll_t *p);
+static void ngx_http_session_poll_park_posted(ngx_event_t *ev);
+static void ngx_http_session_poll_park(ngx_http_session_poll_t *p);
+static void ngx_http_session_poll_parked_gone(ngx_http_session_park_t *pk);
 static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
     uint32_t hash, u_char *sid, u_char *project);
 static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
@@ -131,11 +176,19 @@ static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
 static ngx_rbtree_t        ngx_http_session_poll_tree;
 static ngx_rbtree_node_t   ngx_http_session_poll_sentinel;
 static ngx_queue_t         ngx_http_session_poll_nodes;
+/* nodes not in use, in chunks that stay */
+static ngx_queue_t         ngx_http_session_poll_free;
 static ngx_event_t         ngx_http_session_poll_exit_ev;
 /* nginx's timer traces print ev->data as a connection's fd */
 static ngx_connection_t    ngx_http_session_poll_exit_conn;
 /* the table exists: this is a worker with session_api */
 static ngx_uint_t          ngx_http_session_poll_ready;
+/* the nodes whose reads go in the next statement, and its event */
+static ngx_queue_t         ngx_http_session_poll_pending;
+static ngx_event_t         ngx_http_session_poll_read_ev;
+/* the polls to park once the event that made them wait is over */
+static ngx_queue_t         ngx_http_session_poll_parking;
+static ngx_event_t         ngx_http_session_poll_park_ev;
 
 
 /* GET /api/v1/sessions/{sid}/poll */
@@ -249,7 +302,36 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     /* the request lives until the poll answers, however many reads */
     r->main->count++;
 
+    p->parkable = (slcf->poll_park && ngx_http_session_parkable(r));
+
+    /* a poll that joined a settled node waits: parked now, others later */
+
+    if (p->node && p->node->settled && !p->node->reading) {
+        ngx_http_session_poll_park_later(p);
+    }
+
     return NGX_DONE;
+}
+
+
+/*
+ * A poll that is known to wait (its node is settled) is parked once the
+ * event that handles it is over; a poll answered at once (timeout=0,
+ * images pending) is never parked.
+ */
+
+static void
+ngx_http_session_poll_park_later(ngx_http_session_poll_t *p)
+{
+    if (!p->parkable || p->final || p->request == NULL || p->parking.next) {
+        return;
+    }
+
+    ngx_queue_insert_tail(&ngx_http_session_poll_parking, &p->parking);
+
+    if (!ngx_http_session_poll_park_ev.posted) {
+        ngx_post_event(&ngx_http_session_poll_park_ev, &ngx_posted_events);
+    }
 }
 
 
@@ -282,8 +364,8 @@ ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
                    timeout, node->reading ? ", joins a read" : "");
 
     if (node->reading) {
-        /* the read under way was sent before this poll asked */
-        node->again |= p->final;
+        /* a read under way was sent before this poll asked; not a queued one */
+        node->again |= (p->final && !node->queued);
         return NGX_OK;
     }
 
@@ -322,7 +404,7 @@ ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
         n = (rc < 0) ? n->left : n->right;
     }
 
-    node = ngx_alloc(sizeof(ngx_http_session_poll_node_t), log);
+    node = ngx_http_session_poll_node_alloc(log);
     if (node == NULL) {
         return NULL;
     }
@@ -360,7 +442,8 @@ ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
     node->settled = 0;
 
     if (node->reading) {
-        node->again = 1;
+        /* a read still queued is sent after this: it sees the change */
+        node->again |= !node->queued;
         return;
     }
 
@@ -381,80 +464,256 @@ ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
 
 
 /*
- * One execution of the poll statement for the node: NGX_OK (the result
- * comes from the event loop), NGX_DECLINED (no database now) or
- * NGX_ERROR.
+ * A read of the node's session: queued for the statement that the
+ * worker sends once the event under way is over, with every other
+ * session to read by then (NGX_HTTP_SESSION_POLL_BATCH at most a
+ * statement).  A read that cannot be sent answers the node's waiters
+ * 503 from there.
  */
 
 static ngx_int_t
 ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
 {
-    ngx_pool_t                   *pool;
-    ngx_http_session_db_query_t  *q;
-
-    pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_READ_POOL, ngx_cycle->log);
-    if (pool == NULL) {
-        return NGX_ERROR;
-    }
-
-    q = ngx_http_session_db_query_create_pool(pool, ngx_cycle->log,
-                                              NGX_HTTP_SESSION_SQL_POLL,
-                                              ngx_http_session_poll_result);
-    if (q == NULL) {
-        ngx_destroy_pool(pool);
-        return NGX_ERROR;
-    }
-
-    /* as ngx_http_session_db_query_stmt() makes it, with no request */
-    q->stmt = NGX_HTTP_SESSION_STMT_POLL;
-    q->result_format = 1;
-    q->data = node;
-
-    /* one read answers many waiters: not held behind a burst of writes */
-    q->first = 1;
-
-    ngx_http_session_db_param(q, node->project, 0, 0);
-    ngx_http_session_db_param(q, node->sid, 0, 0);
-    ngx_http_session_db_param(q, NGX_HTTP_SESSION_POLL_IMAGES, 0, 0);
-
-    if (ngx_http_session_db_query_run(q) != NGX_OK) {
-        ngx_destroy_pool(pool);
-        return NGX_DECLINED;
-    }
-
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
                    "session poll: reading %s", node->sid);
 
-    ngx_http_session_stat(poll_reads, 1);
-
-    node->read_pool = pool;
     node->reading = 1;
+    node->queued = 1;
     node->again = 0;
+
+    ngx_queue_insert_tail(&ngx_http_session_poll_pending, &node->pending);
+
+    if (!ngx_http_session_poll_read_ev.posted) {
+        ngx_post_event(&ngx_http_session_poll_read_ev, &ngx_posted_events);
+    }
 
     return NGX_OK;
 }
 
 
-/* the session's columns and an unacknowledged image per row, or none */
+/* the queued reads, NGX_HTTP_SESSION_POLL_BATCH sessions a statement */
+
+static void
+ngx_http_session_poll_send_reads(ngx_event_t *ev)
+{
+    u_char                         *pp, *ps;
+    ngx_uint_t                      i, n;
+    ngx_int_t                       rc;
+    ngx_pool_t                     *pool;
+    ngx_queue_t                    *q;
+    ngx_http_session_err_e          err;
+    ngx_http_session_db_query_t    *query;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
+
+    while (!ngx_queue_empty(&ngx_http_session_poll_pending)) {
+
+        q = NULL;
+        batch = NULL;
+        query = NULL;
+        pp = NULL;
+        ps = NULL;
+        err = NGX_HTTP_SESSION_ERR_INTERNAL;
+
+        pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_READ_POOL,
+                               ngx_cycle->log);
+
+        if (pool) {
+            batch = ngx_palloc(pool, sizeof(ngx_http_session_poll_batch_t)
+                                     + (NGX_HTTP_SESSION_POLL_BATCH - 1)
+                                       * sizeof(void *));
+
+            /* "{id,id,...}": an id and a comma or brace each */
+            pp = ngx_pnalloc(pool, NGX_HTTP_SESSION_POLL_BATCH
+                                   * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
+            ps = ngx_pnalloc(pool, NGX_HTTP_SESSION_POLL_BATCH
+                                   * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
+
+            query = ngx_http_session_db_query_create_pool(pool,
+                                              ngx_cycle->log,
+                                              NGX_HTTP_SESSION_SQL_POLL,
+                                              ngx_http_session_poll_result);
+        }
+
+        n = 0;
+
+        if (batch && pp && ps && query) {
+            batch->pool = pool;
+
+            query->stmt = NGX_HTTP_SESSION_STMT_POLL;
+            query->result_format = 1;
+            query->data = batch;
+
+            /* one read answers many waiters: not held behind writes */
+            query->first = 1;
+
+            ngx_http_session_db_param(query, pp, 0, 0);
+            ngx_http_session_db_param(query, ps, 0, 0);
+            ngx_http_session_db_param(query, NGX_HTTP_SESSION_POLL_IMAGES,
+                                      0, 0);
+
+            *pp++ = '{';
+            *ps++ = '{';
+        }
+
+        /* the nodes of this statement leave the queue */
+
+        while (n < NGX_HTTP_SESSION_POLL_BATCH
+               && !ngx_queue_empty(&ngx_http_session_poll_pending))
+        {
+            q = ngx_queue_head(&ngx_http_session_poll_pending);
+            ngx_queue_remove(q);
+
+            node = ngx_queue_data(q, ngx_http_session_poll_node_t, pending);
+            node->queued = 0;
+
+            if (batch) {
+                batch->nodes[n] = node;
+            }
+
+            if (pp && ps) {
+                if (n) {
+                    *pp++ = ',';
+                    *ps++ = ',';
+                }
+
+                pp = ngx_cpymem(pp, node->project, NGX_HTTP_SESSION_UUID_LEN);
+                ps = ngx_cpymem(ps, node->sid, NGX_HTTP_SESSION_UUID_LEN);
+            }
+
+            n++;
+
+            if (batch == NULL) {
+                /* no memory: this node is answered 500 below */
+                break;
+            }
+        }
+
+        rc = NGX_ERROR;
+
+        if (batch && pp && ps && query) {
+            batch->n = n;
+
+            *pp++ = '}'; *pp = '\0';
+            *ps++ = '}'; *ps = '\0';
+
+            rc = ngx_http_session_db_query_run(query);
+
+            if (rc == NGX_OK) {
+                ngx_http_session_stat(poll_reads, 1);
+
+                for (i = 0; i < n; i++) {
+                    batch->nodes[i]->batch = batch;
+                }
+
+                ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                               "session poll: one read of %ui sessions", n);
+
+                continue;
+            }
+
+            err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+        }
+
+        /* not sent: the waiters of those nodes answer now */
+
+        if (batch == NULL && q) {
+            n = 0;
+            node = ngx_queue_data(q, ngx_http_session_poll_node_t, pending);
+            node->reading = 0;
+            ngx_http_session_poll_answer(node, 0, err, NULL);
+            ngx_http_session_poll_release(node);
+        }
+
+        for (i = 0; i < n; i++) {
+            node = batch->nodes[i];
+            node->reading = 0;
+            ngx_http_session_poll_answer(node, 0, err, NULL);
+            ngx_http_session_poll_release(node);
+        }
+
+        if (pool) {
+            ngx_destroy_pool(pool);
+        }
+    }
+}
+
+
+/* a statement's result: each node's rows, in the order they were sent */
 
 static void
 ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    u_char                         *v;
+    int64_t                         k;
+    ngx_uint_t                      i, j;
+    int                             row, first, rows, ntuples, col;
+    ngx_pool_t                     *pool;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
+
+    batch = q->data;
+    pool = batch->pool;
+
+    for (i = 0; i < batch->n; i++) {
+        batch->nodes[i]->batch = NULL;
+        batch->nodes[i]->reading = 0;
+    }
+
+    ntuples = (res && PQresultStatus(res) == PGRES_TUPLES_OK)
+              ? PQntuples(res) : 0;
+
+    col = NGX_HTTP_SESSION_SESSION_NCOLS + NGX_HTTP_SESSION_IMAGE_NCOLS;
+    row = 0;
+
+    for (i = 0; i < batch->n; i++) {
+        node = batch->nodes[i];
+        first = row;
+
+        /* the rows of the (i + 1)-th session: k, a bigint, is i + 1 */
+
+        while (row < ntuples
+               && PQnfields(res) == col + 1
+               && PQgetlength(res, row, col) == 8)
+        {
+            v = (u_char *) PQgetvalue(res, row, col);
+            k = 0;
+
+            for (j = 0; j < 8; j++) {
+                k = (k << 8) | v[j];
+            }
+
+            if (k != (int64_t) i + 1) {
+                break;
+            }
+
+            row++;
+        }
+
+        rows = row - first;
+
+        ngx_http_session_poll_node_result(node, q->log, res, first, rows);
+    }
+
+    ngx_destroy_pool(pool);
+}
+
+
+/* a node's rows of the result: answers, or the node settles */
+
+static void
+ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
+    ngx_log_t *log, PGresult *res, int first, int rows)
+{
     int                              n;
     int64_t                          expires_us;
-    ngx_int_t                        rc;
     ngx_pool_t                      *pool;
+    ngx_queue_t                     *wq;
     ngx_http_session_err_e           err;
-    ngx_http_session_poll_node_t    *node;
     ngx_http_session_poll_answer_t  *a;
 
-    node = q->data;
-    pool = node->read_pool;
-
-    node->read_pool = NULL;
-    node->reading = 0;
-
-    err = ngx_http_session_poll_check(node, q->log, res, &n, &expires_us);
+    err = ngx_http_session_poll_check(node, log, res, first, rows, &n,
+                                      &expires_us);
 
     a = NULL;
 
@@ -462,13 +721,7 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
         /* something happened while this read ran: it may have missed it */
 
-        rc = ngx_http_session_poll_read(node);
-
-        if (rc != NGX_OK) {
-            err = (rc == NGX_DECLINED) ? NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE
-                                       : NGX_HTTP_SESSION_ERR_INTERNAL;
-            ngx_http_session_poll_answer(node, 0, err, NULL);
-        }
+        (void) ngx_http_session_poll_read(node);
 
         goto done;
     }
@@ -476,24 +729,29 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
     if (err == NGX_HTTP_SESSION_ERR_LAST) {
         /* one rendering for every waiter it answers */
 
-        a = ngx_palloc(pool, sizeof(ngx_http_session_poll_answer_t));
+        pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_ANSWER_POOL, log);
+        a = pool ? ngx_palloc(pool, sizeof(ngx_http_session_poll_answer_t))
+                 : NULL;
+
         if (a == NULL) {
+            if (pool) {
+                ngx_destroy_pool(pool);
+            }
+
             err = NGX_HTTP_SESSION_ERR_INTERNAL;
             goto answer;
         }
 
         a->pool = pool;
         a->refs = 1;
-        a->body = ngx_http_session_render_poll(pool, q->log, res, n);
+        a->body = ngx_http_session_render_poll(pool, log, res, first, n);
 
         if (a->body == NULL) {
+            ngx_destroy_pool(pool);
             a = NULL;
             err = NGX_HTTP_SESSION_ERR_INTERNAL;
             goto answer;
         }
-
-        /* the answer keeps the pool; the query in it is over */
-        pool = NULL;
 
         if (n == 0) {
             /* nothing yet: those whose time is up answer, the rest wait */
@@ -502,6 +760,16 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
             ngx_http_session_poll_answer(node, 1, err, a);
             ngx_http_session_poll_answer_release(a);
+
+            /* those left wait: their requests can go */
+
+            for (wq = ngx_queue_head(&node->waiters);
+                 wq != ngx_queue_sentinel(&node->waiters);
+                 wq = ngx_queue_next(wq))
+            {
+                ngx_http_session_poll_park_later(
+                          ngx_queue_data(wq, ngx_http_session_poll_t, queue));
+            }
 
             goto done;
         }
@@ -517,10 +785,6 @@ answer:
 
 done:
 
-    if (pool) {
-        ngx_destroy_pool(pool);
-    }
-
     ngx_http_session_poll_release(node);
 }
 
@@ -532,7 +796,8 @@ done:
 
 static ngx_http_session_err_e
 ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
-    ngx_log_t *log, PGresult *res, int *n, int64_t *expires_us)
+    ngx_log_t *log, PGresult *res, int first, int rows, int *n,
+    int64_t *expires_us)
 {
     u_char  project[NGX_HTTP_SESSION_UUID_LEN];
 
@@ -550,50 +815,49 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
     }
 
     if (PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS
-                          + NGX_HTTP_SESSION_IMAGE_NCOLS)
+                          + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+        || rows == 0)
     {
         return NGX_HTTP_SESSION_ERR_INTERNAL;
     }
 
-    if (PQntuples(res) == 0
-        || PQgetisnull(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT))
-    {
+    if (PQgetisnull(res, first, NGX_HTTP_SESSION_COL_S_PROJECT)) {
         return NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND;
     }
 
     /* the statement joins images only for $1; the row says whose it is */
 
-    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT)
+    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_PROJECT)
         != NGX_HTTP_SESSION_UUID_BIN_LEN)
     {
         return NGX_HTTP_SESSION_ERR_INTERNAL;
     }
 
     ngx_http_session_uuid_format(
-              (u_char *) PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_PROJECT),
+              (u_char *) PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_PROJECT),
               project);
 
     if (ngx_memcmp(project, node->project, NGX_HTTP_SESSION_UUID_LEN) != 0) {
         return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
     }
 
-    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_STATUS)
         == sizeof("expired") - 1
-        && ngx_strncmp(PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_STATUS),
+        && ngx_strncmp(PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_STATUS),
                        "expired", sizeof("expired") - 1)
            == 0)
     {
         return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
     }
 
-    if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_SESSION_NCOLS)) {
-        *n = PQntuples(res);
+    if (!PQgetisnull(res, first, NGX_HTTP_SESSION_SESSION_NCOLS)) {
+        *n = rows;
         return NGX_HTTP_SESSION_ERR_LAST;
     }
 
-    if (PQgetlength(res, 0, NGX_HTTP_SESSION_COL_S_STATUS)
+    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_STATUS)
         == sizeof("completed") - 1
-        && ngx_strncmp(PQgetvalue(res, 0, NGX_HTTP_SESSION_COL_S_STATUS),
+        && ngx_strncmp(PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_STATUS),
                        "completed", sizeof("completed") - 1)
            == 0)
     {
@@ -601,7 +865,7 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
         return NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED;
     }
 
-    if (ngx_http_session_render_time(res, 0, NGX_HTTP_SESSION_COL_S_EXPIRES,
+    if (ngx_http_session_render_time(res, first, NGX_HTTP_SESSION_COL_S_EXPIRES,
                                      expires_us)
         != NGX_OK)
     {
@@ -689,7 +953,20 @@ ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
             ngx_del_timer(&p->timer);
         }
 
+        if (p->parking.next) {
+            ngx_queue_remove(&p->parking);
+            p->parking.next = NULL;
+        }
+
         r = p->request;
+
+        if (r == NULL) {
+            r = ngx_http_session_unpark(p->park);
+            if (r == NULL) {
+                continue;
+            }
+        }
+
         c = r->connection;
 
         if (err != NGX_HTTP_SESSION_ERR_LAST) {
@@ -715,6 +992,10 @@ ngx_http_session_poll_send(ngx_http_request_t *r,
 {
     ngx_buf_t           *b;
     ngx_pool_cleanup_t  *cln;
+
+    if (a == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
 
     b = ngx_calloc_buf(r->pool);
     cln = ngx_pool_cleanup_add(r->pool, 0);
@@ -757,6 +1038,11 @@ ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
         ngx_del_timer(&p->timer);
     }
 
+    if (p->parking.next) {
+        ngx_queue_remove(&p->parking);
+        p->parking.next = NULL;
+    }
+
     node = p->node;
 
     if (node == NULL) {
@@ -789,7 +1075,43 @@ ngx_http_session_poll_release(ngx_http_session_poll_node_t *node)
 
     ngx_rbtree_delete(&ngx_http_session_poll_tree, &node->node);
     ngx_queue_remove(&node->all);
-    ngx_free(node);
+
+    /* to the worker's free nodes (see ngx_http_session_poll_node_alloc) */
+    ngx_queue_insert_head(&ngx_http_session_poll_free, &node->all);
+}
+
+
+/*
+ * Nodes come in chunks of NGX_HTTP_SESSION_POLL_NODE_CHUNK and go back to
+ * a free list, never to malloc: a burst of sessions polled at once does
+ * not leave a long-lived node in each page of the burst's memory, which
+ * would keep those pages from being given back.  The chunks stay for the
+ * worker's life (its peak of polled sessions).
+ */
+
+static ngx_http_session_poll_node_t *
+ngx_http_session_poll_node_alloc(ngx_log_t *log)
+{
+    ngx_uint_t                     i;
+    ngx_queue_t                   *q;
+    ngx_http_session_poll_node_t  *chunk;
+
+    if (ngx_queue_empty(&ngx_http_session_poll_free)) {
+        chunk = ngx_alloc(NGX_HTTP_SESSION_POLL_NODE_CHUNK
+                          * sizeof(ngx_http_session_poll_node_t), log);
+        if (chunk == NULL) {
+            return NULL;
+        }
+
+        for (i = 0; i < NGX_HTTP_SESSION_POLL_NODE_CHUNK; i++) {
+            ngx_queue_insert_tail(&ngx_http_session_poll_free, &chunk[i].all);
+        }
+    }
+
+    q = ngx_queue_head(&ngx_http_session_poll_free);
+    ngx_queue_remove(q);
+
+    return ngx_queue_data(q, ngx_http_session_poll_node_t, all);
 }
 
 
@@ -1003,6 +1325,7 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
                     ngx_http_session_poll_insert_value);
 
     ngx_queue_init(&ngx_http_session_poll_nodes);
+    ngx_queue_init(&ngx_http_session_poll_free);
 
     ngx_http_session_poll_exit_ev.handler = ngx_http_session_poll_exit_check;
     ngx_http_session_poll_exit_conn.fd = (ngx_socket_t) -1;
@@ -1012,6 +1335,21 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
 
     ngx_add_timer(&ngx_http_session_poll_exit_ev,
                   NGX_HTTP_SESSION_POLL_EXIT_CHECK);
+
+    ngx_queue_init(&ngx_http_session_poll_parking);
+    ngx_queue_init(&ngx_http_session_poll_pending);
+
+    ngx_http_session_poll_read_ev.handler = ngx_http_session_poll_send_reads;
+    ngx_http_session_poll_read_ev.data = &ngx_http_session_poll_exit_conn;
+    ngx_http_session_poll_read_ev.log = cycle->log;
+
+    ngx_http_session_poll_park_ev.handler = ngx_http_session_poll_park_posted;
+    ngx_http_session_poll_park_ev.data = &ngx_http_session_poll_exit_conn;
+    ngx_http_session_poll_park_ev.log = cycle->log;
+
+    if (ngx_http_session_park_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     ngx_http_session_poll_ready = 1;
 
@@ -1024,9 +1362,11 @@ ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 {
-    ngx_queue_t                   *q, *qq;
-    ngx_http_session_poll_t       *p;
-    ngx_http_session_poll_node_t  *node;
+    ngx_uint_t                      i;
+    ngx_queue_t                    *q, *qq;
+    ngx_http_session_poll_t        *p;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
 
     if (!ngx_http_session_poll_ready) {
         return;
@@ -1051,12 +1391,28 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
             if (p->timer.timer_set) {
                 ngx_del_timer(&p->timer);
             }
+
+            if (p->request == NULL) {
+                /* parked: its connection goes with the process */
+                ngx_http_session_park_free(p->park);
+            }
         }
 
-        if (node->read_pool) {
+        if (node->batch) {
             /* the pool's cleanup detaches the query from its connection */
-            ngx_destroy_pool(node->read_pool);
-            node->read_pool = NULL;
+            batch = node->batch;
+
+            for (i = 0; i < batch->n; i++) {
+                batch->nodes[i]->batch = NULL;
+                batch->nodes[i]->reading = 0;
+            }
+
+            ngx_destroy_pool(batch->pool);
+        }
+
+        if (node->queued) {
+            ngx_queue_remove(&node->pending);
+            node->queued = 0;
         }
 
         node->reading = 0;
@@ -1065,8 +1421,106 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
         ngx_http_session_poll_release(node);
     }
 
+    if (ngx_http_session_poll_park_ev.posted) {
+        ngx_delete_posted_event(&ngx_http_session_poll_park_ev);
+    }
+
+    if (ngx_http_session_poll_read_ev.posted) {
+        ngx_delete_posted_event(&ngx_http_session_poll_read_ev);
+    }
+
+    ngx_http_session_park_exit_process(cycle);
+
     ngx_http_session_poll_ready = 0;
 }
+
+/* the polls that began to wait during the event just handled */
+
+static void
+ngx_http_session_poll_park_posted(ngx_event_t *ev)
+{
+    ngx_queue_t              *q;
+    ngx_http_session_poll_t  *p;
+
+    while (!ngx_queue_empty(&ngx_http_session_poll_parking)) {
+        q = ngx_queue_head(&ngx_http_session_poll_parking);
+        ngx_queue_remove(q);
+
+        p = ngx_queue_data(q, ngx_http_session_poll_t, parking);
+        p->parking.next = NULL;
+
+        ngx_http_session_poll_park(p);
+    }
+
+}
+
+
+/*
+ * The poll's request goes (see ngx_http_session_park.h): the waiter
+ * moves into the park's data, with its place in the node and its timer.
+ */
+
+static void
+ngx_http_session_poll_park(ngx_http_session_poll_t *p)
+{
+    ngx_msec_t                left;
+    ngx_http_request_t       *r;
+    ngx_http_session_park_t  *pk;
+    ngx_http_session_poll_t  *np;
+
+    r = p->request;
+
+    if (p->node == NULL) {
+        return;
+    }
+
+    pk = ngx_http_session_park_prepare(r, sizeof(ngx_http_session_poll_t),
+                                       ngx_http_session_poll_parked_gone);
+    if (pk == NULL) {
+        return;
+    }
+
+    np = ngx_http_session_park_data(pk);
+
+    np->node = p->node;
+    np->park = pk;
+    np->final = p->final;
+
+    ngx_queue_insert_after(&p->queue, &np->queue);
+    ngx_queue_remove(&p->queue);
+    p->node = NULL;
+
+    if (p->timer.timer_set) {
+        left = ((ngx_msec_int_t) (p->timer.timer.key - ngx_current_msec) > 0)
+               ? p->timer.timer.key - ngx_current_msec : 0;
+
+        ngx_del_timer(&p->timer);
+
+        np->timer.handler = ngx_http_session_poll_timeout;
+        np->timer.data = np;
+        np->timer.log = r->connection->log;
+
+        ngx_add_timer(&np->timer, left);
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session poll: parking on %s", np->node->sid);
+
+    /* the request's cleanup finds p out of the node: it does nothing */
+
+    ngx_http_session_park_request(pk, r);
+}
+
+
+/* the client of a parked poll went away: the waiter leaves */
+
+static void
+ngx_http_session_poll_parked_gone(ngx_http_session_park_t *pk)
+{
+    ngx_http_session_poll_leave(ngx_http_session_park_data(pk));
+}
+
+
 
 
 /* by hash, then session id, then project */

@@ -346,8 +346,8 @@ static ngx_http_session_render_kind_t  ngx_http_session_render_images_kind = {
 
 static ngx_int_t
 ngx_http_session_render_items(ngx_pool_t *pool, ngx_log_t *log,
-    PGresult *res, int col, int n, ngx_http_session_render_kind_t *kind,
-    u_char **docs, size_t *len)
+    PGresult *res, int first, int col, int n,
+    ngx_http_session_render_kind_t *kind, u_char **docs, size_t *len)
 {
     int      i;
     u_char  *d;
@@ -360,7 +360,7 @@ ngx_http_session_render_items(ngx_pool_t *pool, ngx_log_t *log,
     *len = 0;
 
     for (i = 0; i < n; i++) {
-        if (kind->read(res, i, col, d + i * kind->size) != NGX_OK) {
+        if (kind->read(res, first + i, col, d + i * kind->size) != NGX_OK) {
             ngx_log_error(NGX_LOG_ERR, log, 0,
                           "session db: a row is not what the statement "
                           "returns");
@@ -403,8 +403,8 @@ ngx_http_session_render_list(ngx_http_request_t *r, PGresult *res, int col,
     u_char     *docs, *p;
     ngx_buf_t  *b;
 
-    if (ngx_http_session_render_items(r->pool, r->connection->log, res, col,
-                                      n, kind, &docs, &len)
+    if (ngx_http_session_render_items(r->pool, r->connection->log, res, 0,
+                                      col, n, kind, &docs, &len)
         != NGX_OK)
     {
         return NULL;
@@ -467,18 +467,18 @@ ngx_http_session_render_tail(u_char *p, u_char *cursor, size_t cursor_len)
 
 ngx_buf_t *
 ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log, PGresult *res,
-    int n)
+    int first, int n)
 {
     size_t                           len;
     u_char                          *docs, *p;
     ngx_buf_t                       *b;
     ngx_http_session_doc_session_t   s;
 
-    if (ngx_http_session_render_read_session(res, 0, 0, &s) != NGX_OK) {
+    if (ngx_http_session_render_read_session(res, first, 0, &s) != NGX_OK) {
         goto bad;
     }
 
-    if (ngx_http_session_render_items(pool, log, res,
+    if (ngx_http_session_render_items(pool, log, res, first,
                                       NGX_HTTP_SESSION_SESSION_NCOLS,
                                       n, &ngx_http_session_render_images_kind,
                                       &docs, &len)

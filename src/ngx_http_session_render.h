@@ -78,12 +78,12 @@ ngx_buf_t *ngx_http_session_render_images(ngx_http_request_t *r,
     PGresult *res, int col, int n, u_char *cursor, size_t cursor_len);
 
 /*
- * {"session": {...}, "images": [...]}: the session of row 0 and the
- * images of rows 0 .. n - 1 after its columns, in pool (the answer of
- * every poll that waits on the session, so no request's pool)
+ * {"session": {...}, "images": [...]}: the session of row first and the
+ * images of rows first .. first + n - 1 after its columns, in pool (the
+ * answer of every poll that waits on the session, so no request's pool)
  */
 ngx_buf_t *ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log,
-    PGresult *res, int n);
+    PGresult *res, int first, int n);
 
 
 #endif /* _NGX_HTTP_SESSION_RENDER_H_INCLUDED_ */

@@ -378,19 +378,24 @@
 
 
 /*
- * $1 project, $2 session id, $3 most images: the session's columns and
- * an unacknowledged image per row, oldest first (one row of NULL image
- * columns when there is none; no row when the session is missing)
+ * The long poll's read of many sessions at once: $1 their projects and
+ * $2 their ids (arrays of the same length, the k-th project with the
+ * k-th id), $3 most images a session.  For each k in order: the
+ * session's columns and an unacknowledged image per row, oldest first
+ * (one row of NULL image columns when there is none, or when the session
+ * is not the k-th project's; a row of NULL session columns when the
+ * session is missing), then k (bigint, from 1) as the last column.
  */
 #define NGX_HTTP_SESSION_SQL_POLL                                             \
     "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("x") ", "                     \
-    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
-    " FROM sessions x"                                                        \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ", w.k"                              \
+    " FROM unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY w(project, id, k)"  \
+    " LEFT JOIN sessions x ON x.id = w.id"                                    \
     " LEFT JOIN LATERAL (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")        \
     " FROM images i WHERE i.session_id = x.id"                                \
     " AND i.acknowledged_at IS NULL"                                          \
-    " ORDER BY i.sequence LIMIT $3::integer) i ON x.project_id = $1::uuid"    \
-    " WHERE x.id = $2::uuid"
+    " ORDER BY i.sequence LIMIT $3::integer) i ON x.project_id = w.project"   \
+    " ORDER BY w.k, i.sequence"
 
 
 /*
@@ -416,6 +421,8 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_SESSION_COMPLETE_KEYED,
     NGX_HTTP_SESSION_STMT_IMAGE_UPLOAD_KEYED,
     NGX_HTTP_SESSION_STMT_IMAGE_ACK_KEYED,
+    NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM,
+    NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 
@@ -467,6 +474,26 @@ typedef enum {
     " WHERE o.id = b.id AND o.attempts = b.attempts"                          \
     " AND o.delivered_at IS NULL"
 
+
+/*
+ * Wakes every sender: a worker that is exiting (reload, shutdown) has
+ * recorded retries that its own timer will not see to.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE                                     \
+    "SELECT pg_notify('session_webhooks', '')"
+
+/*
+ * The queue for session_status: events not delivered nor failed (due,
+ * scheduled or in flight), and the milliseconds since the oldest due one
+ * became due (0: none is due).  Both over the partial index
+ * webhook_outbox_due.
+ */
+#define NGX_HTTP_SESSION_SQL_WEBHOOK_QUEUE                                    \
+    "SELECT count(*), coalesce(ceil(extract(epoch FROM now()"                 \
+    " - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now()))"        \
+    " * 1000), 0)::bigint"                                                    \
+    " FROM webhook_outbox"                                                    \
+    " WHERE delivered_at IS NULL AND failed_at IS NULL"
 
 /* the channels every worker listens on */
 #define NGX_HTTP_SESSION_CHANNEL_AUTH    "session_auth"

@@ -33,6 +33,8 @@ typedef struct {
     /* polls waiting now; the long poll's shared reads of sessions */
     ngx_atomic_t        polls_waiting;
     ngx_atomic_t        poll_reads;
+    /* of the polls waiting, those whose nginx request is freed */
+    ngx_atomic_t        polls_parked;
     /* expiry sweeps that ran, sessions they expired */
     ngx_atomic_t        sweeps;
     ngx_atomic_t        expired;
@@ -42,6 +44,16 @@ typedef struct {
     ngx_atomic_t        webhooks_delivered;
     ngx_atomic_t        webhooks_retried;
     ngx_atomic_t        webhooks_failed;
+    /*
+     * The outbox as last measured (one worker per node, about every
+     * second, see ngx_http_session_webhook.c): pending events, the age
+     * of the oldest due one in ms, when (Unix time in ms, 0: never), and
+     * the ngx_current_msec from which the next measurement may start.
+     */
+    ngx_atomic_t        webhooks_queued;
+    ngx_atomic_t        webhooks_oldest_due;
+    ngx_atomic_t        webhooks_measured;
+    ngx_atomic_t        webhooks_measure_next;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;

@@ -36,6 +36,7 @@ static u_char *ngx_http_session_status_prometheus(u_char *p,
     ngx_http_session_status_t *st);
 static u_char *ngx_http_session_status_metric(u_char *p, const char *name,
     const char *type, const char *help, ngx_atomic_uint_t value);
+static u_char *ngx_http_session_status_ms(u_char *p, ngx_atomic_uint_t ms);
 
 
 ngx_http_session_stats_t  *ngx_http_session_stats;
@@ -321,25 +322,53 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
 
     p = ngx_sprintf(p, "\"other\": %uA}}, ", st->s.status[i]);
 
-    return ngx_sprintf(p,
+    p = ngx_sprintf(p,
                    "\"rate_limited\": %uA, "
                    "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
                    "\"entries\": %ui}, "
                    "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
-                   "\"long_poll\": {\"waiting\": %uA, \"reads\": %uA}, "
+                   "\"long_poll\": {\"waiting\": %uA, \"parked\": %uA, "
+                   "\"reads\": %uA}, "
                    "\"expiry_sweep\": {\"runs\": %uA, "
                    "\"sessions_expired\": %uA, \"sessions_purged\": %uA}, "
                    "\"webhooks\": {\"delivered\": %uA, \"retried\": %uA, "
-                   "\"failed\": %uA}, "
-                   "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
-                   "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
+                   "\"failed\": %uA, \"queue\": ",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.polls_waiting, st->s.poll_reads, st->s.sweeps,
+                   st->s.polls_waiting, st->s.polls_parked, st->s.poll_reads,
+                   st->s.sweeps,
                    st->s.expired, st->s.purged, st->s.webhooks_delivered,
-                   st->s.webhooks_retried, st->s.webhooks_failed, &st->zone,
-                   st->fig.size, st->fig.free, st->fig.keys,
+                   st->s.webhooks_retried, st->s.webhooks_failed);
+
+    /* the outbox as one worker measured it last (null: not yet) */
+
+    if (st->s.webhooks_measured == 0) {
+        p = ngx_cpymem(p, "null", 4);
+
+    } else {
+        p = ngx_sprintf(p, "{\"depth\": %uA, \"oldest_due_seconds\": ",
+                        st->s.webhooks_queued);
+        p = ngx_http_session_status_ms(p, st->s.webhooks_oldest_due);
+        p = ngx_cpymem(p, ", \"measured_at\": ",
+                       sizeof(", \"measured_at\": ") - 1);
+        p = ngx_http_session_status_ms(p, st->s.webhooks_measured);
+        *p++ = '}';
+    }
+
+    return ngx_sprintf(p, "}, "
+                   "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
+                   "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
+                   &st->zone, st->fig.size, st->fig.free, st->fig.keys,
                    st->fig.evictions);
+}
+
+
+/* milliseconds as seconds with three decimals */
+
+static u_char *
+ngx_http_session_status_ms(u_char *p, ngx_atomic_uint_t ms)
+{
+    return ngx_sprintf(p, "%uA.%03uA", ms / 1000, ms % 1000);
 }
 
 
@@ -380,6 +409,9 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
                             "timeout): 503.", st->s.db_failures);
     p = ngx_http_session_status_metric(p, "polls_waiting", "gauge",
                             "Long polls waiting now.", st->s.polls_waiting);
+    p = ngx_http_session_status_metric(p, "polls_parked", "gauge",
+                            "Of the waiting long polls, those that hold only "
+                            "their connection.", st->s.polls_parked);
     p = ngx_http_session_status_metric(p, "poll_reads_total", "counter",
                             "Reads of a session, each shared by the long "
                             "polls that wait on it.", st->s.poll_reads);
@@ -401,6 +433,29 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
                             "counter", "Webhook events given up after "
                             "session_webhook_max_attempts.",
                             st->s.webhooks_failed);
+
+    if (st->s.webhooks_measured) {
+        p = ngx_http_session_status_metric(p, "webhook_queue_depth", "gauge",
+                            "Webhook events not delivered nor failed (due, "
+                            "scheduled or in flight), as last measured.",
+                            st->s.webhooks_queued);
+        p = ngx_sprintf(p, "# HELP session_api_webhook_oldest_due_seconds "
+                        "How long the oldest due webhook event had been "
+                        "due, as last measured.\n"
+                        "# TYPE session_api_webhook_oldest_due_seconds "
+                        "gauge\nsession_api_webhook_oldest_due_seconds ");
+        p = ngx_http_session_status_ms(p, st->s.webhooks_oldest_due);
+        p = ngx_sprintf(p, "\n# HELP session_api_webhook_queue_measured_"
+                        "timestamp_seconds When the webhook queue was last "
+                        "measured (Unix time).\n"
+                        "# TYPE session_api_webhook_queue_measured_"
+                        "timestamp_seconds gauge\n"
+                        "session_api_webhook_queue_measured_timestamp_"
+                        "seconds ");
+        p = ngx_http_session_status_ms(p, st->s.webhooks_measured);
+        *p++ = LF;
+    }
+
     p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
                             "Size of session_limit_zone.", st->fig.size);
     p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",

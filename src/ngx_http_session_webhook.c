@@ -41,6 +41,10 @@
 #define NGX_HTTP_SESSION_WEBHOOK_LEASE_PAD  10000
 /* "resolver_timeout" when the http block sets none, as nginx's default */
 #define NGX_HTTP_SESSION_WEBHOOK_RESOLVER_TIMEOUT  30000
+/* the queue is measured for session_status this often per node, ms */
+#define NGX_HTTP_SESSION_WEBHOOK_MEASURE    1000
+/* an idle connection to a receiver is kept this long, milliseconds */
+#define NGX_HTTP_SESSION_WEBHOOK_IDLE       4000
 /* the status line must fit in this many bytes */
 #define NGX_HTTP_SESSION_WEBHOOK_ANSWER     1024
 #define NGX_HTTP_SESSION_WEBHOOK_ERROR_MAX  256
@@ -69,7 +73,26 @@ typedef struct {
 } ngx_http_session_webhook_outcome_t;
 
 
+typedef struct ngx_http_session_webhook_s  ngx_http_session_webhook_t;
+
+
+/*
+ * A connection to a receiver, in its own pool: what it was opened for
+ * (the address, and for https the name its certificate was checked
+ * against), so that a later delivery to the same place may reuse it.
+ */
 typedef struct {
+    ngx_queue_t                   queue;
+    ngx_connection_t             *connection;
+    ngx_http_session_webhook_t   *wh;
+    struct sockaddr              *sockaddr;
+    socklen_t                     socklen;
+    ngx_uint_t                    https;
+    ngx_str_t                     host;
+} ngx_http_session_webhook_conn_t;
+
+
+struct ngx_http_session_webhook_s {
     ngx_event_t                   timer;
     ngx_log_t                    *log;
     /* connections log here: their errors become last_error instead */
@@ -103,11 +126,19 @@ typedef struct {
     u_char                       *params[5];
     ngx_uint_t                    nbatch_failed;
 
+    /* the queue's measurement: its timer, the query in flight */
+    ngx_event_t                   measure;
+    ngx_pool_t                   *measuring;
+
+    /* idle connections to receivers, the most recently used first */
+    ngx_queue_t                   idle;
+    ngx_uint_t                    nidle;
+
     unsigned                      enabled:1;
     /* claim again as soon as possible */
     unsigned                      again:1;
     unsigned                      failing:1;
-} ngx_http_session_webhook_t;
+};
 
 
 typedef struct {
@@ -143,7 +174,14 @@ typedef struct {
     ngx_http_session_webhook_state_e  state;
     ngx_str_t                     error;
 
+    /* the connection's own record */
+    ngx_http_session_webhook_conn_t  *conn;
+
     unsigned                      finished:1;
+    /* the connection was idle before this request */
+    unsigned                      reused:1;
+    /* an idle connection failed: this attempt opens a new one */
+    unsigned                      fresh:1;
 } ngx_http_session_webhook_delivery_t;
 
 
@@ -195,6 +233,26 @@ static void ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
 static void ngx_http_session_webhook_free(
     ngx_http_session_webhook_delivery_t *d);
 static ngx_uint_t ngx_http_session_webhook_stopping(void);
+static ngx_int_t ngx_http_session_webhook_reuse(
+    ngx_http_session_webhook_delivery_t *d, ngx_addr_t *addr);
+static ngx_int_t ngx_http_session_webhook_stale(
+    ngx_http_session_webhook_delivery_t *d);
+static void ngx_http_session_webhook_keep(
+    ngx_http_session_webhook_delivery_t *d);
+static ngx_uint_t ngx_http_session_webhook_reusable(
+    ngx_http_session_webhook_delivery_t *d);
+static void ngx_http_session_webhook_idle_handler(ngx_event_t *ev);
+static void ngx_http_session_webhook_idle_write(ngx_event_t *ev);
+static void ngx_http_session_webhook_conn_close(ngx_connection_t *c);
+static void ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh);
+static void ngx_http_session_webhook_passed_on(
+    ngx_http_session_db_query_t *q, PGresult *res);
+static ngx_pool_t *ngx_http_session_webhook_run(
+    ngx_http_session_webhook_t *wh, const char *sql,
+    ngx_http_session_db_handler_pt handler, void *data);
+static void ngx_http_session_webhook_measure(ngx_event_t *ev);
+static void ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
+    PGresult *res);
 
 
 static const char  *ngx_http_session_webhook_stages[] = {
@@ -339,16 +397,26 @@ ngx_http_session_webhook_init_process(ngx_cycle_t *cycle)
     wh->allow_private = smcf->webhook_allow_private;
 
     ngx_queue_init(&wh->active);
+    ngx_queue_init(&wh->idle);
 
     wh->timer.handler = ngx_http_session_webhook_timer_handler;
     wh->timer.data = wh;
     wh->timer.log = cycle->log;
     wh->timer.cancelable = 1;
 
+    wh->measure.handler = ngx_http_session_webhook_measure;
+    wh->measure.data = wh;
+    wh->measure.log = cycle->log;
+    wh->measure.cancelable = 1;
+
     wh->enabled = 1;
 
     /* the first claim once the query pool may be connected */
     ngx_http_session_webhook_schedule(wh, 100 + ngx_random() % 400);
+
+    if (ngx_http_session_stats) {
+        ngx_add_timer(&wh->measure, 100 + ngx_random() % 400);
+    }
 
     return NGX_OK;
 }
@@ -359,6 +427,7 @@ ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
 {
     ngx_queue_t                          *q;
     ngx_http_session_webhook_t           *wh;
+    ngx_http_session_webhook_conn_t      *conn;
     ngx_http_session_webhook_delivery_t  *d;
 
     wh = &ngx_http_session_webhook;
@@ -373,9 +442,18 @@ ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
         ngx_del_timer(&wh->timer);
     }
 
+    if (wh->measure.timer_set) {
+        ngx_del_timer(&wh->measure);
+    }
+
     if (wh->claim) {
         ngx_destroy_pool(wh->claim);
         wh->claim = NULL;
+    }
+
+    if (wh->measuring) {
+        ngx_destroy_pool(wh->measuring);
+        wh->measuring = NULL;
     }
 
     /* outcomes not recorded: their leases run out */
@@ -389,6 +467,15 @@ ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
         ngx_destroy_pool(wh->batch);
         wh->batch = NULL;
     }
+
+    while (!ngx_queue_empty(&wh->idle)) {
+        q = ngx_queue_head(&wh->idle);
+        ngx_queue_remove(q);
+        conn = ngx_queue_data(q, ngx_http_session_webhook_conn_t, queue);
+        ngx_http_session_webhook_conn_close(conn->connection);
+    }
+
+    wh->nidle = 0;
 
     /* what is still in flight: its lease runs out, another sends it */
 
@@ -498,6 +585,8 @@ ngx_http_session_webhook_claim(ngx_http_session_webhook_t *wh)
         return;
     }
 
+    /* prepared once per connection; the answer is read as text */
+    q->stmt = NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM;
     q->data = wh;
 
     /* parameters in text format are C strings */
@@ -995,8 +1084,6 @@ ngx_http_session_webhook_connect(ngx_http_session_webhook_delivery_t *d)
 
         ngx_memzero(&d->peer, sizeof(ngx_peer_connection_t));
 
-        d->peer.sockaddr = addr->sockaddr;
-        d->peer.socklen = addr->socklen;
         d->peer.name = ngx_palloc(d->pool, sizeof(ngx_str_t));
         if (d->peer.name == NULL) {
             ngx_http_session_webhook_fail(d, "out of memory");
@@ -1005,6 +1092,15 @@ ngx_http_session_webhook_connect(ngx_http_session_webhook_delivery_t *d)
 
         d->peer.name->data = text;
         d->peer.name->len = len;
+
+        if (!d->fresh && ngx_http_session_webhook_reuse(d, addr) == NGX_OK) {
+            d->state = ngx_http_session_webhook_sending;
+            ngx_http_session_webhook_send(d);
+            return;
+        }
+
+        d->peer.sockaddr = addr->sockaddr;
+        d->peer.socklen = addr->socklen;
         d->peer.get = ngx_event_get_peer;
         d->peer.log = &d->wh->quiet;
         d->peer.log_error = NGX_ERROR_INFO;
@@ -1035,9 +1131,43 @@ ngx_http_session_webhook_connect(ngx_http_session_webhook_delivery_t *d)
         c = d->peer.connection;
 
         c->data = d;
-        c->pool = d->pool;
         c->read->handler = ngx_http_session_webhook_event;
         c->write->handler = ngx_http_session_webhook_event;
+
+        /* the connection's own pool: it may outlive this delivery */
+
+        c->pool = ngx_create_pool(512, d->log);
+        d->conn = (c->pool == NULL) ? NULL
+                  : ngx_pcalloc(c->pool,
+                                sizeof(ngx_http_session_webhook_conn_t));
+
+        if (d->conn == NULL) {
+            ngx_http_session_webhook_fail(d, "out of memory");
+            return;
+        }
+
+        d->conn->connection = c;
+        d->conn->wh = d->wh;
+        d->conn->https = d->u.https;
+        d->conn->socklen = addr->socklen;
+        d->conn->sockaddr = ngx_pnalloc(c->pool, addr->socklen);
+
+        if (d->conn->sockaddr == NULL) {
+            ngx_http_session_webhook_fail(d, "out of memory");
+            return;
+        }
+
+        ngx_memcpy(d->conn->sockaddr, addr->sockaddr, addr->socklen);
+
+        if (d->u.https && d->host.len) {
+            d->conn->host.data = ngx_pstrdup(c->pool, &d->host);
+            if (d->conn->host.data == NULL) {
+                ngx_http_session_webhook_fail(d, "out of memory");
+                return;
+            }
+
+            d->conn->host.len = d->host.len;
+        }
 
         if (rc == NGX_AGAIN) {
             /* the write event tells when connect() is done */
@@ -1070,8 +1200,9 @@ ngx_http_session_webhook_connected(ngx_http_session_webhook_delivery_t *d)
     }
 
     if (err) {
-        ngx_close_connection(c);
+        ngx_http_session_webhook_conn_close(c);
         d->peer.connection = NULL;
+        d->conn = NULL;
 
         d->error.data = ngx_pnalloc(d->pool,
                                     NGX_HTTP_SESSION_WEBHOOK_ERROR_MAX);
@@ -1231,7 +1362,7 @@ ngx_http_session_webhook_build(ngx_http_session_webhook_delivery_t *d)
           + sizeof("webhook-timestamp: " CRLF) - 1 + NGX_TIME_T_LEN
           + sizeof("webhook-signature: " CRLF) - 1
           + NGX_HTTP_SESSION_WEBHOOK_SIG_LEN
-          + sizeof("Connection: close" CRLF CRLF) - 1
+          + sizeof(CRLF) - 1
           + d->payload.len;
 
     b = ngx_create_temp_buf(d->pool, len);
@@ -1252,8 +1383,7 @@ ngx_http_session_webhook_build(ngx_http_session_webhook_delivery_t *d)
                           "Content-Length: %uz" CRLF
                           "webhook-id: %V" CRLF
                           "webhook-timestamp: %T" CRLF
-                          "webhook-signature: %*s" CRLF
-                          "Connection: close" CRLF CRLF,
+                          "webhook-signature: %*s" CRLF CRLF,
                           d->u.path_len, d->u.path,
                           d->u.authority_len, d->u.authority,
                           d->payload.len, &d->id, now,
@@ -1328,13 +1458,20 @@ ngx_http_session_webhook_send(ngx_http_session_webhook_delivery_t *d)
             return;
         }
 
+        if (ngx_http_session_webhook_stale(d) == NGX_OK) {
+            return;
+        }
+
         ngx_http_session_webhook_fail(d, "cannot send to %V: the "
                                       "connection was closed", d->peer.name);
         return;
     }
 
-    d->answer = ngx_create_temp_buf(d->pool, NGX_HTTP_SESSION_WEBHOOK_ANSWER);
-    d->parser = ngx_pcalloc(d->pool, sizeof(ngx_http_request_t));
+    if (d->answer == NULL) {
+        d->answer = ngx_create_temp_buf(d->pool,
+                                        NGX_HTTP_SESSION_WEBHOOK_ANSWER);
+        d->parser = ngx_pcalloc(d->pool, sizeof(ngx_http_request_t));
+    }
 
     if (d->answer == NULL || d->parser == NULL) {
         ngx_http_session_webhook_fail(d, "out of memory");
@@ -1379,6 +1516,12 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
         }
 
         if (n == 0 || n == NGX_ERROR) {
+            if (b->last == b->start
+                && ngx_http_session_webhook_stale(d) == NGX_OK)
+            {
+                return;
+            }
+
             ngx_http_session_webhook_fail(d, "%V closed the connection "
                                           "without an answer",
                                           d->peer.name);
@@ -1405,6 +1548,10 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
     code = d->status.code;
 
     if (ngx_http_session_webhook_delivered(code)) {
+        if (ngx_http_session_webhook_reusable(d)) {
+            ngx_http_session_webhook_keep(d);
+        }
+
         ngx_http_session_webhook_finish(d, 1);
         return;
     }
@@ -1485,15 +1632,7 @@ ngx_http_session_webhook_close(ngx_http_session_webhook_delivery_t *d)
 
     d->peer.connection = NULL;
 
-#if (NGX_SSL)
-    if (c->ssl) {
-        c->ssl->no_wait_shutdown = 1;
-        c->ssl->no_send_shutdown = 1;
-        (void) ngx_ssl_shutdown(c);
-    }
-#endif
-
-    ngx_close_connection(c);
+    ngx_http_session_webhook_conn_close(c);
 }
 
 
@@ -1708,6 +1847,8 @@ ngx_http_session_webhook_flush(ngx_http_session_webhook_t *wh)
         goto failed;
     }
 
+    /* prepared once per connection, as the claim */
+    q->stmt = NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD;
     q->data = wh;
 
     /* parameters in text format are C strings */
@@ -1791,8 +1932,14 @@ ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
         }
 
         if (wh->flush_due) {
-            /* this worker retries them unless another does sooner */
-            ngx_http_session_webhook_due(wh, wh->flush_due);
+            if (ngx_http_session_webhook_stopping()) {
+                /* the workers that stay retry them */
+                ngx_http_session_webhook_pass_on(wh);
+
+            } else {
+                /* this worker retries them unless another does sooner */
+                ngx_http_session_webhook_due(wh, wh->flush_due);
+            }
         }
     }
 
@@ -1825,8 +1972,426 @@ ngx_http_session_webhook_free(ngx_http_session_webhook_delivery_t *d)
 }
 
 
+/*
+ * An exiting worker's retries: a NOTIFY makes the other workers (the new
+ * ones after a reload, other nodes) claim, and so set their timers for
+ * them, rather than find them at their next rescan.
+ */
+
+static void
+ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh)
+{
+    (void) ngx_http_session_webhook_run(wh, NGX_HTTP_SESSION_SQL_WEBHOOK_WAKE,
+                                        ngx_http_session_webhook_passed_on,
+                                        NULL);
+}
+
+
+static void
+ngx_http_session_webhook_passed_on(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    ngx_destroy_pool(q->data);
+}
+
+
+/*
+ * A statement without parameters in a pool of its own; its handler gets
+ * data, or the pool when data is NULL, and frees the pool.  The pool,
+ * or NULL when the statement could not be started.
+ */
+
+static ngx_pool_t *
+ngx_http_session_webhook_run(ngx_http_session_webhook_t *wh,
+    const char *sql, ngx_http_session_db_handler_pt handler, void *data)
+{
+    ngx_pool_t                   *pool;
+    ngx_http_session_db_query_t  *q;
+
+    pool = ngx_create_pool(NGX_HTTP_SESSION_WEBHOOK_POOL_SIZE, wh->log);
+    if (pool == NULL) {
+        return NULL;
+    }
+
+    q = ngx_http_session_db_query_create_pool(pool, wh->log, sql, handler);
+    if (q == NULL) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    q->data = data ? data : pool;
+
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        ngx_destroy_pool(pool);
+        return NULL;
+    }
+
+    /* the handler follows, from the event loop */
+    return pool;
+}
+
+
 static ngx_uint_t
 ngx_http_session_webhook_stopping(void)
 {
     return ngx_exiting || ngx_quit || ngx_terminate;
+}
+
+
+/*
+ * The queue's depth and the age of its oldest due event, for
+ * session_status: every worker's timer fires about once a second, and
+ * the first of a node's workers to find the node's measurement due (an
+ * atomic step in the zone) runs one query and stores the figures in the
+ * zone.  A status request only reads them.
+ */
+
+static void
+ngx_http_session_webhook_measure(ngx_event_t *ev)
+{
+    ngx_msec_t                   now;
+    ngx_atomic_uint_t            next;
+    ngx_http_session_webhook_t  *wh;
+
+    wh = ev->data;
+
+    if (ngx_http_session_webhook_stopping() || ngx_http_session_stats == NULL)
+    {
+        return;
+    }
+
+    ngx_add_timer(&wh->measure, NGX_HTTP_SESSION_WEBHOOK_MEASURE
+                                + ngx_random() % 50);
+
+    if (wh->measuring) {
+        return;
+    }
+
+    now = ngx_current_msec;
+    next = ngx_http_session_stats->webhooks_measure_next;
+
+    if ((ngx_msec_int_t) (now - (ngx_msec_t) next) < 0
+        || !ngx_atomic_cmp_set(&ngx_http_session_stats->webhooks_measure_next,
+                               next,
+                               now + NGX_HTTP_SESSION_WEBHOOK_MEASURE - 50))
+    {
+        /* not yet, or another worker took this turn */
+        return;
+    }
+
+    /* if it cannot run, the figures age; their time says so */
+    wh->measuring = ngx_http_session_webhook_run(wh,
+                                        NGX_HTTP_SESSION_SQL_WEBHOOK_QUEUE,
+                                        ngx_http_session_webhook_measured,
+                                        wh);
+}
+
+
+static void
+ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    ngx_int_t                    queued, oldest;
+    ngx_time_t                  *tp;
+    ngx_http_session_webhook_t  *wh;
+
+    wh = q->data;
+
+    if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK
+        && PQntuples(res) == 1 && PQnfields(res) == 2
+        && ngx_http_session_stats != NULL)
+    {
+        queued = ngx_atoi((u_char *) PQgetvalue(res, 0, 0),
+                          PQgetlength(res, 0, 0));
+        oldest = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
+                          PQgetlength(res, 0, 1));
+
+        if (queued != NGX_ERROR) {
+            tp = ngx_timeofday();
+
+            ngx_http_session_stats->webhooks_queued = queued;
+            ngx_http_session_stats->webhooks_oldest_due =
+                                           (oldest == NGX_ERROR) ? 0 : oldest;
+            ngx_http_session_stats->webhooks_measured =
+                                  (ngx_atomic_uint_t) tp->sec * 1000 + tp->msec;
+        }
+    }
+
+    ngx_destroy_pool(wh->measuring);
+    wh->measuring = NULL;
+}
+
+
+/*
+ * Connections are reused (HTTP/1.1 keep-alive): a delivery whose answer
+ * came whole in the bytes that held its status line leaves its
+ * connection idle, and the next delivery to the same address (and, for
+ * https, the same name, checked with the same certificate) sends on it.
+ * Nothing else is waited for: an answer that is not whole at once, or
+ * says "Connection: close", or has a body of unknown length, closes
+ * the connection as before.
+ */
+
+static ngx_int_t
+ngx_http_session_webhook_reuse(ngx_http_session_webhook_delivery_t *d,
+    ngx_addr_t *addr)
+{
+    ngx_queue_t                      *q;
+    ngx_connection_t                 *c;
+    ngx_http_session_webhook_t       *wh;
+    ngx_http_session_webhook_conn_t  *conn;
+
+    wh = d->wh;
+
+    for (q = ngx_queue_head(&wh->idle);
+         q != ngx_queue_sentinel(&wh->idle);
+         q = ngx_queue_next(q))
+    {
+        conn = ngx_queue_data(q, ngx_http_session_webhook_conn_t, queue);
+
+        if (conn->https != (ngx_uint_t) d->u.https
+            || ngx_cmp_sockaddr(conn->sockaddr, conn->socklen,
+                                addr->sockaddr, addr->socklen, 1)
+               != NGX_OK)
+        {
+            continue;
+        }
+
+        if (d->u.https
+            && (conn->host.len != d->host.len
+                || ngx_strncasecmp(conn->host.data, d->host.data,
+                                   d->host.len)
+                   != 0))
+        {
+            continue;
+        }
+
+        ngx_queue_remove(q);
+        wh->nidle--;
+
+        c = conn->connection;
+
+        if (c->read->timer_set) {
+            ngx_del_timer(c->read);
+        }
+
+        c->idle = 0;
+        c->data = d;
+        c->read->handler = ngx_http_session_webhook_event;
+        c->write->handler = ngx_http_session_webhook_event;
+
+        d->peer.connection = c;
+        d->peer.sockaddr = conn->sockaddr;
+        d->peer.socklen = conn->socklen;
+        d->conn = conn;
+        d->reused = 1;
+
+        return NGX_OK;
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * A reused connection that the receiver had closed (it fails before a
+ * byte of the answer): the same address again on a new connection,
+ * within the same attempt.  NGX_DECLINED: not such a case.
+ */
+
+static ngx_int_t
+ngx_http_session_webhook_stale(ngx_http_session_webhook_delivery_t *d)
+{
+    if (!d->reused) {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_session_webhook_conn_close(d->peer.connection);
+    d->peer.connection = NULL;
+    d->conn = NULL;
+    d->reused = 0;
+    d->fresh = 1;
+
+    d->request->pos = d->request->start;
+
+    if (d->answer) {
+        d->answer->pos = d->answer->start;
+        d->answer->last = d->answer->start;
+        ngx_memzero(d->parser, sizeof(ngx_http_request_t));
+    }
+
+    d->next_addr--;
+
+    ngx_http_session_webhook_connect(d);
+
+    return NGX_OK;
+}
+
+
+/* is the answer whole in the buffer, and may the connection be kept? */
+
+static ngx_uint_t
+ngx_http_session_webhook_reusable(ngx_http_session_webhook_delivery_t *d)
+{
+    off_t                length;
+    ngx_buf_t           *b;
+    ngx_int_t            rc;
+    ngx_str_t            name, value;
+    ngx_http_request_t  *r;
+
+    if (d->conn == NULL || ngx_http_session_webhook_stopping()
+        || d->status.http_version < NGX_HTTP_VERSION_11)
+    {
+        return 0;
+    }
+
+    b = d->answer;
+    r = d->parser;
+    length = -1;
+
+    for ( ;; ) {
+        rc = ngx_http_parse_header_line(r, b, 1);
+
+        if (rc == NGX_HTTP_PARSE_HEADER_DONE) {
+            break;
+        }
+
+        if (rc != NGX_OK) {
+            /* not whole yet, or not HTTP */
+            return 0;
+        }
+
+        name.data = r->header_name_start;
+        name.len = r->header_name_end - r->header_name_start;
+        value.data = r->header_start;
+        value.len = r->header_end - r->header_start;
+
+        if (name.len == sizeof("Content-Length") - 1
+            && ngx_strncasecmp(name.data, (u_char *) "Content-Length",
+                               name.len)
+               == 0)
+        {
+            length = ngx_atoof(value.data, value.len);
+            if (length == NGX_ERROR) {
+                return 0;
+            }
+
+        } else if ((name.len == sizeof("Transfer-Encoding") - 1
+                    && ngx_strncasecmp(name.data,
+                                       (u_char *) "Transfer-Encoding",
+                                       name.len)
+                       == 0)
+                   || (name.len == sizeof("Connection") - 1
+                       && ngx_strncasecmp(name.data,
+                                          (u_char *) "Connection",
+                                          name.len)
+                          == 0
+                       && ngx_strlcasestrn(value.data,
+                                           value.data + value.len,
+                                           (u_char *) "close",
+                                           sizeof("close") - 2)
+                          != NULL))
+        {
+            return 0;
+        }
+    }
+
+    if (d->status.code == NGX_HTTP_NO_CONTENT
+        || d->status.code == NGX_HTTP_NOT_MODIFIED)
+    {
+        length = 0;
+    }
+
+    /* the body, exactly, and nothing after it */
+
+    return length >= 0 && b->last - b->pos == length;
+}
+
+
+static void
+ngx_http_session_webhook_keep(ngx_http_session_webhook_delivery_t *d)
+{
+    ngx_queue_t                      *q;
+    ngx_connection_t                 *c;
+    ngx_http_session_webhook_t       *wh;
+    ngx_http_session_webhook_conn_t  *conn;
+
+    wh = d->wh;
+    c = d->peer.connection;
+    conn = d->conn;
+
+    c->data = conn;
+    c->idle = 1;
+    c->read->handler = ngx_http_session_webhook_idle_handler;
+    c->write->handler = ngx_http_session_webhook_idle_write;
+
+    if (ngx_handle_read_event(c->read, 0) != NGX_OK) {
+        /* ngx_http_session_webhook_close() closes it */
+        return;
+    }
+
+    d->peer.connection = NULL;
+    d->conn = NULL;
+
+    ngx_add_timer(c->read, NGX_HTTP_SESSION_WEBHOOK_IDLE);
+
+    ngx_queue_insert_head(&wh->idle, &conn->queue);
+
+    /* no more idle connections than deliveries may be in flight */
+
+    if (++wh->nidle > wh->concurrency) {
+        q = ngx_queue_last(&wh->idle);
+        ngx_queue_remove(q);
+        wh->nidle--;
+
+        conn = ngx_queue_data(q, ngx_http_session_webhook_conn_t, queue);
+        ngx_http_session_webhook_conn_close(conn->connection);
+    }
+}
+
+
+/* anything on an idle connection (its end, a timeout, exiting) closes it */
+
+static void
+ngx_http_session_webhook_idle_handler(ngx_event_t *ev)
+{
+    ngx_connection_t                 *c;
+    ngx_http_session_webhook_conn_t  *conn;
+
+    c = ev->data;
+    conn = c->data;
+
+    ngx_queue_remove(&conn->queue);
+    conn->wh->nidle--;
+
+    ngx_http_session_webhook_conn_close(c);
+}
+
+
+static void
+ngx_http_session_webhook_idle_write(ngx_event_t *ev)
+{
+}
+
+
+static void
+ngx_http_session_webhook_conn_close(ngx_connection_t *c)
+{
+    ngx_pool_t  *pool;
+
+    pool = c->pool;
+
+#if (NGX_SSL)
+    if (c->ssl) {
+        c->ssl->no_wait_shutdown = 1;
+        c->ssl->no_send_shutdown = 1;
+        (void) ngx_ssl_shutdown(c);
+    }
+#endif
+
+    ngx_close_connection(c);
+
+    if (pool) {
+        ngx_destroy_pool(pool);
+    }
 }

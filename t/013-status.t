@@ -110,7 +110,7 @@ $checks{counters} = sub {
     ok($s1->{auth_cache}{entries} >= 2, "$name - auth cache entries");
 };
 
-my $PROM_LINE = qr/^(?:# (?:HELP|TYPE) session_api_\w+ .+|session_api_\w+(?:\{status="(?:\d{3}|other)"\})? \d+)$/;
+my $PROM_LINE = qr/^(?:# (?:HELP|TYPE) session_api_\w+ .+|session_api_\w+(?:\{status="(?:\d{3}|other)"\})? \d+(?:\.\d+)?)$/;
 
 # The text format: HELP and TYPE before each metric, one sample a line.
 $checks{prometheus} = sub {

@@ -198,6 +198,18 @@ sub rows {
     return @r;
 }
 
+# a scheduled retry made due now, as the schedule would in a second or
+# more: for tests that need a retry, not its spacing (which t/014's
+# retry, max_attempts and reload blocks check against the clock)
+sub due_now {
+    my ($where) = @_;
+
+    psql('UPDATE webhook_outbox SET next_attempt_at = now()'
+         . " WHERE ($where) AND claimed_until IS NULL"
+         . ' AND delivered_at IS NULL AND failed_at IS NULL;'
+         . ' NOTIFY session_webhooks');
+}
+
 sub event_rows { rows('id = ' . sql_quote($_[0])) }
 sub session_rows { rows('session_id = ' . sql_quote($_[0])) }
 
@@ -379,6 +391,13 @@ $checks{redirect} = sub {
     my $sid = session_to("http://127.0.0.1:$HOOK$path");
 
     complete($sid);
+
+    ok(wait_rows('session_id = ' . sql_quote($sid), 10,
+                 sub { @_ == 1 && defined $_[0]{last_error}
+                       && !$_[0]{claimed} }),
+       "$name - the first attempt failed");
+
+    due_now('session_id = ' . sql_quote($sid));
 
     ok(wait_rows('session_id = ' . sql_quote($sid), 10,
                  sub { @_ == 1 && $_[0]{delivered} }),
@@ -565,6 +584,16 @@ $checks{private} = sub {
         $id{$url} //= queue_event($url);
     }
 
+    # the first attempts fail; the second ones (made due now) too
+    my $ids = join ', ', map { sql_quote($_) } values %id;
+
+    ok(wait_rows("id IN ($ids)", 10,
+                 sub { @_ == 5 && !grep { !defined $_->{last_error}
+                                          || $_->{claimed} } @_ }),
+       "$name - first attempts refused");
+
+    due_now("id IN ($ids)");
+
     for my $url (sort keys %want) {
         ok(wait_rows('id = ' . sql_quote($id{$url}), 10,
                      sub { @_ == 1 && $_[0]{attempts} >= 2
@@ -636,6 +665,7 @@ $checks{down_then_up} = sub {
          "$name - last_error");
 
     my (undef, $pid) = receiver_start($log, port => $port);
+    due_now('session_id = ' . sql_quote($sid));
 
     my @req = wait_requests("/ok/$tag", 1, 15, $log);
     is(scalar @req, 1, "$name - delivered once the receiver is up");
@@ -814,6 +844,216 @@ $checks{https_untrusted} = sub {
        "$name - nothing sent");
 };
 
+
+# session_status's queue figures: one slot (session_webhook_concurrency
+# 1) held by a receiver that never answers, events behind it are due
+# and wait; the figures come from the workers' own measurement, about
+# once a second, not from the status request
+$checks{queue} = sub {
+    my ($name) = @_;
+
+    my $tag = tag();
+    my $held = session_to("http://127.0.0.1:$HOOK/hold/$tag");
+    complete($held);
+
+    my @req = wait_requests("/hold/$tag", 1, 10);
+    is(scalar @req, 1, "$name - the slot is taken");
+
+    my @sid = map { session_to("http://127.0.0.1:$HOOK/ok/$tag/$_") } 1, 2;
+    complete($_) for @sid;
+
+    my $st;
+    my ($ok) = wait_until(10, 0.1, sub {
+        $st = status_json()->{webhooks}{queue};
+        $st && $st->{depth} >= 3 && $st->{oldest_due_seconds} >= 0.5
+    });
+
+    ok($ok, "$name - depth and oldest due age seen")
+        or diag(encode_json($st // {}));
+    is(scalar(receiver_requests($LOG, "/ok/$tag/")), 0,
+       "$name - the due events wait for the slot");
+    cmp_ok(abs(($st->{measured_at} // 0) - Time::HiRes::time()), '<', 3,
+           "$name - measured within the last seconds");
+
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $prom = HTTP::Tiny->new(timeout => 5)
+               ->get("http://127.0.0.1:$port/status?format=prometheus");
+    like($prom->{content}, qr/^session_api_webhook_queue_depth [1-9]\d*$/m,
+         "$name - Prometheus: queue depth");
+    like($prom->{content},
+         qr/^session_api_webhook_oldest_due_seconds \d+\.\d{3}$/m,
+         "$name - Prometheus: oldest due age");
+    like($prom->{content},
+         qr/^session_api_webhook_queue_measured_timestamp_seconds \d+\.\d{3}$/m,
+         "$name - Prometheus: when measured");
+
+    # the held attempt times out, the two behind it go out
+    @req = wait_requests("/ok/$tag/", 2, 10);
+    is(scalar @req, 2, "$name - delivered once the slot is free");
+
+    psql('DELETE FROM webhook_outbox WHERE session_id = ' . sql_quote($held));
+
+    ($ok) = wait_until(10, 0.1, sub {
+        $st = status_json()->{webhooks}{queue};
+        $st && $st->{oldest_due_seconds} == 0
+    });
+    ok($ok, "$name - nothing due: oldest due age 0");
+};
+
+# the event sent to a receiver that holds the first request: returns
+# the event's row and the receiver's record of that request
+sub held_event {
+    my ($name, $path) = @_;
+
+    my $sid = session_to("http://127.0.0.1:$HOOK$path");
+    complete($sid);
+
+    my @req = wait_requests($path, 1, 10);
+    is(scalar @req, 1, "$name - the first attempt is in flight");
+
+    my ($row) = session_rows($sid);
+
+    return ($sid, $row, $req[0]);
+}
+
+# nginx stops (fast shutdown: the worker ends mid-send) and starts again;
+# the event's lease keeps the new workers from sending it while the
+# first send might still be in flight, and once the lease has ended the
+# event is delivered.  The lease (session_webhook_timeout 2s +
+# session_db_timeout 1s + 10 s) is checked in the row, then ended by
+# hand rather than waited for.
+$checks{restart} = sub {
+    my ($name) = @_;
+
+    my $tag = tag();
+    my $path = "/holdx1/$tag";
+    my ($sid, $row, $first) = held_event($name, $path);
+
+    ok($row->{claimed} && $row->{attempts} == 1, "$name - leased");
+    cmp_ok($row->{next_in}, '>', 13 - 1.5, "$name - for the lease, about"
+           . ' 13 s');
+    cmp_ok($row->{next_in}, '<=', 13, "$name - not longer");
+
+    my $master = master_pid();
+    kill 'TERM', $master or die "kill TERM: $!";
+    ok((wait_until(10, 0.05, sub { !kill 0, $master }))[0],
+       "$name - nginx stopped");
+
+    my $nginx = $ENV{TEST_NGINX_BINARY} || 'nginx';
+    my $root = $Test::Nginx::Util::ServRoot;
+    system($nginx, '-e', "$root/logs/error.log", '-p', "$root/", '-c',
+           $Test::Nginx::Util::ConfFile) == 0
+        or die "nginx did not start again\n";
+    ok((wait_until(10, 0.05, sub {
+            api('GET', '/api/v1/sessions/' . $sid)->{status} == 200 }))[0],
+       "$name - nginx is back");
+
+    # the new workers have claimed at least once (they start within
+    # half a second); the leased event is not theirs yet
+    my ($sent) = wait_until(1, 0.05,
+                            sub { receiver_requests($LOG, $path) > 1 });
+    ok(!$sent, "$name - not sent again while the lease holds");
+    ($row) = session_rows($sid);
+    is($row->{attempts}, 1, "$name - not claimed again");
+
+    # the lease ends (as it would in a few seconds)
+    psql('UPDATE webhook_outbox SET next_attempt_at = now(),'
+         . ' claimed_until = now() WHERE session_id = ' . sql_quote($sid)
+         . '; NOTIFY session_webhooks');
+
+    my @req = wait_requests($path, 2, 10);
+    is(scalar @req, 2, "$name - sent again once the lease ended");
+    is($req[1]{body}, $first->{body}, "$name - the same body");
+    request_ok($req[1], "$name - the second attempt") if @req == 2;
+
+    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
+                 sub { @_ == 1 && $_[0]{delivered} }),
+       "$name - delivered");
+    ($row) = session_rows($sid);
+    is($row->{attempts}, 2, "$name - two attempts");
+};
+
+# a reload (SIGHUP) while a send is in flight: the old worker finishes
+# the attempt (here it times out after 2 s) and records it, the new
+# workers leave the event alone meanwhile, then retry it on the
+# schedule: no loss, and no second send while the first is in flight
+$checks{reload} = sub {
+    my ($name) = @_;
+
+    my $tag = tag();
+    my $path = "/holdx1/$tag";
+    my ($sid, $row, $first) = held_event($name, $path);
+
+    kill 'HUP', master_pid() or die "kill HUP: $!";
+
+    my @req = wait_requests($path, 2, 15);
+    is(scalar @req, 2, "$name - sent again after the reload");
+
+    my $gap = @req == 2 ? $req[1]{t} - $first->{t} : 0;
+    Test::More::note(sprintf '%s: second send %.3f s after the first',
+                     $name, $gap);
+    cmp_ok($gap, '>=', 2 + 0.9, "$name - only after the first attempt"
+           . ' timed out (2 s) and the retry delay (1 s - 10 %)');
+    cmp_ok($gap, '<', 6, "$name - soon after: the old worker's NOTIFY"
+           . ' wakes the new ones, no waiting for the lease (13 s) or a'
+           . ' rescan');
+
+    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
+                 sub { @_ == 1 && $_[0]{delivered} }),
+       "$name - delivered");
+    ($row) = session_rows($sid);
+    is($row->{attempts}, 2, "$name - two attempts");
+    is($row->{last_error}, 'timed out after 2000 ms waiting for the answer',
+       "$name - the old worker recorded its attempt");
+    is($req[1]{body}, $first->{body}, "$name - the same body") if @req == 2;
+};
+
+# connections are reused: three events one after another go over one
+# connection; a receiver that drops a reused connection without an
+# answer gets the event again on a new one, within the same attempt
+$checks{keepalive} = sub {
+    my ($name) = @_;
+
+    my $tag = tag();
+    my @conn;
+
+    for my $i (1 .. 3) {
+        my $sid = session_to("http://127.0.0.1:$HOOK/keep/$tag/$i");
+        complete($sid);
+        my @req = wait_requests("/keep/$tag/$i", 1, 10);
+        is(scalar @req, 1, "$name - event $i delivered");
+        push @conn, $req[0]{conn} // 0;
+        request_ok($req[0], "$name - event $i") if @req;
+        ok(wait_rows('session_id = ' . sql_quote($sid), 5,
+                     sub { @_ == 1 && $_[0]{delivered} }),
+           "$name - event $i recorded");
+    }
+
+    is_deeply([$conn[1], $conn[2]], [$conn[0], $conn[0]],
+              "$name - one connection for the three");
+
+    # the receiver drops the second request on a connection
+    my @sid;
+
+    for my $i (1, 2) {
+        push @sid, session_to("http://127.0.0.1:$HOOK/keepdrop/$tag/$i");
+        complete($sid[-1]);
+        wait_requests("/keepdrop/$tag/$i", $i, 10);
+    }
+
+    my @req = wait_requests("/keepdrop/$tag/2", 2, 10);
+    is(scalar @req, 2, "$name - dropped, then sent again");
+    is_deeply([map { $_->{nth} } @req], [2, 1],
+              "$name - on the reused connection, then on a new one");
+    is($req[0]{body}, $req[1]{body}, "$name - the same body") if @req == 2;
+
+    ok(wait_rows('session_id = ' . sql_quote($sid[1]), 5,
+                 sub { @_ == 1 && $_[0]{delivered} }),
+       "$name - delivered");
+    my ($row) = session_rows($sid[1]);
+    is($row->{attempts}, 1, "$name - within one attempt");
+    is($row->{last_error}, undef, "$name - no error recorded");
+};
 
 # --- blocks -------------------------------------------------------------
 
@@ -1023,7 +1263,55 @@ no "resolver" in the http block: webhooks to host names will fail
 
 
 
-=== TEST 15: session_webhook_timeout 0
+=== TEST 15: session_status: queue depth and age of the oldest due event
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_webhook_allow_private on;
+    session_webhook_concurrency 1;
+    session_webhook_timeout 3s;
+--- check: queue
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 16: nginx stops and starts during a send: the event survives
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 1s;
+    session_webhook_allow_private on;
+    session_webhook_timeout 2s;
+--- check: restart
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 17: a reload during a send: no loss, no second send meanwhile
+--- workers: 2
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 1s;
+    session_webhook_allow_private on;
+    session_webhook_timeout 2s;
+--- check: reload
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 18: connections to a receiver are reused
+--- check: keepalive
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 19: session_webhook_timeout 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_timeout 0;
@@ -1033,7 +1321,7 @@ qr/\[emerg\] .*"session_webhook_timeout" directive must be greater than zero in 
 
 
 
-=== TEST 16: session_webhook_timeout abc
+=== TEST 20: session_webhook_timeout abc
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_timeout abc;
@@ -1043,7 +1331,7 @@ qr/\[emerg\] .*"session_webhook_timeout" directive invalid value in \S+nginx\.co
 
 
 
-=== TEST 17: session_webhook_max_attempts 0
+=== TEST 21: session_webhook_max_attempts 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 0;
@@ -1053,7 +1341,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive must be between 1 and 10
 
 
 
-=== TEST 18: session_webhook_max_attempts 101
+=== TEST 22: session_webhook_max_attempts 101
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 101;
@@ -1063,7 +1351,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive must be between 1 and 10
 
 
 
-=== TEST 19: session_webhook_max_attempts x
+=== TEST 23: session_webhook_max_attempts x
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts x;
@@ -1073,7 +1361,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive invalid number in \S+ngi
 
 
 
-=== TEST 20: session_webhook_max_attempts twice
+=== TEST 24: session_webhook_max_attempts twice
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_max_attempts 3;
@@ -1084,7 +1372,7 @@ qr/\[emerg\] .*"session_webhook_max_attempts" directive is duplicate in \S+nginx
 
 
 
-=== TEST 21: session_webhook_concurrency 0
+=== TEST 25: session_webhook_concurrency 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_concurrency 0;
@@ -1094,7 +1382,7 @@ qr/\[emerg\] .*"session_webhook_concurrency" directive must be between 1 and 409
 
 
 
-=== TEST 22: session_webhook_trusted_certificate that does not exist
+=== TEST 26: session_webhook_trusted_certificate that does not exist
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_webhook_trusted_certificate /nonexistent/ca.pem;
@@ -1104,7 +1392,7 @@ qr/\[emerg\] .*cannot load "session_webhook_trusted_certificate" "\/nonexistent\
 
 
 
-=== TEST 23: session_webhook_timeout in a server block
+=== TEST 27: session_webhook_timeout in a server block
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
 --- config

@@ -30,6 +30,14 @@
 #   BENCH_POLL_TUNED     set: request_pool_size 1k and
 #                        client_header_buffer_size 512 on both servers
 #   BENCH_POLL_OUT       write the Markdown table here (default stdout)
+#   BENCH_POLL_PARK      "off": session_poll_park off (polls keep their
+#                        requests while they wait)
+#   BENCH_POLL_SYNC_OFF  set: the module's connections run with
+#                        synchronous_commit off (no fsync wait in an
+#                        upload's commit: shows what the disk costs)
+#   BENCH_POLL_PORT      nginx's port (default: a free one)
+#   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
+#                        one; attempts 2 and 3 take the next ones)
 #   BENCH_KEEP           keep the scratch directory
 set -euo pipefail
 
@@ -120,6 +128,7 @@ conf_module() {
         cat <<EOF
     session_db $(nginx_quote "$DB");
     session_poll_max_timeout 120s;
+    session_poll_park ${BENCH_POLL_PARK:-on};
     server {
         listen 127.0.0.1:$PORT backlog=16384;
         location = /ok { return 204; }
@@ -186,13 +195,22 @@ set -u
 W=$W
 $(declare -f workers_rss)
 if [ "$kind" = module ]; then
-    w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
-         | perl -MJSON::PP -e 'local \$/; print JSON::PP->new->decode(<STDIN>)->{long_poll}{waiting}')
+    # steady: every poll waits and, unless it has been 5 s since they all
+    # did, is parked (its request freed once its first read is over)
+    set -- \$(curl -s "http://127.0.0.1:$PORT/status" \\
+         | perl -MJSON::PP -e 'local \$/; my \$l = JSON::PP->new->decode(<STDIN>)->{long_poll}; print "\$l->{waiting} \$l->{parked}"')
+    w=\${1:-0}
+    if [ "\$w" -ge $n ] && [ "\${2:-0}" -lt $n ]; then
+        [ -f "$W/all-waiting" ] || date +%s > "$W/all-waiting"
+        [ \$(( \$(date +%s) - \$(cat "$W/all-waiting") )) -ge 5 ] || exit 1
+    fi
 else
     w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
          | awk '/^subscribers:/ { print \$2 }')
 fi
 [ "\${w:-0}" -ge $n ] || exit 1
+# what the servers free after a burst (both alike) is not counted
+sleep 1
 workers_rss > "$W/rss-ready"
 exit 0
 EOF
@@ -237,7 +255,7 @@ run() {
 
     base=$(workers_rss)
     ready_script "$kind" "$n"
-    rm -f "$W/rss-ready"
+    rm -f "$W/rss-ready" "$W/all-waiting"
 
     "$W/poll-fanout" "$PORT" "$n" "$W/ids" "$W/sub" "$W/pub" \
         "bash $W/ready.sh" "$TIMEOUT" > "$W/out" \
@@ -287,13 +305,21 @@ statuses() {
 inside() {
     W=$(mktemp -d /tmp/ngx-session-bench-poll.XXXXXX)
     trap scratch_cleanup EXIT
-    PORT=$(free_port) || die "no free port"
+    if [ -n "${BENCH_POLL_PORT:-}" ]; then
+        PORT=$BENCH_POLL_PORT
+    else
+        PORT=$(free_port) || die "no free port"
+    fi
 
     ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
     deps
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null
+
+    if [ -n "${BENCH_POLL_SYNC_OFF:-}" ]; then
+        DB="$DB options='-c synchronous_commit=off'"
+    fi
     local a p k
     a=$(ctl account create bench-poll --plan unlimited | json_field account_id)
     p=$(ctl project create "$a" bench-poll | json_field project_id)
@@ -366,7 +392,11 @@ done
 export TMPDIR=/tmp LC_ALL=C
 
 for attempt in 1 2 3; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    if [ -n "${BENCH_POLL_PGPORT:-}" ]; then
+        PGPORT=$((BENCH_POLL_PGPORT + attempt - 1))
+    else
+        PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+    fi
     export PGPORT
     BENCH_POLL_MARKER=$(mktemp /tmp/ngx-session-bench-poll-marker.XXXXXX)
     rm -f "$BENCH_POLL_MARKER"

@@ -35,6 +35,8 @@
 #                        none)
 #   BENCH_IMAGES         0 skips util/bench-images.sh (image uploads
 #                        and worker memory; see its header)
+#   BENCH_WEBHOOK        0 skips util/bench-webhook.sh (webhook
+#                        deliveries/s and latency; see its header)
 #   BENCH_KEEP           keep the temporary directory (nginx.conf,
 #                        error.log); it is always kept after a failure
 #   BENCH_DB_CONNECTIONS session_db_connections per worker (default 4);
@@ -389,6 +391,8 @@ inside() {
 
     images
 
+    webhooks
+
     report
 }
 
@@ -401,6 +405,18 @@ images() {
     BENCH_SESSION_DB=$DB BENCH_IMAGES_OUT="$W/images.md" \
         bash "$ROOT/util/bench-images.sh" \
         || die "the image benchmark failed"
+}
+
+
+# --- webhooks (util/bench-webhook.sh): deliveries/s, latency ------------
+
+webhooks() {
+    [ "${BENCH_WEBHOOK:-1}" != 0 ] || return 0
+
+    log "webhook delivery (util/bench-webhook.sh)"
+    BENCH_SESSION_DB=$DB BENCH_WEBHOOK_OUT="$W/webhook.md" \
+        bash "$ROOT/util/bench-webhook.sh" \
+        || die "the webhook benchmark failed"
 }
 
 
@@ -623,6 +639,15 @@ notes() {
 }
 
 
+# bench/webhook.md, kept by hand: where the time of a delivery goes
+webhook_notes() {
+    if [ -f "$W/webhook.md" ] && [ -f "$ROOT/bench/webhook.md" ]; then
+        printf '\n'
+        cat "$ROOT/bench/webhook.md"
+    fi
+}
+
+
 # bench/poll.md, kept by hand: the figures of "make bench-poll"
 # (util/bench-poll.sh), a run of its own, go at the end of the page
 poll_section() {
@@ -692,6 +717,7 @@ report() {
     [ -f "$W/db.md" ] && { echo; cat "$W/db.md"; }
     echo
     [ -f "$W/images.md" ] && { cat "$W/images.md"; echo; }
+    [ -f "$W/webhook.md" ] && { cat "$W/webhook.md"; echo; }
 
     [ "$OUT" = - ] && return 0
 
@@ -787,11 +813,15 @@ $(notes)
 
 $(cat "$W/images.md" 2>/dev/null)
 
+$(cat "$W/webhook.md" 2>/dev/null)
+$(webhook_notes)
+
 ## Reproduce
 
     make bench                                     # or: bash util/bench.sh
     BENCH_DURATION=10s BENCH_ROUNDS=5 bash util/bench.sh
     BENCH_SESSION_DB="host=... dbname=..." bash util/bench.sh   # an existing database
+    bash util/bench-webhook.sh                     # the webhook section alone
 
 \`BENCH_OUT=-\` prints the table without writing this page.
 $(poll_section)

@@ -171,9 +171,9 @@ weight() {
         006-ratelimit.t)    echo 75 ;;
         007-sessions.t)     echo 45 ;;
         012-poll.t)         echo 40 ;;
+        014-webhooks.t)     echo 40 ;;
         009-expiry.t)       echo 30 ;;
         008-images.t)       echo 30 ;;
-        014-webhooks.t)     echo 30 ;;
         011-idempotency.t)  echo 22 ;;
         021-retention.t)    echo 20 ;;
         001-auth.t)         echo 15 ;;

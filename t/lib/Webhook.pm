@@ -6,12 +6,20 @@ package Webhook;
 #       an HTTP (or HTTPS) server in a child process; returns (port, pid).
 #       Every request it reads is appended to LOG as one JSON line:
 #       {"t": epoch seconds (float), "method", "path", "headers": {lower-case
-#       name: value}, "body"}.  The path decides the answer:
+#       name: value}, "body", "conn": the connection's number, "nth": the
+#       request's number on it}.  The path decides the answer:
 #           /ok/...                 204
 #           /status/CODE/...        CODE, always
 #           /status/CODExN/...      CODE for the first N requests to that
 #                                   exact path, then 204
 #           /hold/...               no answer; the connection stays open
+#           /holdxN/...             no answer for the first N requests to
+#                                   that exact path, then 204
+#           /keep/...               204, and the connection stays open for
+#                                   more requests (the others close it)
+#           /keepdrop/...           as /keep/ for the first request on a
+#                                   connection; a later one on it is
+#                                   not answered, the connection closed
 #       A 3xx carries "Location: /ok/redirected".
 #   receiver_requests(LOG [, PATH_PREFIX]): the logged requests, in order.
 #   dns_start(ZONE [, PORT]): a UDP DNS responder that answers A queries
@@ -101,6 +109,9 @@ sub _answer {
     if ($path =~ m{^/hold/}) {
         return undef;
 
+    } elsif ($path =~ m{^/holdx(\d+)/}) {
+        return undef if $n <= $1;
+
     } elsif ($path =~ m{^/status/(\d{3})x(\d+)/}) {
         $code = $1 if $n <= $2;
 
@@ -134,17 +145,18 @@ sub _parse {
     my $len = $h{'content-length'} // 0;
     return () if length($buf) < $end + 4 + $len;
 
-    return ($method, $path, \%h, substr($buf, $end + 4, $len));
+    return ($method, $path, \%h, substr($buf, $end + 4, $len),
+            $end + 4 + $len);
 }
 
 
 sub _log {
-    my ($log, $method, $path, $h, $body) = @_;
+    my ($log, $method, $path, $h, $body, $extra) = @_;
 
     open my $fh, '>>', $log or die "receiver: $log: $!";
     print $fh $Json->encode({ t => Time::HiRes::time(), method => $method,
                               path => $path, headers => $h,
-                              body => $body }), "\n";
+                              body => $body, %{ $extra || {} } }), "\n";
     close $fh;
 }
 
@@ -164,7 +176,8 @@ sub receiver_start {
         return _tls_loop($ls, $log, $opt{tls}, $parent) if $opt{tls};
 
         my $sel = IO::Select->new($ls);
-        my (%buf, %held, %seen);
+        my (%buf, %held, %seen, %cid, %nreq);
+        my $conns = 0;
 
         for (;;) {
             POSIX::_exit(0) if getppid != $parent;
@@ -174,6 +187,8 @@ sub receiver_start {
                     my $c = $ls->accept or next;
                     $c->blocking(0);
                     $buf{$c} = '';
+                    $cid{$c} = ++$conns;
+                    $nreq{$c} = 0;
                     $sel->add($c);
                     next;
                 }
@@ -192,10 +207,27 @@ sub receiver_start {
 
                 $buf{$fh} .= $chunk;
 
-                my ($method, $path, $h, $body) = _parse($buf{$fh});
+                my ($method, $path, $h, $body, $used) = _parse($buf{$fh});
                 next unless defined $method;
 
-                _log($log, $method, $path, $h, $body);
+                my $nth = ++$nreq{$fh};
+                _log($log, $method, $path, $h, $body,
+                     { conn => $cid{$fh}, nth => $nth });
+
+                if ($path =~ m{^/keep(drop)?/}) {
+                    if ($1 && $nth > 1) {
+                        $sel->remove($fh);
+                        delete $buf{$fh};
+                        close $fh;
+                        next;
+                    }
+
+                    substr($buf{$fh}, 0, $used) = '';
+                    $fh->blocking(1);
+                    print $fh "HTTP/1.1 204 Test\r\n\r\n";
+                    $fh->blocking(0);
+                    next;
+                }
 
                 my $answer = _answer($path, \%seen);
 
@@ -256,7 +288,7 @@ sub _tls_loop {
         }
 
         if (@req) {
-            _log($log, @req);
+            _log($log, @req[0 .. 3]);
             my $answer = _answer($req[1], \%seen);
             print $c $answer if defined $answer;
         }

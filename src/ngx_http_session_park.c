@@ -1,0 +1,705 @@
+/*
+ * Parked requests (see ngx_http_session_park.h).  The connection of a
+ * parked request stays with nginx's connection pool (hc, and the header
+ * buffer's struct with its memory freed, as for an idle keepalive
+ * connection); the record is one allocation: the park, the caller's
+ * data, the headers already set for the answer as name and value pairs,
+ * then the bytes of the request line, the URI, the arguments and those
+ * headers.  The record of a connection is found by the connection's
+ * index in cycle->connections.
+ */
+
+#include "ngx_http_session_park.h"
+#include "ngx_http_session_stats.h"
+
+#if (NGX_LINUX && defined __GLIBC__)
+#include <malloc.h>
+#endif
+
+
+/* parks before freed memory goes back to the system */
+#define NGX_HTTP_SESSION_PARK_TRIM_BURST  64
+/* how long after the first of them, milliseconds */
+#define NGX_HTTP_SESSION_PARK_TRIM_AFTER  250
+
+
+struct ngx_http_session_park_s {
+    ngx_connection_t               *connection;
+    ngx_http_session_park_gone_pt   gone;
+    /* the caller's bytes */
+    u_char                         *data;
+    void                          **main_conf;
+    void                          **srv_conf;
+    void                          **loc_conf;
+    /* the connection's handlers while its request ran */
+    ngx_event_handler_pt            read_handler;
+    ngx_event_handler_pt            write_handler;
+    ngx_http_session_ctx_t          ctx;
+    time_t                          start_sec;
+    ngx_msec_t                      start_msec;
+    off_t                           request_length;
+    ngx_uint_t                      method;
+    ngx_uint_t                      http_version;
+    ngx_str_t                       request_line;
+    ngx_str_t                       uri;
+    ngx_str_t                       args;
+    /* method_name and http_protocol: offsets into request_line */
+    size_t                          method_len;
+    size_t                          protocol_len;
+    /* headers_out.headers, as pairs of ngx_str_t at "headers" */
+    ngx_uint_t                      nheaders;
+    ngx_str_t                      *headers;
+
+    unsigned                        keepalive:1;
+    unsigned                        header_only:1;
+};
+
+
+static size_t ngx_http_session_park_headers(ngx_http_request_t *r,
+    ngx_str_t *out, u_char *d, ngx_uint_t *n);
+static void ngx_http_session_park_read(ngx_event_t *rev);
+static void ngx_http_session_park_gone(ngx_http_session_park_t *pk);
+static ngx_int_t ngx_http_session_unpark_request(ngx_http_request_t *r,
+    ngx_http_session_park_t *pk);
+static u_char *ngx_http_session_park_copy(ngx_str_t *dst, ngx_str_t *src,
+    u_char *d);
+#if (NGX_LINUX && defined __GLIBC__)
+static void ngx_http_session_park_trim(ngx_event_t *ev);
+#endif
+
+
+/* the park of each connection, by its index in cycle->connections */
+static ngx_http_session_park_t  **ngx_http_session_parked;
+/* nginx's timer traces print ev->data as a connection's fd */
+static ngx_connection_t           ngx_http_session_park_conn;
+#if (NGX_LINUX && defined __GLIBC__)
+static ngx_event_t                ngx_http_session_park_trim_ev;
+/* parks since the last trim */
+static ngx_uint_t                 ngx_http_session_parked_since;
+#endif
+
+
+/*
+ * Not TLS, not a stream of HTTP/2 (the connection is not the request's
+ * alone), no body, nothing read beyond it, its header in the
+ * connection's own buffer.
+ */
+
+ngx_uint_t
+ngx_http_session_parkable(ngx_http_request_t *r)
+{
+    ngx_connection_t       *c;
+    ngx_http_connection_t  *hc;
+
+    c = r->connection;
+    hc = r->http_connection;
+
+#if (NGX_HTTP_SSL)
+    if (c->ssl) {
+        return 0;
+    }
+#endif
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
+        return 0;
+    }
+#endif
+
+    if (r != r->main
+        || hc == NULL
+        || hc->busy
+        || r->header_in != c->buffer
+        || r->header_in->pos != r->header_in->last
+        || r->headers_in.content_length_n > 0
+        || r->headers_in.chunked
+        || r->request_line.len == 0)
+    {
+        return 0;
+    }
+
+    return 1;
+}
+
+
+/* the record, and room for the caller's data (see the header) */
+
+ngx_http_session_park_t *
+ngx_http_session_park_prepare(ngx_http_request_t *r, size_t size,
+    ngx_http_session_park_gone_pt gone)
+{
+    u_char                   *d;
+    size_t                    total;
+    ngx_uint_t                n;
+    ngx_connection_t         *c;
+    ngx_http_session_ctx_t   *ctx;
+    ngx_http_session_park_t  *pk;
+
+    c = r->connection;
+
+    if (r->count != 1
+        || r->blocked
+        || r->buffered
+        || r->postponed
+        || c->buffered
+        || !ngx_http_session_parkable(r))
+    {
+        return NULL;
+    }
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    /* the record and the bytes it keeps */
+
+    size = ngx_align(size, NGX_ALIGNMENT);
+
+    total = sizeof(ngx_http_session_park_t) + size + r->request_line.len
+            + r->uri.len + r->args.len;
+
+    total += ngx_http_session_park_headers(r, NULL, NULL, &n);
+
+    pk = ngx_alloc(total, c->log);
+    if (pk == NULL) {
+        return NULL;
+    }
+
+    ngx_memzero(pk, sizeof(ngx_http_session_park_t) + size);
+
+    pk->connection = c;
+    pk->gone = gone;
+    pk->data = (u_char *) (pk + 1);
+    pk->main_conf = r->main_conf;
+    pk->srv_conf = r->srv_conf;
+    pk->loc_conf = r->loc_conf;
+    pk->read_handler = c->read->handler;
+    pk->write_handler = c->write->handler;
+    pk->ctx = *ctx;
+    pk->start_sec = r->start_sec;
+    pk->start_msec = r->start_msec;
+    pk->request_length = r->request_length;
+    pk->method = r->method;
+    pk->http_version = r->http_version;
+    pk->keepalive = r->keepalive;
+    pk->header_only = r->header_only;
+
+    pk->headers = (ngx_str_t *) (pk->data + size);
+    pk->nheaders = n;
+
+    d = (u_char *) (pk->headers + 2 * n);
+
+    d = ngx_http_session_park_copy(&pk->request_line, &r->request_line, d);
+    d = ngx_http_session_park_copy(&pk->uri, &r->uri, d);
+    d = ngx_http_session_park_copy(&pk->args, &r->args, d);
+
+    if (r->method_name.data == r->request_line.data
+        && r->method_name.len <= r->request_line.len)
+    {
+        pk->method_len = r->method_name.len;
+    }
+
+    if (r->http_protocol.len <= r->request_line.len
+        && r->http_protocol.data + r->http_protocol.len
+           == r->request_line.data + r->request_line.len)
+    {
+        pk->protocol_len = r->http_protocol.len;
+    }
+
+    (void) ngx_http_session_park_headers(r, pk->headers, d, &n);
+
+    return pk;
+}
+
+
+/*
+ * The request goes (not logged: its line is logged with the answer),
+ * the header buffer too as for an idle keepalive connection, and the
+ * connection's reads only watch for the client going away.
+ */
+
+void
+ngx_http_session_park_request(ngx_http_session_park_t *pk,
+    ngx_http_request_t *r)
+{
+    ngx_buf_t              *b;
+    ngx_event_t            *rev, *wev;
+    ngx_connection_t       *c;
+    ngx_http_connection_t  *hc;
+
+    c = r->connection;
+
+    ngx_http_session_parked[c - ngx_cycle->connections] = pk;
+    ngx_http_session_stat(polls_parked, 1);
+
+    /* the request goes (its line is logged with the answer) */
+
+    hc = r->http_connection;
+    r->logged = 1;
+
+    ngx_http_free_request(r, 0);
+
+    c->data = hc;
+    c->destroyed = 0;
+    c->sent = 0;
+
+    /* the header buffer too, as for an idle keepalive connection */
+
+    b = c->buffer;
+
+    if (ngx_pfree(c->pool, b->start) == NGX_OK) {
+        b->pos = NULL;
+        b->last = NULL;
+
+    } else {
+        b->pos = b->start;
+        b->last = b->start;
+    }
+
+    rev = c->read;
+    wev = c->write;
+
+    if (rev->timer_set) {
+        ngx_del_timer(rev);
+    }
+
+    if (wev->timer_set) {
+        ngx_del_timer(wev);
+    }
+
+    rev->handler = ngx_http_session_park_read;
+    wev->handler = ngx_http_empty_handler;
+
+    c->log->action = "waiting for the answer";
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0, "session park: parked");
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+    /*
+     * Requests that came in a burst were all there at once before they
+     * were parked: the pages they freed go back (250 ms later, when the
+     * burst's first reads are over), or the worker would keep the
+     * burst's peak for good.
+     */
+
+    if (++ngx_http_session_parked_since >= NGX_HTTP_SESSION_PARK_TRIM_BURST
+        && !ngx_http_session_park_trim_ev.timer_set)
+    {
+        ngx_add_timer(&ngx_http_session_park_trim_ev,
+                      NGX_HTTP_SESSION_PARK_TRIM_AFTER);
+    }
+
+#endif
+
+    if (rev->ready || rev->pending_eof) {
+        ngx_post_event(rev, &ngx_posted_events);
+        return;
+    }
+
+    if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+        ngx_http_session_park_gone(pk);
+    }
+}
+
+
+/*
+ * The headers set for the answer (hash not 0), with out NULL: the bytes
+ * a park needs for them; else copied as name and value pairs of out,
+ * their bytes at d: the bytes written.  *n: how many.
+ */
+
+static size_t
+ngx_http_session_park_headers(ngx_http_request_t *r, ngx_str_t *out,
+    u_char *d, ngx_uint_t *n)
+{
+    size_t            size;
+    ngx_uint_t        i;
+    ngx_list_part_t  *part;
+    ngx_table_elt_t  *h;
+
+    size = 0;
+    *n = 0;
+
+    part = &r->headers_out.headers.part;
+    h = part->elts;
+
+    for (i = 0; /* void */; i++) {
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            h = part->elts;
+            i = 0;
+        }
+
+        if (h[i].hash == 0) {
+            continue;
+        }
+
+        if (out == NULL) {
+            size += 2 * sizeof(ngx_str_t) + h[i].key.len + h[i].value.len;
+
+        } else {
+            out->data = d + size;
+            out->len = h[i].key.len;
+            size += h[i].key.len;
+            out++;
+
+            out->data = d + size;
+            out->len = h[i].value.len;
+            size += h[i].value.len;
+            out++;
+
+            ngx_memcpy(out[-2].data, h[i].key.data, h[i].key.len);
+            ngx_memcpy(out[-1].data, h[i].value.data, h[i].value.len);
+        }
+
+        (*n)++;
+    }
+
+    return size;
+}
+
+
+/* a parked connection is readable: the client may have gone */
+
+static void
+ngx_http_session_park_read(ngx_event_t *rev)
+{
+    u_char                         buf;
+    ssize_t                        n;
+    ngx_err_t                      err;
+    ngx_connection_t              *c;
+    ngx_http_session_park_t  *pk;
+
+    c = rev->data;
+    pk = ngx_http_session_parked[c - ngx_cycle->connections];
+
+    if (pk == NULL) {
+        ngx_http_close_connection(c);
+        return;
+    }
+
+    if (c->close || rev->pending_eof) {
+        goto gone;
+    }
+
+    n = recv(c->fd, &buf, 1, MSG_PEEK);
+
+    if (n > 0) {
+        /* a pipelined request: read after the answer */
+        return;
+    }
+
+    if (n == -1) {
+        err = ngx_socket_errno;
+
+        if (err != NGX_EAGAIN) {
+            goto gone;
+        }
+
+        rev->ready = 0;
+
+        if (ngx_handle_read_event(rev, 0) != NGX_OK) {
+            goto gone;
+        }
+
+        return;
+    }
+
+gone:
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                   "session park: the client went away");
+
+    ngx_http_session_park_gone(pk);
+}
+
+
+/*
+ * The client went away (or its connection failed): the owner lets go,
+ * and a request is made again to end as nginx ends one whose client
+ * closed (499 in the access log).
+ */
+
+static void
+ngx_http_session_park_gone(ngx_http_session_park_t *pk)
+{
+    ngx_connection_t    *c;
+    ngx_http_request_t  *r;
+
+    c = pk->connection;
+
+    pk->gone(pk);
+
+    r = ngx_http_session_unpark(pk);
+    if (r == NULL) {
+        return;
+    }
+
+    c->error = 1;
+
+    ngx_http_finalize_request(r, NGX_HTTP_CLIENT_CLOSED_REQUEST);
+}
+
+
+/* the answer's request: see the header */
+
+ngx_http_request_t *
+ngx_http_session_unpark(ngx_http_session_park_t *pk)
+{
+    size_t              size;
+    ngx_buf_t          *b;
+    ngx_connection_t   *c;
+    ngx_http_request_t *r;
+
+    c = pk->connection;
+
+    ngx_http_session_parked[c - ngx_cycle->connections] = NULL;
+    ngx_http_session_stat(polls_parked, -1);
+
+    /* a keepalive connection's buffer is whole when its request ends */
+
+    b = c->buffer;
+
+    if (b->pos == NULL) {
+        size = b->end - b->start;
+
+        b->pos = ngx_palloc(c->pool, size);
+        if (b->pos == NULL) {
+            goto failed;
+        }
+
+        b->start = b->pos;
+        b->last = b->pos;
+        b->end = b->pos + size;
+    }
+
+    r = ngx_http_create_request(c);
+    if (r == NULL) {
+        goto failed;
+    }
+
+    /* one request for the client: keepalive_requests and stub_status */
+
+    c->requests--;
+
+#if (NGX_STAT_STUB)
+    (void) ngx_atomic_fetch_add(ngx_stat_requests, -1);
+    (void) ngx_atomic_fetch_add(ngx_stat_reading, -1);
+    r->stat_reading = 0;
+    (void) ngx_atomic_fetch_add(ngx_stat_writing, 1);
+    r->stat_writing = 1;
+#endif
+
+    c->data = r;
+
+    if (ngx_http_session_unpark_request(r, pk) != NGX_OK) {
+        c->data = r->http_connection;
+        r->logged = 1;
+        ngx_http_free_request(r, 0);
+        goto failed;
+    }
+
+    ngx_free(pk);
+
+    return r;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, c->log, 0,
+                  "session park: cannot make the request again");
+
+    ngx_free(pk);
+    ngx_http_close_connection(c);
+
+    return NULL;
+}
+
+
+/* the request's fields, context and headers from the park */
+
+static ngx_int_t
+ngx_http_session_unpark_request(ngx_http_request_t *r,
+    ngx_http_session_park_t *pk)
+{
+    u_char                  *d;
+    size_t                   size;
+    ngx_uint_t               i;
+    ngx_table_elt_t         *h;
+    ngx_connection_t        *c;
+    ngx_http_session_ctx_t  *ctx;
+
+    c = r->connection;
+
+    r->main_conf = pk->main_conf;
+    r->srv_conf = pk->srv_conf;
+    r->loc_conf = pk->loc_conf;
+
+    r->start_sec = pk->start_sec;
+    r->start_msec = pk->start_msec;
+    r->request_length = pk->request_length;
+    r->method = pk->method;
+    r->http_version = pk->http_version;
+    r->keepalive = pk->keepalive;
+    r->header_only = pk->header_only;
+    r->valid_location = 1;
+
+    /* the strings in the request's pool: the log reads them at its end */
+
+    size = pk->request_line.len + pk->uri.len + pk->args.len;
+
+    for (i = 0; i < 2 * pk->nheaders; i++) {
+        size += pk->headers[i].len;
+    }
+
+    d = ngx_pnalloc(r->pool, size);
+    ctx = ngx_palloc(r->pool, sizeof(ngx_http_session_ctx_t));
+
+    if (d == NULL
+        || ctx == NULL
+        || ngx_list_init(&r->headers_in.headers, r->pool, 1,
+                         sizeof(ngx_table_elt_t))
+           != NGX_OK)
+    {
+        return NGX_ERROR;
+    }
+
+    d = ngx_http_session_park_copy(&r->request_line, &pk->request_line, d);
+    d = ngx_http_session_park_copy(&r->uri, &pk->uri, d);
+    d = ngx_http_session_park_copy(&r->args, &pk->args, d);
+
+    r->unparsed_uri = r->uri;
+    r->method_name.data = r->request_line.data;
+    r->method_name.len = pk->method_len;
+    r->http_protocol.data = r->request_line.data + r->request_line.len
+                            - pk->protocol_len;
+    r->http_protocol.len = pk->protocol_len;
+
+    for (i = 0; i < 2 * pk->nheaders; i += 2) {
+        h = ngx_list_push(&r->headers_out.headers);
+        if (h == NULL) {
+            return NGX_ERROR;
+        }
+
+        h->hash = 1;
+        h->lowcase_key = NULL;
+#if (nginx_version >= 1023000)
+        h->next = NULL;
+#endif
+
+        h->key.data = d;
+        h->key.len = pk->headers[i].len;
+        d = ngx_cpymem(d, pk->headers[i].data, pk->headers[i].len);
+
+        h->value.data = d;
+        h->value.len = pk->headers[i + 1].len;
+        d = ngx_cpymem(d, pk->headers[i + 1].data, pk->headers[i + 1].len);
+    }
+
+    /* the context, without what pointed into the old request's pool */
+
+    *ctx = pk->ctx;
+    ctx->project = NULL;
+    ctx->query = NULL;
+    ctx->idem = NULL;
+    ctx->poll = NULL;
+    ctx->json_error = NULL;
+    ctx->resume = NULL;
+    ctx->answer_hook = NULL;
+
+    ngx_http_set_ctx(r, ctx, ngx_http_session_module);
+
+    ngx_http_update_location_config(r);
+
+    r->read_event_handler = ngx_http_test_reading;
+
+    c->read->handler = pk->read_handler;
+    c->write->handler = pk->write_handler;
+
+    c->log->action = "sending to client";
+
+    return NGX_OK;
+}
+
+
+/* src's bytes to d, dst points at them: after them */
+
+static u_char *
+ngx_http_session_park_copy(ngx_str_t *dst, ngx_str_t *src, u_char *d)
+{
+    dst->data = d;
+    dst->len = src->len;
+
+    return ngx_cpymem(d, src->data, src->len);
+}
+
+
+void *
+ngx_http_session_park_data(ngx_http_session_park_t *pk)
+{
+    return pk->data;
+}
+
+
+void
+ngx_http_session_park_free(ngx_http_session_park_t *pk)
+{
+    ngx_http_session_parked[pk->connection - ngx_cycle->connections] = NULL;
+    ngx_http_session_stat(polls_parked, -1);
+    ngx_free(pk);
+}
+
+
+#if (NGX_LINUX && defined __GLIBC__)
+
+static void
+ngx_http_session_park_trim(ngx_event_t *ev)
+{
+    ngx_http_session_parked_since = 0;
+
+    (void) malloc_trim(0);
+}
+
+#endif
+
+
+ngx_int_t
+ngx_http_session_park_init_process(ngx_cycle_t *cycle)
+{
+    /* untouched pages cost nothing: memory grows with the parks */
+    ngx_http_session_parked = ngx_calloc(cycle->connection_n
+                                         * sizeof(ngx_http_session_park_t *),
+                                         cycle->log);
+    if (ngx_http_session_parked == NULL) {
+        return NGX_ERROR;
+    }
+
+#if (NGX_LINUX && defined __GLIBC__)
+    ngx_http_session_park_conn.fd = (ngx_socket_t) -1;
+    ngx_http_session_park_trim_ev.handler = ngx_http_session_park_trim;
+    ngx_http_session_park_trim_ev.data = &ngx_http_session_park_conn;
+    ngx_http_session_park_trim_ev.log = cycle->log;
+    ngx_http_session_park_trim_ev.cancelable = 1;
+#endif
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_session_park_exit_process(ngx_cycle_t *cycle)
+{
+#if (NGX_LINUX && defined __GLIBC__)
+    if (ngx_http_session_park_trim_ev.timer_set) {
+        ngx_del_timer(&ngx_http_session_park_trim_ev);
+    }
+#endif
+
+    ngx_free(ngx_http_session_parked);
+    ngx_http_session_parked = NULL;
+}
