@@ -52,6 +52,8 @@ typedef struct {
     ngx_uint_t                   turn;
     ngx_uint_t                   nwaiting;
     ngx_msec_t                   timeout;
+    /* the last early try, see ngx_http_session_db_try_early() */
+    ngx_msec_t                   early;
 } ngx_http_session_db_pool_t;
 
 
@@ -87,6 +89,8 @@ static size_t ngx_http_session_db_row_size(PGresult *res);
 static ngx_int_t ngx_http_session_db_send_query(
     ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_dispatch(void);
+static ngx_uint_t ngx_http_session_db_try_early(
+    ngx_http_session_db_pool_t *pool);
 static ngx_queue_t *ngx_http_session_db_next(
     ngx_http_session_db_pool_t *pool);
 static void ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc);
@@ -159,6 +163,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     ngx_queue_init(&pool->waiting);
     ngx_queue_init(&pool->first);
     pool->timeout = smcf->db_timeout;
+    pool->early = ngx_current_msec - NGX_HTTP_SESSION_BACKOFF_EARLY;
 
     if (ngx_http_session_db_prepare_text(cycle, pool) != NGX_OK) {
         return NGX_ERROR;
@@ -764,6 +769,9 @@ ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
 
     up = dc->connected ? ngx_current_msec - dc->connected : 0;
 
+    dc->refused = (dc->connected == 0 && !dc->timed_out);
+    dc->timed_out = 0;
+
     ngx_http_session_db_conn_close(dc);
 
     dc->failed_before = 1;
@@ -831,6 +839,7 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
     if (dc->state == NGX_HTTP_SESSION_DB_CONNECTING) {
         ngx_log_error(ngx_http_session_db_failure_level(dc),
                       dc->log, 0, "session db: connect timed out");
+        dc->timed_out = 1;
         ngx_http_session_db_conn_fail(dc);
         return;
     }
@@ -1300,11 +1309,12 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
     }
 
     /*
-     * No connection that could answer soon: do not make the client wait.
-     * Otherwise wait, however many wait: a burst is served in turn.
+     * No connection that could answer soon: do not make the client wait,
+     * unless one may try to connect now.  Otherwise wait, however many
+     * wait: a burst is served in turn.
      */
 
-    if (alive == 0) {
+    if (alive == 0 && !ngx_http_session_db_try_early(pool)) {
         ngx_http_session_stat(db_failures, 1);
         return NGX_DECLINED;
     }
@@ -1317,6 +1327,52 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
     ngx_add_timer(&q->timeout, pool->timeout);
 
     return NGX_OK;
+}
+
+
+/*
+ * Every connection of the worker waits out its backoff and a query needs
+ * one: the backoff's ceiling (2 s) would keep a server that is back
+ * unused for up to that long while requests get 503.  One connection
+ * whose last attempt was refused tries now, at most one per worker per
+ * NGX_HTTP_SESSION_BACKOFF_EARLY (see ngx_http_session_backoff_early()),
+ * and the query waits for it.  When it connects, the others follow
+ * (ngx_http_session_db_kick()).  Returns whether an attempt is under way.
+ */
+
+static ngx_uint_t
+ngx_http_session_db_try_early(ngx_http_session_db_pool_t *pool)
+{
+    ngx_uint_t                   i;
+    ngx_http_session_db_conn_t  *dc;
+
+    if (ngx_exiting || ngx_terminate || ngx_quit) {
+        return 0;
+    }
+
+    for (i = 0; i < pool->nconns; i++) {
+        dc = &pool->conns[i];
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED || !dc->timer.timer_set
+            || !ngx_http_session_backoff_early(ngx_current_msec - pool->early,
+                                               dc->refused))
+        {
+            continue;
+        }
+
+        pool->early = ngx_current_msec;
+
+        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
+                      "session db: a query waits, connecting before the "
+                      "backoff is over");
+
+        ngx_del_timer(&dc->timer);
+        ngx_http_session_db_conn_open(dc);
+
+        return dc->state != NGX_HTTP_SESSION_DB_CLOSED;
+    }
+
+    return 0;
 }
 
 

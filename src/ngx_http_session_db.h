@@ -82,6 +82,9 @@ struct ngx_http_session_db_conn_s {
     void                            *data;
 
     unsigned                         failed_before:1;
+    /* the last attempt failed to connect before its timeout */
+    unsigned                         refused:1;
+    unsigned                         timed_out:1;
     /* the idle check (an empty query) waits for its answer */
     unsigned                         checking:1;
     /* the pool's statements are being prepared, or are */

@@ -24,6 +24,8 @@ typedef struct {
 } ngx_http_session_dbhost_target_t;
 
 
+static void ngx_http_session_dbhost_hidden(ngx_conf_t *cf,
+    PQconninfoOption *opts);
 static ngx_int_t ngx_http_session_dbhost_split(ngx_conf_t *cf,
     const char *list, ngx_array_t *out);
 static ngx_uint_t ngx_http_session_dbhost_kind(ngx_str_t *host);
@@ -72,7 +74,12 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
 
     /* the operator's addresses stand; no host: libpq's socket default */
 
-    if (host == NULL || *host == '\0' || (hostaddr && *hostaddr)) {
+    if (hostaddr && *hostaddr) {
+        return NGX_CONF_OK;
+    }
+
+    if (host == NULL || *host == '\0') {
+        ngx_http_session_dbhost_hidden(cf, opts);
         return NGX_CONF_OK;
     }
 
@@ -141,6 +148,80 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
     smcf->db_hosts = hosts;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * No host= in session_db: libpq takes the host from a service file
+ * (service=, or PGSERVICE) or from PGHOST, when the worker connects.
+ * The module does not see that host and cannot resolve it; if it is a
+ * name, libpq looks it up with a blocking getaddrinfo() in the worker,
+ * on every connect.  Said once, at configuration time (docs/decisions.md
+ * (kb)).  The workers see PGHOST and PGSERVICE only through "env" (the
+ * "env" lines above the http block).
+ */
+
+static void
+ngx_http_session_dbhost_hidden(ngx_conf_t *cf, PQconninfoOption *opts)
+{
+    u_char            *value;
+    size_t             len;
+    ngx_str_t         *var;
+    ngx_uint_t         i;
+    ngx_core_conf_t   *ccf;
+    PQconninfoOption  *opt;
+
+    for (opt = opts; opt->keyword; opt++) {
+        if (ngx_strcmp(opt->keyword, "service") == 0 && opt->val
+            && *opt->val)
+        {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "\"session_db\" has service=%s and no host=: "
+                               "libpq looks a host name of the service "
+                               "file up in the worker, blocking it, on "
+                               "every connect; give host= in \"session_db\"",
+                               opt->val);
+            return;
+        }
+    }
+
+    ccf = (ngx_core_conf_t *) ngx_get_conf(cf->cycle->conf_ctx,
+                                           ngx_core_module);
+    if (ccf == NULL || ccf->env.elts == NULL) {
+        return;
+    }
+
+    var = ccf->env.elts;
+
+    for (i = 0; i < ccf->env.nelts; i++) {
+        /*
+         * "env NAME;" or "env NAME=value;": the name, and for the latter
+         * the value right after it (ngx_set_env() keeps the whole
+         * argument, null-terminated, and cuts the length at the '=')
+         */
+
+        len = var[i].len;
+        value = var[i].data + len;
+
+        if (*value == '=' && (value[1] == '/' || value[1] == '@')) {
+            /* a socket directory: nothing to look up */
+            continue;
+        }
+
+        if ((len == sizeof("PGHOST") - 1
+             && ngx_strncmp(var[i].data, "PGHOST", len) == 0)
+            || (len == sizeof("PGSERVICE") - 1
+                && ngx_strncmp(var[i].data, "PGSERVICE", len) == 0))
+        {
+            ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
+                               "\"session_db\" has no host= and \"env\" "
+                               "passes %*s to the workers: libpq looks a "
+                               "host name from it up in the worker, "
+                               "blocking it, on every connect; give host= "
+                               "in \"session_db\"", len, var[i].data);
+            return;
+        }
+    }
 }
 
 

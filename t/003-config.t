@@ -589,3 +589,81 @@ Authorization: Bearer nope
 --- no_error_log
 [emerg]
 [alert]
+
+
+
+=== TEST 34: session_db with service= and no host=: a warning (docs/decisions.md (kb))
+--- http_config
+    session_db "service=t003 dbname=x";
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- error_log eval
+qr/\[warn\] .*"session_db" has service=t003 and no host=: libpq looks a host name of the service file up in the worker/
+--- no_error_log
+[emerg]
+[alert]
+
+
+
+=== TEST 35: no host= and "env" passes PGHOST: a warning
+--- main_config
+    env PGHOST=127.0.0.1;
+--- http_config
+    session_db "port=$TEST_NGINX_CLOSED_PORT dbname=x user=x";
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- error_log eval
+qr/\[warn\] .*"session_db" has no host= and "env" passes PGHOST to the workers/
+--- no_error_log
+[emerg]
+[alert]
+
+
+
+=== TEST 36: no host=, "env" passes a socket directory: no warning
+--- main_config
+    env PGHOST=/tmp/t003-nowhere;
+--- http_config
+    session_db "port=$TEST_NGINX_CLOSED_PORT dbname=x user=x";
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+looks a host name
+[emerg]
+[alert]
+
+
+
+=== TEST 37: service= with host=: no warning (host= overrides the service file's)
+--- http_config
+    session_db "host=127.0.0.1 port=$TEST_NGINX_CLOSED_PORT service=t003 dbname=x user=x";
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+looks a host name
+[emerg]
+[alert]

@@ -325,15 +325,6 @@ sub poll_status {
             Time::HiRes::time() - $p->{t0});
 }
 
-sub error_log_count {
-    my ($re) = @_;
-
-    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
-    my $n = grep { /$re/ } <$fh>;
-
-    return $n;
-}
-
 sub get_status {
     return http_request('GET', '/api/v1/sessions?limit=1',
                         auth_header($F->{key}), 5)->{status};
@@ -438,15 +429,6 @@ $ENV{TEST_NGINX_SESSION_DB_LOCALHOST} = nginx_quote(
 $ENV{TEST_NGINX_SESSION_DB_UNKNOWN} = nginx_quote(
     "host=nowhere.t023.invalid port=$LIVE $REST");
 
-sub count_log {
-    my ($re) = @_;
-
-    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
-    my $n = grep { /$re/ } <$fh>;
-
-    return $n;
-}
-
 our $RESOLVING = qr/session db: resolving "db\.t023\.test"/;
 
 # every connection (2 workers x (1 + LISTEN)) looks the name up
@@ -454,7 +436,7 @@ sub resolved {
     my ($name) = @_;
 
     my ($up) = wait_until(10, 0.1, sub {
-        get_status() == 200 && count_log($RESOLVING) >= 4
+        get_status() == 200 && error_log_count($RESOLVING) >= 4
     });
     ok($up, "$name - every connection looked the name up");
 }
@@ -465,7 +447,7 @@ sub not_resolved {
 
     my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
     ok($up, "$name - nginx serves");
-    is(count_log(qr/session db: resolving/), 0,
+    is(error_log_count(qr/session db: resolving/), 0,
        "$name - no lookup in a worker");
 }
 
@@ -477,12 +459,14 @@ sub resolved_again {
 
     resolved($name);
 
-    my $before = count_log($re);
+    my $before = error_log_count($re);
 
     psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
          . " WHERE application_name = 't023dns'");
 
-    my ($again) = wait_until(15, 0.1, sub { count_log($re) >= $before + 4 });
+    my ($again) = wait_until(15, 0.1, sub {
+        error_log_count($re) >= $before + 4
+    });
     ok($again, "$name - and again on reconnecting");
 
     my ($back) = wait_until(10, 0.1, sub { get_status() == 200 });

@@ -26,6 +26,7 @@
 #   CHAOS_CYCLES    stop/start cycles of PostgreSQL (default 3)
 #   CHAOS_DOWN      seconds PostgreSQL stays down (default 5)
 #   CHAOS_UP        seconds of load between cycles (default 15)
+#   CHAOS_CONNECTIONS  session_db_connections (default 4)
 #   CHAOS_PORT      nginx's port (default: a free one)
 #   CHAOS_KEEP      keep the scratch directory
 set -euo pipefail
@@ -34,13 +35,17 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${CHAOS_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+# SESSION_MODULE: another build of the module (as util/test.sh)
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 
 CLIENTS=${CHAOS_CLIENTS:-8}
 CYCLES=${CHAOS_CYCLES:-3}
 DOWN=${CHAOS_DOWN:-5}
 UP=${CHAOS_UP:-15}
+# session_db_connections; fewer connections, fewer reconnect timers: the
+# backoff shows more in the recovery time
+CONNECTIONS=${CHAOS_CONNECTIONS:-4}
 # the service is back within this long of PostgreSQL (issue 13)
 RECOVERY_GOAL=2
 
@@ -206,6 +211,7 @@ inside() {
         nginx_conf_head "$MODULE" 2
         cat <<EOF
     session_db_timeout 2s;
+    session_db_connections $CONNECTIONS;
     session_auth_cache_ttl 60s;
 
     server {
@@ -226,7 +232,8 @@ EOF
 
     start_nginx
     log "nginx on 127.0.0.1:$PORT, PostgreSQL $PGVERSION on port $PGPORT,"\
-        "$CLIENTS clients, $CYCLES cycles of $DOWN s down, $UP s up"
+        "$CLIENTS clients, $CYCLES cycles of $DOWN s down, $UP s up,"\
+        "$CONNECTIONS connections per worker"
 
     : > "$W/up-times"
     : > "$W/killed"

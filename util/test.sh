@@ -180,6 +180,7 @@ weight() {
         023-db-connect.t)   echo 15 ;;
         010-sessionctl.t)   echo 12 ;;
         002-errors.t)       echo 12 ;;
+        024-db-tls.t)       echo 12 ;;
         025-sweep.t)        echo 11 ;;
         022-poll-scale.t)   echo 10 ;;
         004-db-outage.t)    echo 10 ;;

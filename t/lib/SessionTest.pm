@@ -37,7 +37,8 @@ use Time::HiRes ();
 
 our @EXPORT = qw(nginx_quote http_request auth_header wait_until
                  random_key hang_listener conninfo_port
-                 relay_start relay_stop master_pid worker_pids);
+                 relay_start relay_stop master_pid worker_pids
+                 error_log_count);
 
 
 sub nginx_quote {
@@ -114,6 +115,17 @@ sub wait_until {
     }
 
     return ($r, Time::HiRes::time() - $t0);
+}
+
+
+# The number of lines of the current block's error log that match $re.
+sub error_log_count {
+    my ($re) = @_;
+
+    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+    my $n = grep { /$re/ } <$fh>;
+
+    return $n;
 }
 
 

@@ -3,7 +3,8 @@
  * the database connections.  The expected figures are written out by
  * hand from the rule: 100 ms, doubled per failure in a row, at most
  * 2000 ms; back to 100 ms after a connection that stayed up 10 s; the
- * delay waited is in [base / 2, base].
+ * delay waited is in [base / 2, base]; an early try for a request only
+ * after a refusal, at most one per 250 ms.
  */
 
 #include <stdint.h>
@@ -131,6 +132,50 @@ START_TEST(test_backoff_delay_spread)
 END_TEST
 
 
+/*
+ * An early try: only for a connection that was refused, at most one per
+ * worker per 250 ms, whatever the base (a refused connection at the
+ * ceiling is the case it is for).
+ */
+START_TEST(test_backoff_early)
+{
+    ck_assert_int_eq(ngx_http_session_backoff_early(UINT64_MAX, 1), 1);
+    ck_assert_int_eq(ngx_http_session_backoff_early(250, 1), 1);
+    ck_assert_int_eq(ngx_http_session_backoff_early(249, 1), 0);
+    ck_assert_int_eq(ngx_http_session_backoff_early(0, 1), 0);
+
+    /* timed out, or broke once up: the schedule only */
+    ck_assert_int_eq(ngx_http_session_backoff_early(UINT64_MAX, 0), 0);
+    ck_assert_int_eq(ngx_http_session_backoff_early(250, 0), 0);
+}
+END_TEST
+
+
+/*
+ * Requests every 10 ms for 10 s against a server that keeps refusing:
+ * at most one early try per 250 ms, so the worker makes at most 40 of
+ * them besides the schedule's 5-10 at the ceiling (not one per request).
+ */
+START_TEST(test_backoff_early_rate)
+{
+    uint64_t  now, last;
+    unsigned  tries;
+
+    last = 0;
+    tries = 0;
+
+    for (now = 1000; now < 11000; now += 10) {
+        if (ngx_http_session_backoff_early(now - last, 1)) {
+            last = now;
+            tries++;
+        }
+    }
+
+    ck_assert_uint_eq(tries, 40);
+}
+END_TEST
+
+
 Suite *
 make_backoff_suite(void)
 {
@@ -150,6 +195,11 @@ make_backoff_suite(void)
     tcase_add_loop_test(tc, test_backoff_delay_bounds, 0,
                         sizeof(backoff_schedule) / sizeof(uint32_t));
     tcase_add_test(tc, test_backoff_delay_spread);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("early");
+    tcase_add_test(tc, test_backoff_early);
+    tcase_add_test(tc, test_backoff_early_rate);
     suite_add_tcase(s, tc);
 
     return s;
