@@ -64,6 +64,8 @@ static char *ngx_http_session_positive_msec(ngx_conf_t *cf, void *post,
     void *data);
 static char *ngx_http_session_positive_sec(ngx_conf_t *cf, void *post,
     void *data);
+static char *ngx_http_session_db_batch_check(ngx_conf_t *cf, void *post,
+    void *data);
 static char *ngx_http_session_db_connections_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_sweep_interval_check(ngx_conf_t *cf,
@@ -85,6 +87,10 @@ static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
 
 static ngx_conf_post_t  ngx_http_session_db_connections_post = {
     ngx_http_session_db_connections_check
+};
+
+static ngx_conf_post_t  ngx_http_session_db_batch_post = {
+    ngx_http_session_db_batch_check
 };
 
 static ngx_conf_post_t  ngx_http_session_sweep_interval_post = {
@@ -149,6 +155,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_session_main_conf_t, db_connections),
       &ngx_http_session_db_connections_post },
+
+    { ngx_string("session_db_batch"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, db_batch),
+      &ngx_http_session_db_batch_post },
 
     { ngx_string("session_db_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -404,6 +417,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
      */
 
     smcf->db_connections = NGX_CONF_UNSET_UINT;
+    smcf->db_batch = NGX_CONF_UNSET_UINT;
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
     smcf->db_idle_check = NGX_CONF_UNSET_MSEC;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
@@ -427,6 +441,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_str_t  name;
 
     ngx_conf_init_uint_value(smcf->db_connections, 4);
+    ngx_conf_init_uint_value(smcf->db_batch, 16);
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
     ngx_conf_init_msec_value(smcf->db_idle_check, 5000);
     ngx_conf_init_msec_value(smcf->auth_cache_ttl, 5000);
@@ -836,6 +851,19 @@ ngx_http_session_db_connections_check(ngx_conf_t *cf, void *post, void *data)
 
     if (*n < 1 || *n > 1024) {
         return "must be between 1 and 1024";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_db_batch_check(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_uint_t  *n = data;
+
+    if (*n < 1 || *n > NGX_HTTP_SESSION_DB_BATCH_MAX) {
+        return "must be between 1 and 64";
     }
 
     return NGX_CONF_OK;

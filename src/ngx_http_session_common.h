@@ -49,6 +49,8 @@ typedef struct {
     /* the host list when it has names to resolve, else NULL */
     ngx_http_session_dbhosts_t *db_hosts;
     ngx_uint_t                  db_connections;
+    /* most waiting reads sent on one connection at once, 1: one by one */
+    ngx_uint_t                  db_batch;
     ngx_msec_t                  db_timeout;
     /* an idle connection is checked this often, 0: never */
     ngx_msec_t                  db_idle_check;

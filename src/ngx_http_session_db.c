@@ -51,6 +51,8 @@ typedef struct {
     ngx_queue_t                  first;
     ngx_uint_t                   turn;
     ngx_uint_t                   nwaiting;
+    /* session_db_batch */
+    ngx_uint_t                   batch;
     ngx_msec_t                   timeout;
     /* the last early try, see ngx_http_session_db_try_early() */
     ngx_msec_t                   early;
@@ -86,6 +88,28 @@ static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
 static size_t ngx_http_session_db_row_size(PGresult *res);
+static ngx_uint_t ngx_http_session_db_batchable(
+    ngx_http_session_db_query_t *q);
+static ngx_uint_t ngx_http_session_db_gather(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_query_t *q, ngx_http_session_db_query_t **batch,
+    ngx_uint_t n);
+static ngx_int_t ngx_http_session_db_send_batch(
+    ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t **batch,
+    ngx_uint_t n);
+static ngx_int_t ngx_http_session_db_send_one(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q);
+static void ngx_http_session_db_read_batch(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
+static void ngx_http_session_db_batch_over(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_batch_fail(ngx_http_session_db_conn_t *dc,
+    ngx_uint_t from, ngx_uint_t to);
+static void ngx_http_session_db_enqueue(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_query_t *q, ngx_uint_t head);
+static void ngx_http_session_db_dequeue(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_query_t *q);
+static void ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q);
 static ngx_int_t ngx_http_session_db_send_query(
     ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_dispatch(void);
@@ -163,6 +187,7 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     ngx_queue_init(&pool->waiting);
     ngx_queue_init(&pool->first);
     pool->timeout = smcf->db_timeout;
+    pool->batch = smcf->db_batch;
     pool->early = ngx_current_msec - NGX_HTTP_SESSION_BACKOFF_EARLY;
 
     if (ngx_http_session_db_prepare_text(cycle, pool) != NGX_OK) {
@@ -187,6 +212,14 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
         dc->timeout = smcf->db_timeout;
         dc->check = smcf->db_idle_check;
         dc->ready = ngx_http_session_db_pool_ready;
+
+        if (pool->batch > 1) {
+            dc->batch = ngx_pcalloc(cycle->pool, pool->batch
+                                    * sizeof(ngx_http_session_db_query_t *));
+            if (dc->batch == NULL) {
+                return NGX_ERROR;
+            }
+        }
 
         ngx_http_session_db_conn_open(dc);
     }
@@ -279,6 +312,9 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
     for (i = 0; i < pool->nconns; i++) {
         ngx_http_session_db_conn_close(&pool->conns[i]);
     }
+
+    /* the queries still waiting leave with the worker */
+    ngx_http_session_stat(db_waiting, - (ngx_atomic_int_t) pool->nwaiting);
 
     ngx_http_session_db_pool = NULL;
     ngx_http_session_db_other = NULL;
@@ -761,11 +797,16 @@ ngx_http_session_db_want_write(ngx_http_session_db_conn_t *dc, ngx_uint_t on)
 void
 ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
 {
+    ngx_uint_t                    from, to;
     ngx_msec_t                    up, delay;
     ngx_http_session_db_query_t  *q;
 
     q = dc->query;
     dc->query = NULL;
+
+    /* the reads of a pipeline that were not answered yet */
+    from = dc->nread;
+    to = dc->nbatch;
 
     up = dc->connected ? ngx_current_msec - dc->connected : 0;
 
@@ -794,6 +835,8 @@ ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
         ngx_http_session_db_complete(q, NULL);
     }
 
+    ngx_http_session_db_batch_fail(dc, from, to);
+
     if (dc->ready == ngx_http_session_db_pool_ready) {
         /* waiting queries may have no connection left to wait for */
         ngx_http_session_db_dispatch();
@@ -813,6 +856,9 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
 
     dc->connected = 0;
     dc->checking = 0;
+    dc->nbatch = 0;
+    dc->nread = 0;
+    dc->recycle = 0;
 
     if (dc->result) {
         PQclear(dc->result);
@@ -974,6 +1020,11 @@ ngx_http_session_db_read(ngx_http_session_db_conn_t *dc)
         }
 
         PQfreemem(n);
+    }
+
+    if (dc->state == NGX_HTTP_SESSION_DB_BUSY && dc->nbatch) {
+        ngx_http_session_db_read_batch(dc);
+        return;
     }
 
     if (dc->state == NGX_HTTP_SESSION_DB_BUSY) {
@@ -1319,10 +1370,7 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
         return NGX_DECLINED;
     }
 
-    ngx_queue_insert_tail(q->first ? &pool->first : &pool->waiting,
-                          &q->queue);
-    pool->nwaiting++;
-    q->queued = 1;
+    ngx_http_session_db_enqueue(pool, q, 0);
 
     ngx_add_timer(&q->timeout, pool->timeout);
 
@@ -1380,17 +1428,7 @@ static ngx_int_t
 ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q)
 {
-    int  i;
-
-    if (q->stmt != NGX_HTTP_SESSION_STMT_NONE && dc->prepared
-        ? !PQsendQueryPrepared(dc->pg, ngx_http_session_db_names[q->stmt],
-                               q->nparams, q->values, q->lengths, q->formats,
-                               q->result_format)
-        : !PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
-                             q->lengths, q->formats, q->result_format))
-    {
-        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
-                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+    if (ngx_http_session_db_send_one(dc, q) != NGX_OK) {
         ngx_http_session_db_conn_fail(dc);
         return NGX_ERROR;
     }
@@ -1404,10 +1442,6 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
     dc->query = q;
     q->conn = dc;
 
-    for (i = 0; i < q->nparams; i++) {
-        dc->sent += q->lengths[i];
-    }
-
     if (ngx_http_session_db_flush(dc) != NGX_OK) {
         dc->query = NULL;
         q->conn = NULL;
@@ -1419,11 +1453,394 @@ ngx_http_session_db_send_query(ngx_http_session_db_conn_t *dc,
 }
 
 
+/* hands one query to libpq: by name where the statement is prepared */
+
+static ngx_int_t
+ngx_http_session_db_send_one(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    int  i;
+
+    if (q->stmt != NGX_HTTP_SESSION_STMT_NONE && dc->prepared
+        ? !PQsendQueryPrepared(dc->pg, ngx_http_session_db_names[q->stmt],
+                               q->nparams, q->values, q->lengths, q->formats,
+                               q->result_format)
+        : !PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                             q->lengths, q->formats, q->result_format))
+    {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < q->nparams; i++) {
+        dc->sent += q->lengths[i];
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * Reads that wait for a connection go to PostgreSQL together: pipeline
+ * mode, one Bind/Execute per read and one Sync for all, so that a busy
+ * server wakes once for many of them instead of once each, and answers
+ * them in one stream.  Only the statements that change nothing
+ * (NGX_HTTP_SESSION_STMT_READS): between two Syncs the statements share
+ * one implicit transaction, and in READ COMMITTED each still reads its
+ * own snapshot.  If one fails, PostgreSQL skips the rest up to the Sync
+ * ("aborted"); those did not run and wait for a connection again, at
+ * the head of the queue.
+ */
+
+static ngx_uint_t
+ngx_http_session_db_batchable(ngx_http_session_db_query_t *q)
+{
+    return q->stmt != NGX_HTTP_SESSION_STMT_NONE
+           && (NGX_HTTP_SESSION_STMT_READS & (1U << q->stmt)) != 0;
+}
+
+
+/*
+ * q (a read, out of the queues already) and up to n - 1 more waiting
+ * reads, oldest first, into batch; writes keep their places
+ */
+
+static ngx_uint_t
+ngx_http_session_db_gather(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_query_t *q, ngx_http_session_db_query_t **batch,
+    ngx_uint_t n)
+{
+    ngx_uint_t                    k, i;
+    ngx_queue_t                  *queues[2], *x, *next;
+    ngx_http_session_db_query_t  *w;
+
+    batch[0] = q;
+    k = 1;
+
+    queues[0] = &pool->waiting;
+    queues[1] = &pool->first;
+
+    for (i = 0; i < 2 && k < n; i++) {
+
+        for (x = ngx_queue_head(queues[i]);
+             x != ngx_queue_sentinel(queues[i]) && k < n;
+             x = next)
+        {
+            next = ngx_queue_next(x);
+            w = ngx_queue_data(x, ngx_http_session_db_query_t, queue);
+
+            if (!ngx_http_session_db_batchable(w)) {
+                continue;
+            }
+
+            ngx_http_session_db_dequeue(pool, w);
+            batch[k++] = w;
+        }
+    }
+
+    return k;
+}
+
+
+static ngx_int_t
+ngx_http_session_db_send_batch(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t **batch, ngx_uint_t n)
+{
+    ngx_uint_t  i;
+
+    /* from here on a failure of the connection fails them all */
+
+    for (i = 0; i < n; i++) {
+        dc->batch[i] = batch[i];
+        batch[i]->conn = dc;
+    }
+
+    dc->nbatch = n;
+    dc->nread = 0;
+
+    if (!PQenterPipelineMode(dc->pg)) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: no pipeline mode: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        goto failed;
+    }
+
+    for (i = 0; i < n; i++) {
+        if (ngx_http_session_db_send_one(dc, batch[i]) != NGX_OK) {
+            goto failed;
+        }
+    }
+
+    if (!PQpipelineSync(dc->pg)) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        goto failed;
+    }
+
+    if (dc->timer.timer_set) {
+        /* the idle check: the queries have timeouts of their own */
+        ngx_del_timer(&dc->timer);
+    }
+
+    dc->state = NGX_HTTP_SESSION_DB_BUSY;
+
+    ngx_http_session_stat(db_batches, 1);
+    ngx_http_session_stat(db_batched, n);
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: %ui reads in one pipeline", n);
+
+    if (ngx_http_session_db_flush(dc) != NGX_OK) {
+        goto failed;
+    }
+
+    return NGX_OK;
+
+failed:
+
+    ngx_http_session_db_conn_fail(dc);
+
+    return NGX_ERROR;
+}
+
+
+/*
+ * The results of a pipeline, in order: each read's result (or error,
+ * or "aborted"), then NULL, then PGRES_PIPELINE_SYNC after the last.
+ */
+
+static void
+ngx_http_session_db_read_batch(ngx_http_session_db_conn_t *dc)
+{
+    PGresult        *res;
+    ExecStatusType   st;
+
+    while (!PQisBusy(dc->pg)) {
+        res = PQgetResult(dc->pg);
+
+        if (res == NULL) {
+            if (dc->nread == dc->nbatch) {
+                /* nothing is owed: libpq and the pool disagree */
+                break;
+            }
+
+            res = dc->result;
+            dc->result = NULL;
+
+            ngx_http_session_db_batch_answer(dc, res);
+
+            if (dc->state != NGX_HTTP_SESSION_DB_BUSY || dc->nbatch == 0) {
+                /* the connection failed meanwhile */
+                return;
+            }
+
+            continue;
+        }
+
+        st = PQresultStatus(res);
+
+        if (st == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+            ngx_http_session_db_batch_over(dc);
+            return;
+        }
+
+        if (dc->result == NULL) {
+            dc->result = res;
+
+        } else if (st == PGRES_FATAL_ERROR) {
+            PQclear(dc->result);
+            dc->result = res;
+
+        } else {
+            PQclear(res);
+        }
+    }
+
+    if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: connection lost: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+static void
+ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res)
+{
+    ngx_uint_t                    keep;
+    ngx_http_session_db_query_t  *q;
+
+    q = dc->batch[dc->nread];
+    dc->batch[dc->nread] = NULL;
+    dc->nread++;
+
+    if (res && PQresultStatus(res) == PGRES_PIPELINE_ABORTED) {
+        /* it did not run: it waits again, first in line */
+        PQclear(res);
+
+        if (q) {
+            q->conn = NULL;
+            ngx_http_session_db_enqueue(ngx_http_session_db_pool, q, 1);
+        }
+
+        return;
+    }
+
+    if (res && ngx_http_session_db_row_size(res)
+               >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE)
+    {
+        dc->recycle = 1;
+    }
+
+    if (q == NULL) {
+        /* its request went away */
+        if (res) {
+            PQclear(res);
+        }
+
+        return;
+    }
+
+    if (res == NULL || ngx_http_session_db_unavailable(res)) {
+        if (res) {
+            ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: %s",
+                          ngx_http_session_db_message(
+                                                 PQresultErrorMessage(res)));
+            PQclear(res);
+        }
+
+        ngx_http_session_db_complete(q, NULL);
+        return;
+    }
+
+    keep = q->keep_result && !q->done;
+
+    ngx_http_session_db_complete(q, res);
+
+    if (!keep) {
+        PQclear(res);
+    }
+}
+
+
+static void
+ngx_http_session_db_batch_over(ngx_http_session_db_conn_t *dc)
+{
+    if (!PQexitPipelineMode(dc->pg)) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: leaving pipeline mode failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    dc->nbatch = 0;
+    dc->nread = 0;
+    dc->state = NGX_HTTP_SESSION_DB_IDLE;
+
+    ngx_http_session_db_idle(dc);
+
+    if (dc->recycle || dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                       "session db: recycling a connection that sent %uz "
+                       "bytes", dc->sent);
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
+    }
+
+    dc->sent = 0;
+    dc->recycle = 0;
+
+    ngx_http_session_db_dispatch();
+}
+
+
+/* the reads from..to of a pipeline get no answer (503) */
+
+static void
+ngx_http_session_db_batch_fail(ngx_http_session_db_conn_t *dc,
+    ngx_uint_t from, ngx_uint_t to)
+{
+    ngx_uint_t                    i;
+    ngx_http_session_db_query_t  *q;
+
+    for (i = from; i < to; i++) {
+        q = dc->batch[i];
+        dc->batch[i] = NULL;
+
+        if (q) {
+            ngx_http_session_db_complete(q, NULL);
+        }
+    }
+}
+
+
+static void
+ngx_http_session_db_enqueue(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_query_t *q, ngx_uint_t head)
+{
+    ngx_queue_t  *queue;
+
+    queue = q->first ? &pool->first : &pool->waiting;
+
+    if (head) {
+        ngx_queue_insert_head(queue, &q->queue);
+
+    } else {
+        ngx_queue_insert_tail(queue, &q->queue);
+    }
+
+    pool->nwaiting++;
+    q->queued = 1;
+
+    ngx_http_session_stat(db_waiting, 1);
+}
+
+
+/* the connection forgets q, whose answer nobody will read */
+
+static void
+ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    ngx_uint_t  i;
+
+    if (dc->query == q) {
+        dc->query = NULL;
+    }
+
+    for (i = dc->nread; i < dc->nbatch; i++) {
+        if (dc->batch[i] == q) {
+            dc->batch[i] = NULL;
+        }
+    }
+
+    q->conn = NULL;
+}
+
+
+static void
+ngx_http_session_db_dequeue(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_query_t *q)
+{
+    ngx_queue_remove(&q->queue);
+    pool->nwaiting--;
+    q->queued = 0;
+
+    ngx_http_session_stat(db_waiting, -1);
+}
+
+
 static void
 ngx_http_session_db_dispatch(void)
 {
-    ngx_uint_t                    i, alive;
+    ngx_uint_t                    i, n, alive, idle;
     ngx_queue_t                  *head;
+    ngx_http_session_db_query_t  *batch[NGX_HTTP_SESSION_DB_BATCH_MAX];
     ngx_http_session_db_conn_t   *dc;
     ngx_http_session_db_pool_t   *pool;
     ngx_http_session_db_query_t  *q;
@@ -1434,6 +1851,13 @@ ngx_http_session_db_dispatch(void)
     }
 
     alive = 0;
+    idle = 0;
+
+    for (i = 0; i < pool->nconns; i++) {
+        if (pool->conns[i].state == NGX_HTTP_SESSION_DB_IDLE) {
+            idle++;
+        }
+    }
 
     for (i = 0; i < pool->nconns && pool->nwaiting; i++) {
         dc = &pool->conns[i];
@@ -1449,9 +1873,34 @@ ngx_http_session_db_dispatch(void)
         head = ngx_http_session_db_next(pool);
         q = ngx_queue_data(head, ngx_http_session_db_query_t, queue);
 
-        ngx_queue_remove(head);
-        pool->nwaiting--;
-        q->queued = 0;
+        ngx_http_session_db_dequeue(pool, q);
+
+        /*
+         * A read takes other waiting reads along: its share of them, so
+         * that the idle connections left get theirs
+         */
+
+        n = 1;
+
+        if (pool->batch > 1 && pool->nwaiting
+            && ngx_http_session_db_batchable(q))
+        {
+            n = (pool->nwaiting + 1 + idle - 1) / (idle ? idle : 1);
+            n = ngx_min(n, pool->batch);
+        }
+
+        if (idle) {
+            idle--;
+        }
+
+        if (n > 1) {
+            n = ngx_http_session_db_gather(pool, q, batch, n);
+        }
+
+        if (n > 1) {
+            (void) ngx_http_session_db_send_batch(dc, batch, n);
+            continue;
+        }
 
         if (ngx_http_session_db_send_query(dc, q) != NGX_OK) {
             ngx_http_session_db_complete(q, NULL);
@@ -1468,9 +1917,7 @@ ngx_http_session_db_dispatch(void)
         head = ngx_http_session_db_next(pool);
         q = ngx_queue_data(head, ngx_http_session_db_query_t, queue);
 
-        ngx_queue_remove(head);
-        pool->nwaiting--;
-        q->queued = 0;
+        ngx_http_session_db_dequeue(pool, q);
 
         ngx_http_session_db_complete(q, NULL);
     }
@@ -1531,9 +1978,7 @@ ngx_http_session_db_query_timeout(ngx_event_t *ev)
     ngx_log_error(NGX_LOG_ERR, ev->log, 0, "session db: query timed out");
 
     if (q->queued) {
-        ngx_queue_remove(&q->queue);
-        ngx_http_session_db_pool->nwaiting--;
-        q->queued = 0;
+        ngx_http_session_db_dequeue(ngx_http_session_db_pool, q);
     }
 
     dc = q->conn;
@@ -1542,10 +1987,10 @@ ngx_http_session_db_query_timeout(ngx_event_t *ev)
         /*
          * The connection is stuck in this query: drop it and connect again
          * after the backoff, as after any failure, so that an overloaded
-         * server does not get a storm of new connections.
+         * server does not get a storm of new connections.  The other reads
+         * of its pipeline, if any, fail with it.
          */
-        dc->query = NULL;
-        q->conn = NULL;
+        ngx_http_session_db_detach_query(dc, q);
         ngx_http_session_db_conn_fail(dc);
     }
 
@@ -1563,16 +2008,13 @@ ngx_http_session_db_query_cleanup(void *data)
     }
 
     if (q->queued) {
-        ngx_queue_remove(&q->queue);
-        ngx_http_session_db_pool->nwaiting--;
-        q->queued = 0;
+        ngx_http_session_db_dequeue(ngx_http_session_db_pool, q);
     }
 
     /* a running query finishes on its own; its result is dropped */
 
     if (q->conn) {
-        q->conn->query = NULL;
-        q->conn = NULL;
+        ngx_http_session_db_detach_query(q->conn, q);
     }
 
     q->done = 1;

@@ -16,6 +16,8 @@
 
 
 #define NGX_HTTP_SESSION_DB_MAX_PARAMS  16
+/* the most reads one connection sends under one Sync (session_db_batch) */
+#define NGX_HTTP_SESSION_DB_BATCH_MAX   64
 
 
 typedef struct ngx_http_session_db_conn_s  ngx_http_session_db_conn_t;
@@ -70,6 +72,14 @@ struct ngx_http_session_db_conn_s {
 
     ngx_uint_t                       state;
     ngx_http_session_db_query_t     *query;
+    /*
+     * Reads sent together in pipeline mode under one Sync (see db.c),
+     * in the order of their results; a slot is NULL once its query went
+     * away.  nbatch is 0 outside a pipeline, nread counts the answered.
+     */
+    ngx_http_session_db_query_t    **batch;
+    ngx_uint_t                       nbatch;
+    ngx_uint_t                       nread;
     /* parameter bytes of the running query, see RECYCLE_SIZE */
     size_t                           sent;
     PGresult                        *result;
@@ -90,6 +100,8 @@ struct ngx_http_session_db_conn_s {
     /* the pool's statements are being prepared, or are */
     unsigned                         preparing:1;
     unsigned                         prepared:1;
+    /* a result of the pipeline was large: reconnect once it is over */
+    unsigned                         recycle:1;
 };
 
 

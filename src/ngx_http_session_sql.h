@@ -426,6 +426,21 @@ typedef enum {
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 
+/*
+ * The statements that change nothing, which the pool may send several
+ * at a time under one Sync (src/ngx_http_session_db.c): a bit per
+ * ngx_http_session_stmt_e
+ */
+#define NGX_HTTP_SESSION_STMT_READS                                           \
+    ((1U << NGX_HTTP_SESSION_STMT_AUTH)                                       \
+     | (1U << NGX_HTTP_SESSION_STMT_SESSION_GET)                              \
+     | (1U << NGX_HTTP_SESSION_STMT_SESSION_LIST)                             \
+     | (1U << NGX_HTTP_SESSION_STMT_SESSION_LIST_AFTER)                       \
+     | (1U << NGX_HTTP_SESSION_STMT_IMAGE_LIST)                               \
+     | (1U << NGX_HTTP_SESSION_STMT_IMAGE_GET)                                \
+     | (1U << NGX_HTTP_SESSION_STMT_IMAGE_CONTENT)                            \
+     | (1U << NGX_HTTP_SESSION_STMT_POLL))
+
 
 /*
  * Webhook delivery, see src/sql/008_webhooks.sql.  $1 most rows, $2 the

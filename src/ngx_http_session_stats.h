@@ -54,6 +54,13 @@ typedef struct {
     ngx_atomic_t        webhooks_oldest_due;
     ngx_atomic_t        webhooks_measured;
     ngx_atomic_t        webhooks_measure_next;
+    /*
+     * Pipelines of waiting reads sent under one Sync, the reads sent in
+     * them, and the queries waiting for a connection now (all workers)
+     */
+    ngx_atomic_t        db_batches;
+    ngx_atomic_t        db_batched;
+    ngx_atomic_t        db_waiting;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;

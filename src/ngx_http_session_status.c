@@ -326,7 +326,8 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"rate_limited\": %uA, "
                    "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
                    "\"entries\": %ui}, "
-                   "\"database\": {\"queries\": %uA, \"failures\": %uA}, "
+                   "\"database\": {\"queries\": %uA, \"failures\": %uA, "
+                   "\"batches\": %uA, \"batched\": %uA, \"waiting\": %uA}, "
                    "\"long_poll\": {\"waiting\": %uA, \"parked\": %uA, "
                    "\"reads\": %uA}, "
                    "\"expiry_sweep\": {\"runs\": %uA, "
@@ -335,6 +336,7 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"failed\": %uA, \"queue\": ",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
+                   st->s.db_batches, st->s.db_batched, st->s.db_waiting,
                    st->s.polls_waiting, st->s.polls_parked, st->s.poll_reads,
                    st->s.sweeps,
                    st->s.expired, st->s.purged, st->s.webhooks_delivered,
@@ -407,6 +409,15 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
     p = ngx_http_session_status_metric(p, "db_failures_total", "counter",
                             "Statements without an answer (no connection, "
                             "timeout): 503.", st->s.db_failures);
+    p = ngx_http_session_status_metric(p, "db_batches_total", "counter",
+                            "Pipelines of waiting reads sent under one "
+                            "Sync.", st->s.db_batches);
+    p = ngx_http_session_status_metric(p, "db_batched_total", "counter",
+                            "Reads sent in those pipelines.",
+                            st->s.db_batched);
+    p = ngx_http_session_status_metric(p, "db_waiting", "gauge",
+                            "Statements waiting for a connection now.",
+                            st->s.db_waiting);
     p = ngx_http_session_status_metric(p, "polls_waiting", "gauge",
                             "Long polls waiting now.", st->s.polls_waiting);
     p = ngx_http_session_status_metric(p, "polls_parked", "gauge",

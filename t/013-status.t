@@ -145,6 +145,7 @@ $checks{prometheus} = sub {
         for my $m (qw(rate_limited_total auth_cache_hits_total
                       auth_cache_misses_total auth_cache_entries
                       db_queries_total db_failures_total
+                      db_batches_total db_batched_total db_waiting
                       polls_waiting poll_reads_total expiry_sweeps_total sessions_expired_total
                       zone_size_bytes zone_free_bytes zone_keys
                       zone_evictions_total counters_start_time_seconds))

@@ -992,8 +992,12 @@ $checks{reload} = sub {
     my $gap = @req == 2 ? $req[1]{t} - $first->{t} : 0;
     Test::More::note(sprintf '%s: second send %.3f s after the first',
                      $name, $gap);
-    cmp_ok($gap, '>=', 2 + 0.9, "$name - only after the first attempt"
-           . ' timed out (2 s) and the retry delay (1 s - 10 %)');
+    # 0.1 s of slack: the receiver times the first request when it has
+    # read it, a little after the attempt's clock started, and nginx
+    # starts its timers from the loop's cached time, which a loaded
+    # machine leaves a few ms behind (2.891 s was seen once)
+    cmp_ok($gap, '>=', 2 + 0.9 - 0.1, "$name - only after the first"
+           . ' attempt timed out (2 s) and the retry delay (1 s - 10 %)');
     cmp_ok($gap, '<', 6, "$name - soon after: the old worker's NOTIFY"
            . ' wakes the new ones, no waiting for the lease (13 s) or a'
            . ' rescan');

@@ -20,6 +20,8 @@
 #   BENCH_DB_ROUNDS       rounds; the median is reported (default 3)
 #   BENCH_WORKERS         nginx worker_processes (default 2)
 #   BENCH_DB_CONNECTIONS  session_db_connections (default 4)
+#   BENCH_DB_BATCH        session_db_batch (default 16, the directive's;
+#                         1 sends every statement alone)
 #   BENCH_DB_WRK_CONNECTIONS  wrk connections (default: twice as many
 #                         as pgbench has clients)
 #   BENCH_THREADS         wrk threads and pgbench jobs (default 2)
@@ -41,6 +43,7 @@ DURATION=${BENCH_DURATION:-5s}
 ROUNDS=${BENCH_DB_ROUNDS:-3}
 WORKERS=${BENCH_WORKERS:-2}
 DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
+DB_BATCH=${BENCH_DB_BATCH:-16}
 CLIENTS=$((WORKERS * DB_CONNS_PER_WORKER))
 WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((2 * CLIENTS))}
 THREADS=${BENCH_THREADS:-2}
@@ -411,6 +414,7 @@ write_conf() {
     cat > "$W/nginx.conf" <<EOF
 $(nginx_conf_head "$MODULE" "$WORKERS")
     session_db_connections $DB_CONNS_PER_WORKER;
+    session_db_batch $DB_BATCH;
     session_limit_zone benchdb:10m;
 
     server {
@@ -461,7 +465,8 @@ report() {
     echo "$goals_met of $goals endpoints meet both goals. Medians of $ROUNDS" \
          "rounds of $DURATION; wrk -t$THREADS -c$WRK_CONNS --latency," \
          "pgbench -M prepared -c $CLIENTS -j $THREADS -l; nginx" \
-         "$WORKERS workers x session_db_connections $DB_CONNS_PER_WORKER."
+         "$WORKERS workers x session_db_connections $DB_CONNS_PER_WORKER," \
+         "session_db_batch $DB_BATCH."
     echo
     echo "Runs (module / pgbench, requests or transactions per second):"
     echo

@@ -165,13 +165,15 @@ for _ in $(seq 300); do
 done
 curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" || die "nginx does not answer"
 
-# 20 sessions for the list to show
+# 20 sessions for the list to show; the last one is read by id
+SID=
 for _ in $(seq 20); do
-    curl -s -o /dev/null -X POST -H "Authorization: Bearer $KEY_ADMIT" \
-         -H 'Content-Type: application/json' \
-         -d '{"delivery_mode": "long_poll"}' \
-         "http://127.0.0.1:$PORT/api/v1/sessions"
+    SID=$(curl -s -X POST -H "Authorization: Bearer $KEY_ADMIT" \
+              -H 'Content-Type: application/json' \
+              -d '{"delivery_mode": "long_poll"}' \
+              "http://127.0.0.1:$PORT/api/v1/sessions" | json_field id)
 done
+[ -n "$SID" ] || die "no session was created"
 
 # name|path|authorization
 SCENARIOS=(
@@ -181,6 +183,7 @@ SCENARIOS=(
     "429 session_limits|/sl/x|Bearer $KEY_LIMITED"
     "429 limit_req|/lr/x|Bearer $KEY_LR"
     "200 GET /api/v1/sessions?limit=20 (a database query)|/api/v1/sessions?limit=20|Bearer $KEY_ADMIT"
+    "200 GET /api/v1/sessions/{sid} (a database query)|/api/v1/sessions/$SID|Bearer $KEY_ADMIT"
 )
 
 dump=0

@@ -1,0 +1,511 @@
+# Reads that wait for a database connection go to PostgreSQL together
+# (issue 10, docs/decisions.md (ma)): pipeline mode, one Sync for up to
+# session_db_batch of them.  Each request still gets its own answer; a
+# read that fails does not take the others down with it; a request that
+# goes away while its read waits or runs harms nobody.
+#
+# The one pool connection (session_db_connections 1) is held by a read
+# that waits for a table lock taken by psql, so that the requests sent
+# meanwhile queue up; session_status tells when they all wait
+# (database.waiting) and how they were sent (database.batches, .batched).
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use HTTP::Tiny ();
+use IO::Handle ();
+use IO::Select ();
+use IO::Socket::INET ();
+use Time::HiRes ();
+use Session qw(:DEFAULT decode_json encode_json);
+use SessionTest;
+
+our $TAG = sprintf 't026-%d-%d', $$, time;
+
+our (%KEY, %PROJECT);
+
+for my $name (qw(MAIN OTHER)) {
+    my $f = fixture(plan => 'pro', name => "$TAG-$name");
+    $KEY{$name} = $f->{key};
+    $PROJECT{$name} = $f->{project_id};
+}
+
+our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
+
+
+# --- helpers -------------------------------------------------------------
+
+sub api {
+    my ($method, $path, $key, $body, $headers) = @_;
+
+    my %h = (Authorization => "Bearer $key", %{ $headers || {} });
+    my %opt = (headers => \%h);
+
+    if (defined $body) {
+        $h{'Content-Type'} //= 'application/json';
+        $opt{content} = ref $body ? encode_json($body) : $body;
+    }
+
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $res = HTTP::Tiny->new(keep_alive => 0, timeout => 30)
+                        ->request($method, "http://127.0.0.1:$port$path",
+                                  \%opt);
+
+    $res->{json} = eval { decode_json($res->{content}) }
+        if defined $res->{content} && length $res->{content};
+
+    return $res;
+}
+
+sub create {
+    my ($key) = @_;
+
+    my $r = api('POST', '/api/v1/sessions', $key // $KEY{MAIN},
+                { delivery_mode => 'long_poll' });
+
+    die "create: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json}{id};
+}
+
+sub upload {
+    my ($sid) = @_;
+
+    my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN}, $PNG,
+                { 'Content-Type' => 'image/png' });
+
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json}{id};
+}
+
+# a GET sent on its own connection, answered later by answer()
+sub send_get {
+    my ($path, $key) = @_;
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $Test::Nginx::Util::ServerPort,
+                                  Proto => 'tcp')
+        or die "send_get: connect: $!";
+
+    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
+             . "Authorization: Bearer " . ($key // $KEY{MAIN}) . "\r\n"
+             . "Connection: close\r\n\r\n";
+
+    return { sock => $s, path => $path };
+}
+
+# the whole answer (the connection closes after it), at most $secs away
+sub answer {
+    my ($p, $secs) = @_;
+
+    my $sel = IO::Select->new($p->{sock});
+    my $deadline = Time::HiRes::time() + ($secs // 30);
+    my $buf = '';
+
+    for (;;) {
+        my $left = $deadline - Time::HiRes::time();
+        last if $left <= 0 || !$sel->can_read($left);
+        my $n = sysread $p->{sock}, my $chunk, 65536;
+        last unless $n;
+        $buf .= $chunk;
+    }
+
+    close $p->{sock};
+
+    my %res = (status => 0);
+    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
+    return \%res unless defined $head;
+
+    $res{status} = $1 if $head =~ m{^HTTP/1\.\d (\d{3})};
+    $res{content} = $body;
+    $res{json} = eval { decode_json($body) } if defined $body && length $body;
+
+    return \%res;
+}
+
+sub database {
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $r = HTTP::Tiny->new(timeout => 10)
+                      ->get("http://127.0.0.1:$port/status");
+
+    die "GET /status: $r->{status}\n" unless $r->{status} == 200;
+
+    return decode_json($r->{content})->{database};
+}
+
+# until database.waiting is $n: the requests sent wait for the connection
+sub waiting {
+    my ($n) = @_;
+
+    my ($db) = wait_until(10, 0.02, sub {
+        my $d = database();
+        $d->{waiting} == $n ? $d : undef;
+    });
+
+    return $db;
+}
+
+# psql holding "LOCK TABLE <table> IN ACCESS EXCLUSIVE MODE" in an open
+# transaction until unlock(); returns once the lock is granted
+sub lock_table {
+    my ($table) = @_;
+
+    open my $fh, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
+        or die "psql: $!";
+    $fh->autoflush(1);
+    print $fh "BEGIN;\nLOCK TABLE $table IN ACCESS EXCLUSIVE MODE;\n";
+
+    my $held = q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+               . q{ ON c.oid = l.relation WHERE c.relname = '} . $table
+               . q{' AND l.mode = 'AccessExclusiveLock' AND l.granted};
+
+    my ($ok) = wait_until(10, 0.02, sub { psql($held) == 1 });
+    die "the lock on $table was not granted\n" unless $ok;
+
+    return $fh;
+}
+
+sub unlock {
+    my ($fh) = @_;
+
+    print $fh "COMMIT;\n";
+    close $fh;
+}
+
+# a statement of the module waits for a lock (the connection is held)
+sub blocked {
+    my $sql = q{SELECT count(*) FROM pg_stat_activity}
+              . q{ WHERE wait_event_type = 'Lock'}
+              . q{ AND application_name = 'nginx session pool'};
+
+    return (wait_until(10, 0.02, sub { psql($sql) >= 1 }))[0];
+}
+
+# the connection's read that holds it: a GET that waits for $table's lock
+sub hold_connection {
+    my ($sid) = @_;
+
+    my $lock = lock_table('sessions');
+    my $holder = send_get("/api/v1/sessions/$sid");
+
+    die "the holder does not wait for the lock\n" unless blocked();
+
+    return ($lock, $holder);
+}
+
+
+# --- the checks -----------------------------------------------------------
+
+my %checks;
+
+# 12 reads of four kinds (and of another project's session, of a missing
+# one) wait for the connection and go in one pipeline; each gets its own
+# answer
+$checks{batch} = sub {
+    my ($name) = @_;
+
+    my @sid = map { create() } 1 .. 4;
+    my $other = create($KEY{OTHER});
+    my $iid = upload($sid[0]);
+    my $missing = '00000000-0000-4000-8000-000000000000';
+
+    # both keys known to the auth cache: the only statements are the GETs
+    api('GET', "/api/v1/sessions/$sid[0]", $KEY{$_}) for qw(MAIN OTHER);
+
+    my ($lock, $holder) = hold_connection($sid[0]);
+    my $before = database();
+
+    my @want = (
+        (map { ["/api/v1/sessions/$_", 200, $_] } @sid),
+        ["/api/v1/sessions/$other", 403, 'session belongs to another project'],
+        ["/api/v1/sessions/$missing", 404, 'session not found'],
+        ["/api/v1/sessions/$sid[0]/images", 200, $iid],
+        ["/api/v1/sessions/$sid[0]/images/$iid", 200, $iid],
+        ["/api/v1/sessions/$sid[0]/images/$missing", 404, 'image not found'],
+        ["/api/v1/sessions?limit=4", 200, $sid[3]],
+        ["/api/v1/sessions/$sid[1]/poll?timeout=0", 200, $sid[1]],
+        ["/api/v1/sessions/$sid[0]/images/$iid/content", 200, $PNG],
+    );
+
+    my @req = map { send_get($_->[0]) } @want;
+    my $n = @req;
+
+    ok(waiting($n), "$name - the $n reads wait for the connection");
+
+    unlock($lock);
+
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    for my $i (0 .. $#want) {
+        my ($path, $status, $what) = @{ $want[$i] };
+        my $r = answer($req[$i], 20);
+
+        is($r->{status}, $status, "$name - $path: $status");
+
+        my $got = $path =~ m{/content$} ? $r->{content}
+                : $status != 200        ? $r->{json}{message}
+                : $path =~ m{/poll}     ? $r->{json}{session}{id}
+                : ref $r->{json}{data}  ? $r->{json}{data}[0]{id}
+                :                         $r->{json}{id};
+
+        is($got, $what, "$name - $path: its own answer");
+    }
+
+    my $after = database();
+
+    is($after->{batches} - $before->{batches}, 1, "$name - one pipeline");
+    is($after->{batched} - $before->{batched}, $n,
+       "$name - the $n reads in it");
+    is($after->{waiting}, 0, "$name - nobody waits after");
+    is($after->{failures} - $before->{failures}, 0, "$name - no failure");
+};
+
+# the first read of a pipeline fails (lock_timeout): it alone answers 500,
+# the others, which PostgreSQL skipped, run again and answer 200
+$checks{aborted} = sub {
+    my ($name) = @_;
+
+    my @sid = map { create() } 1 .. 5;
+    my $iid = upload($sid[0]);
+
+    api('GET', "/api/v1/sessions/$sid[0]", $KEY{MAIN});
+
+    my $images = lock_table('images');
+    my ($lock, $holder) = hold_connection($sid[0]);
+    my $before = database();
+
+    # first in line: a read of the locked images table
+    my $bad = send_get("/api/v1/sessions/$sid[0]/images/$iid");
+    ok(waiting(1), "$name - the image read waits");
+
+    my @req = map { send_get("/api/v1/sessions/$_") } @sid;
+    ok(waiting(6), "$name - then five session reads");
+
+    unlock($lock);
+
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    my $r = answer($bad, 20);
+    is($r->{status}, 500, "$name - the read past lock_timeout: 500");
+    is($r->{json}{message}, 'internal server error', "$name - its message");
+
+    for my $i (0 .. $#sid) {
+        my $a = answer($req[$i], 20);
+        is($a->{status}, 200, "$name - session read $i: 200");
+        is($a->{json}{id}, $sid[$i], "$name - session read $i: its session");
+    }
+
+    unlock($images);
+
+    my $after = database();
+
+    is($after->{batches} - $before->{batches}, 2,
+       "$name - two pipelines: the first, then the skipped reads again");
+    is($after->{batched} - $before->{batched}, 6 + 5,
+       "$name - six reads, then five");
+    is($after->{waiting}, 0, "$name - nobody waits after");
+};
+
+# requests that go away while their reads wait: the others are answered,
+# and the connection serves the next request
+$checks{gone} = sub {
+    my ($name) = @_;
+
+    my @sid = map { create() } 1 .. 6;
+
+    api('GET', "/api/v1/sessions/$sid[0]", $KEY{MAIN});
+
+    my ($lock, $holder) = hold_connection($sid[0]);
+
+    my @req = map { send_get("/api/v1/sessions/$_") } @sid;
+    ok(waiting(6), "$name - six reads wait");
+
+    # three of the clients go away (nginx learns it when it writes their
+    # answers: a GET's connection is not read while its statement waits)
+    close $req[$_]{sock} for 0, 2, 4;
+
+    unlock($lock);
+
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    for my $i (1, 3, 5) {
+        my $r = answer($req[$i], 20);
+        is($r->{status}, 200, "$name - read $i: 200");
+        is($r->{json}{id}, $sid[$i], "$name - read $i: its session");
+    }
+
+    my $r = api('GET', "/api/v1/sessions/$sid[2]", $KEY{MAIN});
+    is($r->{status}, 200, "$name - the next request: 200");
+};
+
+# session_db_batch 1: the same queue, sent one by one
+$checks{one_by_one} = sub {
+    my ($name) = @_;
+
+    my @sid = map { create() } 1 .. 5;
+
+    api('GET', "/api/v1/sessions/$sid[0]", $KEY{MAIN});
+
+    my ($lock, $holder) = hold_connection($sid[0]);
+    my $before = database();
+
+    my @req = map { send_get("/api/v1/sessions/$_") } @sid;
+    ok(waiting(5), "$name - five reads wait");
+
+    unlock($lock);
+
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    for my $i (0 .. $#sid) {
+        my $r = answer($req[$i], 20);
+        is($r->{json}{id}, $sid[$i], "$name - read $i: its session");
+    }
+
+    my $after = database();
+
+    is($after->{batches} - $before->{batches}, 0, "$name - no pipeline");
+    is($after->{batched} - $before->{batched}, 0, "$name - nothing batched");
+};
+
+
+# --- blocks -------------------------------------------------------------
+
+master_on();
+no_shuffle();
+no_long_string();
+
+my $CONFIG = <<'EOF';
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+    location = /status {
+        session_status;
+    }
+EOF
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    workers(1);
+
+    $block->set_value('config', $CONFIG) unless defined $block->config;
+    $block->set_value('more_headers', "Authorization: Bearer $KEY{MAIN}\n");
+
+    if (defined $block->check) {
+        (my $check = $block->check) =~ s/\s+//g;
+        die "no check $check" unless $checks{$check};
+
+        $block->set_value('init', "main::run_check('$check', \$block->name)");
+    }
+});
+
+sub run_check {
+    my ($check, $name) = @_;
+
+    eval { $checks{$check}->($name); 1 }
+        or fail("$name - check $check died: $@");
+}
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: waiting reads go in one pipeline, each with its own answer
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+--- check: batch
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: a read that fails in a pipeline fails alone
+--- http_config
+    session_db "$TEST_NGINX_SESSION_DB options='-c lock_timeout=1500'";
+    session_db_connections 1;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+--- check: aborted
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- error_log
+canceling statement due to lock timeout
+--- no_error_log
+[alert]
+
+
+
+=== TEST 3: clients that go away while their reads wait
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+--- check: gone
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[alert]
+
+
+
+=== TEST 4: session_db_batch 1 sends them one by one
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_batch 1;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+--- check: one_by_one
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: session_db_batch 0
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_batch 0;
+--- config
+--- must_die
+--- error_log eval
+qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
+
+
+
+=== TEST 6: session_db_batch 65
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_batch 65;
+--- config
+--- must_die
+--- error_log eval
+qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
+
+
+
+=== TEST 7: session_db_batch many
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_batch many;
+--- config
+--- must_die
+--- error_log eval
+qr/"session_db_batch" directive invalid number in .*nginx\.conf:\d+/
