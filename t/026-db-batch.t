@@ -8,6 +8,8 @@
 # that waits for a table lock taken by psql, so that the requests sent
 # meanwhile queue up; session_status tells when they all wait
 # (database.waiting) and how they were sent (database.batches, .batched).
+# The keys stay in the auth cache for the whole block
+# (session_auth_cache_ttl 1h), so that no key lookup joins the queue.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -138,16 +140,41 @@ sub database {
     return decode_json($r->{content})->{database};
 }
 
-# until database.waiting is $n: the requests sent wait for the connection
+# until database.waiting is at least $n: the requests sent wait for the
+# connection (the worker's own statements, the webhook queue's
+# measurement about every second, may wait beside them: never reads)
 sub waiting {
     my ($n) = @_;
 
     my ($db) = wait_until(10, 0.02, sub {
         my $d = database();
-        $d->{waiting} == $n ? $d : undef;
+        $d->{waiting} >= $n ? $d : undef;
     });
 
     return $db;
+}
+
+# until nobody waits any more
+sub drained {
+    return (wait_until(10, 0.02, sub { database()->{waiting} == 0 }))[0];
+}
+
+# until nginx has read the requests for @paths (its debug log says so):
+# the handler that queues a request's statement runs in the same turn of
+# the loop
+sub read_by_nginx {
+    my (@paths) = @_;
+
+    return (wait_until(10, 0.02, sub {
+        open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
+        local $/;
+        my $log = <$fh> // '';
+        for my $path (@paths) {
+            return 0 if index($log, qq{http request line: "GET $path HTTP/1.1"})
+                        < 0;
+        }
+        return 1;
+    }))[0];
 }
 
 # psql holding "LOCK TABLE <table> IN ACCESS EXCLUSIVE MODE" in an open
@@ -235,7 +262,8 @@ $checks{batch} = sub {
     my @req = map { send_get($_->[0]) } @want;
     my $n = @req;
 
-    ok(waiting($n), "$name - the $n reads wait for the connection");
+    ok(read_by_nginx(map { $_->[0] } @want) && waiting($n),
+       "$name - the $n reads wait for the connection");
 
     unlock($lock);
 
@@ -261,7 +289,7 @@ $checks{batch} = sub {
     is($after->{batches} - $before->{batches}, 1, "$name - one pipeline");
     is($after->{batched} - $before->{batched}, $n,
        "$name - the $n reads in it");
-    is($after->{waiting}, 0, "$name - nobody waits after");
+    ok(drained(), "$name - nobody waits after");
     is($after->{failures} - $before->{failures}, 0, "$name - no failure");
 };
 
@@ -280,11 +308,13 @@ $checks{aborted} = sub {
     my $before = database();
 
     # first in line: a read of the locked images table
-    my $bad = send_get("/api/v1/sessions/$sid[0]/images/$iid");
-    ok(waiting(1), "$name - the image read waits");
+    my $bad_path = "/api/v1/sessions/$sid[0]/images/$iid";
+    my $bad = send_get($bad_path);
+    ok(read_by_nginx($bad_path), "$name - the image read waits");
 
     my @req = map { send_get("/api/v1/sessions/$_") } @sid;
-    ok(waiting(6), "$name - then five session reads");
+    ok(read_by_nginx(map { "/api/v1/sessions/$_" } @sid) && waiting(6),
+       "$name - then five session reads");
 
     unlock($lock);
 
@@ -308,7 +338,7 @@ $checks{aborted} = sub {
        "$name - two pipelines: the first, then the skipped reads again");
     is($after->{batched} - $before->{batched}, 6 + 5,
        "$name - six reads, then five");
-    is($after->{waiting}, 0, "$name - nobody waits after");
+    ok(drained(), "$name - nobody waits after");
 };
 
 # requests that go away while their reads wait: the others are answered,
@@ -323,7 +353,8 @@ $checks{gone} = sub {
     my ($lock, $holder) = hold_connection($sid[0]);
 
     my @req = map { send_get("/api/v1/sessions/$_") } @sid;
-    ok(waiting(6), "$name - six reads wait");
+    ok(read_by_nginx(map { "/api/v1/sessions/$_" } @sid) && waiting(6),
+       "$name - six reads wait");
 
     # three of the clients go away (nginx learns it when it writes their
     # answers: a GET's connection is not read while its statement waits)
@@ -343,6 +374,51 @@ $checks{gone} = sub {
     is($r->{status}, 200, "$name - the next request: 200");
 };
 
+# the connection is lost while a pipeline runs: each of its reads answers
+# 503 at once, and the worker connects again by itself
+$checks{lost} = sub {
+    my ($name) = @_;
+
+    my @sid = map { create() } 1 .. 5;
+    my @iid = map { upload($_) } @sid;
+
+    api('GET', "/api/v1/sessions/$sid[0]", $KEY{MAIN});
+
+    my $images = lock_table('images');
+    my ($lock, $holder) = hold_connection($sid[0]);
+    my $before = database();
+
+    my @path = map { "/api/v1/sessions/$sid[$_]/images/$iid[$_]" } 0 .. 4;
+    my @req = map { send_get($_) } @path;
+    ok(read_by_nginx(@path) && waiting(5), "$name - five image reads wait");
+
+    unlock($lock);
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    # the pipeline's first read waits for the images lock
+    ok(blocked(), "$name - the pipeline waits for the lock");
+    is(database()->{batched} - $before->{batched}, 5,
+       "$name - the five went in one pipeline");
+
+    psql(q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
+         . q{ WHERE application_name = 'nginx session pool'});
+
+    for my $i (0 .. 4) {
+        my $r = answer($req[$i], 20);
+        is($r->{status}, 503, "$name - read $i: 503");
+        is($r->{json}{message}, 'database unavailable', "$name - read $i: message");
+    }
+
+    unlock($images);
+
+    my ($ok) = wait_until(10, 0.05, sub {
+        api('GET', "/api/v1/sessions/$sid[1]/images/$iid[1]", $KEY{MAIN})
+            ->{status} == 200;
+    });
+    ok($ok, "$name - connected again: 200");
+    ok(drained(), "$name - nobody waits after");
+};
+
 # session_db_batch 1: the same queue, sent one by one
 $checks{one_by_one} = sub {
     my ($name) = @_;
@@ -355,7 +431,8 @@ $checks{one_by_one} = sub {
     my $before = database();
 
     my @req = map { send_get("/api/v1/sessions/$_") } @sid;
-    ok(waiting(5), "$name - five reads wait");
+    ok(read_by_nginx(map { "/api/v1/sessions/$_" } @sid) && waiting(5),
+       "$name - five reads wait");
 
     unlock($lock);
 
@@ -422,6 +499,7 @@ __DATA__
     session_db_connections 1;
     session_db_timeout 20s;
     session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
 --- check: batch
 --- request
 GET /api/v1/sessions?limit=1
@@ -437,6 +515,7 @@ GET /api/v1/sessions?limit=1
     session_db_connections 1;
     session_db_timeout 20s;
     session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
 --- check: aborted
 --- request
 GET /api/v1/sessions?limit=1
@@ -454,6 +533,7 @@ canceling statement due to lock timeout
     session_db_connections 1;
     session_db_timeout 20s;
     session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
 --- check: gone
 --- request
 GET /api/v1/sessions?limit=1
@@ -463,13 +543,30 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 4: session_db_batch 1 sends them one by one
+=== TEST 4: the connection is lost while a pipeline runs
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
+--- check: lost
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[alert]
+
+
+
+=== TEST 5: session_db_batch 1 sends them one by one
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_connections 1;
     session_db_batch 1;
     session_db_timeout 20s;
     session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
 --- check: one_by_one
 --- request
 GET /api/v1/sessions?limit=1
@@ -479,7 +576,7 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 5: session_db_batch 0
+=== TEST 6: session_db_batch 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch 0;
@@ -490,7 +587,7 @@ qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
 
 
 
-=== TEST 6: session_db_batch 65
+=== TEST 7: session_db_batch 65
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch 65;
@@ -501,7 +598,7 @@ qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
 
 
 
-=== TEST 7: session_db_batch many
+=== TEST 8: session_db_batch many
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch many;

@@ -22,8 +22,11 @@
 #   BENCH_DB_CONNECTIONS  session_db_connections (default 4)
 #   BENCH_DB_BATCH        session_db_batch (default 16, the directive's;
 #                         1 sends every statement alone)
-#   BENCH_DB_WRK_CONNECTIONS  wrk connections (default: twice as many
-#                         as pgbench has clients)
+#   BENCH_DB_WRK_CONNECTIONS  wrk connections of the throughput runs
+#                         (default 64: a busy service, more requests
+#                         than database connections)
+#   BENCH_DB_LAT_CONNECTIONS  wrk connections of the latency runs
+#                         (default: as many as pgbench has clients)
 #   BENCH_THREADS         wrk threads and pgbench jobs (default 2)
 #   BENCH_DB_ONLY         a comma list of scenario names (create,
 #                         create-key, create-quota, list, get, complete,
@@ -45,7 +48,8 @@ WORKERS=${BENCH_WORKERS:-2}
 DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
 DB_BATCH=${BENCH_DB_BATCH:-16}
 CLIENTS=$((WORKERS * DB_CONNS_PER_WORKER))
-WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-$((2 * CLIENTS))}
+WRK_CONNS=${BENCH_DB_WRK_CONNECTIONS:-64}
+LAT_CONNS=${BENCH_DB_LAT_CONNECTIONS:-$CLIENTS}
 THREADS=${BENCH_THREADS:-2}
 ONLY=${BENCH_DB_ONLY:-}
 OUT=${BENCH_DB_OUT:--}
@@ -284,11 +288,12 @@ duration_s() {
     esac
 }
 
-# module NAME: wrk with the request shape in the BENCH_* environment
+# module NAME CONNECTIONS: wrk with the request shape in the BENCH_*
+# environment
 module() {
-    local name=$1 out rps p99 total non2xx
+    local name=$1 conns=$2 out rps p99 total non2xx
 
-    out=$(BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$WRK_CONNS" \
+    out=$(BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$conns" \
               -d"$DURATION" --latency -s "$ROOT/bench/db-request.lua" \
               "http://127.0.0.1:$PORT" 2>&1) \
         || { echo "$out" >&2; die "wrk failed ($name)"; }
@@ -435,11 +440,11 @@ EOF
 }
 
 report() {
-    local s key name rest m a rm ra pm pa rr rp ok
+    local s key name rest m a rm ra pm pa pb rr rp ok
     local goals_met=0 goals=0
 
-    echo "| endpoint | module req/s | pgbench TPS | ratio (≥ 0.7) | module p99 ms | pgbench p99 ms | p99 ratio (≤ 2) | goal |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---|"
+    echo "| endpoint | module req/s (wrk -c$WRK_CONNS) | pgbench TPS | ratio (≥ 0.7) | module p99 ms (wrk -c$LAT_CONNS) | pgbench p99 ms | p99 ratio (≤ 2) | goal | module p99 ms (wrk -c$WRK_CONNS) |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|---:|"
 
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r key name rest <<<"$s"
@@ -448,7 +453,8 @@ report() {
 
         rm=$(median <<<"${RPS[module-$key]}")
         ra=$(median <<<"${RPS[pgbench-$key]}")
-        pm=$(median <<<"${P99[module-$key]}")
+        pm=$(median <<<"${P99[lat-$key]}")
+        pb=$(median <<<"${P99[module-$key]}")
         pa=$(median <<<"${P99[pgbench-$key]}")
         rr=$(ratio "$rm" "$ra")
         rp=$(ratio "$pm" "$pa")
@@ -457,25 +463,27 @@ report() {
         goals=$((goals + 1))
         [ "$ok" = met ] && goals_met=$((goals_met + 1))
 
-        printf '| %s | %.0f | %.0f | %s | %s | %s | %s | %s |\n' \
-            "$name" "$rm" "$ra" "$rr" "$pm" "$pa" "$rp" "$ok"
+        printf '| %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n' \
+            "$name" "$rm" "$ra" "$rr" "$pm" "$pa" "$rp" "$ok" "$pb"
     done
 
     echo
     echo "$goals_met of $goals endpoints meet both goals. Medians of $ROUNDS" \
-         "rounds of $DURATION; wrk -t$THREADS -c$WRK_CONNS --latency," \
+         "rounds of $DURATION; wrk -t$THREADS -c$WRK_CONNS for requests/s and" \
+         "-c$LAT_CONNS for p99, --latency;" \
          "pgbench -M prepared -c $CLIENTS -j $THREADS -l; nginx" \
          "$WORKERS workers x session_db_connections $DB_CONNS_PER_WORKER," \
          "session_db_batch $DB_BATCH."
     echo
-    echo "Runs (module / pgbench, requests or transactions per second):"
+    echo "Runs (module at -c$WRK_CONNS / module at -c$LAT_CONNS / pgbench," \
+         "requests or transactions per second):"
     echo
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r key name rest <<<"$s"
         wanted "$key" || continue
         [ -n "${RPS[module-$key]:-}" ] || continue
-        printf -- '- %s: %s/ %s\n' "$key" "${RPS[module-$key]}" \
-            "${RPS[pgbench-$key]}"
+        printf -- '- %s: %s/ %s/ %s\n' "$key" "${RPS[module-$key]}" \
+            "${RPS[lat-$key]}" "${RPS[pgbench-$key]}"
     done
 }
 
@@ -504,13 +512,18 @@ inside() {
 
             shape "$key"
 
-            # the order alternates from round to round
+            # the order alternates from round to round; requests/s with
+            # many clients, p99 with as many as pgbench has
             if [ $((round % 2)) = 1 ]; then
-                module "module-$key"
+                module "module-$key" "$WRK_CONNS"
+                shape "$key"
+                module "lat-$key" "$LAT_CONNS"
                 anchor "pgbench-$key" "$rest"
             else
                 anchor "pgbench-$key" "$rest"
-                module "module-$key"
+                module "lat-$key" "$LAT_CONNS"
+                shape "$key"
+                module "module-$key" "$WRK_CONNS"
             fi
         done
     done

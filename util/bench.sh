@@ -623,7 +623,13 @@ statement that does the same database work (written out by
 \`util/bench-db.sh\`, which holds each one), with as many clients as
 the module holds connections ($WORKERS workers x
 session_db_connections $DB_CONNS_PER_WORKER), rounds alternating in
-order.  \`bash util/bench-db.sh\` runs this part alone.
+order.  \`bash util/bench-db.sh\` runs this part alone.  Requests/s
+are measured with 64 wrk connections (a busy service: more requests
+than database connections, so that statements wait for one and reads
+go in pipelines, decision (na)); p99 with as many wrk connections as
+pgbench has clients, so that both sides have the same number of
+requests in flight (with 64 the module's p99 is mostly its queue, see
+the last column).
 
 EOT
     cat "$W/db.md"
