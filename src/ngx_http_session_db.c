@@ -149,7 +149,8 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED,
     NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED,
     NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM,
-    NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD
+    NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD,
+    NGX_HTTP_SESSION_SQL_IDEM_CLAIM
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */

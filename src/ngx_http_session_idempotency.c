@@ -268,8 +268,8 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
 
     *ngx_sprintf(lease, "%M", lease_sec) = '\0';
 
-    q = ngx_http_session_db_query_create(r, NGX_HTTP_SESSION_SQL_IDEM_CLAIM,
-                                         ngx_http_session_idem_claimed);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_CLAIM,
+                                       ngx_http_session_idem_claimed);
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -281,8 +281,7 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
     ngx_http_session_db_param(q, hash, 32, 1);
     ngx_http_session_db_param(q, lease, 0, 0);
 
-    /* the stored body comes back as it was kept: bytes, not hex */
-    q->result_format = 1;
+    /* prepared, so results come in binary: the stored body as its bytes */
 
     return ngx_http_session_run(r, q);
 }
