@@ -14,7 +14,8 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body db_http_config api_config
+                    add_no_error_log todo_block);
 
 our ($KEY, $HEX, $KEY_ID, $DELETED, $SUSPENDED, $UNKNOWN, $ABCD, $OTHER);
 
@@ -48,11 +49,7 @@ our ($KEY, $HEX, $KEY_ID, $DELETED, $SUSPENDED, $UNKNOWN, $ABCD, $OTHER);
     $OTHER = fixture(plan => 'free')->{key};
 }
 
-sub body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
+sub body { return error_body(@_) }
 
 our $REQUIRED = body(401, 'Unauthorized', 'API key is required');
 our $MALFORMED = body(401, 'Unauthorized', 'API key is malformed');
@@ -72,49 +69,23 @@ sub secrets {
 no_shuffle();
 no_long_string();
 
-my $in_todo;
-
 add_block_preprocessor(sub {
     my $block = shift;
-    my $tb = Test::More->builder;
 
-    if ($in_todo) {
-        $tb->todo_end;
-        undef $in_todo;
-    }
-
-    if (defined $block->todo_reason) {
-        (my $reason = $block->todo_reason) =~ s/\s+$//;
-        $tb->todo_start($reason);
-        $in_todo = 1;
-    }
+    # a block with --- todo_reason runs as a Test::More TODO
+    todo_block($block);
 
     # a block that sends something that is not a key at all, though made
     # from one ("sess-<hex>"), says --- secrets_may_show
-    if (!defined $block->secrets_may_show) {
-        my $pats = $block->no_error_log;
-        $pats = [] unless defined $pats;
-        $pats = [grep { length } split /\n/, $pats] unless ref $pats;
-        $block->set_value('no_error_log', [@$pats, secrets()]);
-    }
+    add_no_error_log($block, secrets()) unless defined $block->secrets_may_show;
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
-
-    if (!defined $block->config) {
-        $block->set_value('config', <<'EOF');
-    location /api/ {
-        session_api;
-    }
-EOF
-    }
+    db_http_config($block);
+    api_config($block);
 });
 
 run_tests();
 
-Test::More->builder->todo_end if $in_todo;
+todo_block();
 
 __DATA__
 

@@ -11,15 +11,11 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body db_http_config api_config todo_block);
 
 our $KEY = fixture(plan => 'pro')->{key};
 
-sub body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
+sub body { return error_body(@_) }
 
 our $NOT_FOUND = body(404, 'Not Found', 'route not found');
 our $NOT_ALLOWED = body(405, 'Method Not Allowed', 'method not allowed');
@@ -32,23 +28,11 @@ our $URI_TOO_LONG = body(414, 'URI Too Long', 'request URI is too long');
 no_shuffle();
 no_long_string();
 
-my $in_todo;
-
 # A block with --- todo_reason runs as a Test::More TODO.
 add_block_preprocessor(sub {
     my $block = shift;
-    my $tb = Test::More->builder;
 
-    if ($in_todo) {
-        $tb->todo_end;
-        undef $in_todo;
-    }
-
-    if (defined $block->todo_reason) {
-        (my $reason = $block->todo_reason) =~ s/\s+$//;
-        $tb->todo_start($reason);
-        $in_todo = 1;
-    }
+    todo_block($block);
 });
 
 # Unless a block says otherwise: the key in every request, the API under
@@ -56,18 +40,8 @@ add_block_preprocessor(sub {
 add_block_preprocessor(sub {
     my $block = shift;
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
-
-    if (!defined $block->config) {
-        $block->set_value('config', <<'EOF');
-    location /api/ {
-        session_api;
-    }
-EOF
-    }
+    db_http_config($block);
+    api_config($block);
 
     if (!defined $block->more_headers && !defined $block->raw_request) {
         $block->set_value('more_headers', "Authorization: Bearer $KEY\n");
@@ -76,7 +50,7 @@ EOF
 
 run_tests();
 
-Test::More->builder->todo_end if $in_todo;
+todo_block();
 
 __DATA__
 

@@ -19,7 +19,7 @@ use File::Spec;
 use File::Temp qw(tempdir);
 use IO::Socket::INET;
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT db_http_config api_config todo_block);
 
 our $KEY = fixture(plan => 'pro')->{key};
 
@@ -74,11 +74,8 @@ sub check_directive_line {
         or diag("conf line $line; [emerg] lines:\n", @emerg);
 }
 
-my $in_todo;
-
 add_block_preprocessor(sub {
     my $block = shift;
-    my $tb = Test::More->builder;
 
     # the previous block's file:line, under that block's TODO if any
     if ($pending) {
@@ -86,32 +83,13 @@ add_block_preprocessor(sub {
         undef $pending;
     }
 
-    if ($in_todo) {
-        $tb->todo_end;
-        undef $in_todo;
-    }
-
     # a block with --- todo_reason runs as a Test::More TODO
-    if (defined $block->todo_reason) {
-        (my $reason = $block->todo_reason) =~ s/\s+$//;
-        $tb->todo_start($reason);
-        $in_todo = 1;
-    }
+    todo_block($block);
 
     $pending = $block if defined $block->directive_line;
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
-
-    if (!defined $block->config) {
-        $block->set_value('config', <<'EOF');
-    location /api/ {
-        session_api;
-    }
-EOF
-    }
+    db_http_config($block);
+    api_config($block);
 
     if (!defined $block->request) {
         $block->set_value('request', "GET /api/v1/nope\n");
@@ -121,7 +99,7 @@ EOF
 run_tests();
 
 check_directive_line($pending) if $pending;
-Test::More->builder->todo_end if $in_todo;
+todo_block();
 
 
 # nginx -t (every directive at an extreme but valid value) on a

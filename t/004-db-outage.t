@@ -23,7 +23,7 @@ use Test::Nginx::Socket 'no_plan';
 use IO::Socket::INET;
 use Time::HiRes qw(time sleep);
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT run_action add_no_error_log);
 
 my $DB = $ENV{TEST_NGINX_SESSION_DB};
 
@@ -269,22 +269,14 @@ no_long_string();
 add_block_preprocessor(sub {
     my $block = shift;
 
-    if (defined $block->action) {
-        (my $action = $block->action) =~ s/\s+//g;
-        my $code = $actions{$action} or die "no action $action";
-        eval { $code->($block->name); 1 }
-            or fail($block->name . " - action $action: $@");
-    }
+    run_action($block, \%actions);
 
     if (defined $block->api_request && !defined $block->more_headers) {
         $block->set_value('more_headers', "Authorization: Bearer $KEY\n");
     }
 
     # no key material in the log, whatever happened
-    my $pats = $block->no_error_log;
-    $pats = [] unless defined $pats;
-    $pats = [grep { length } split /\n/, $pats] unless ref $pats;
-    $block->set_value('no_error_log', [@$pats, qr/\Q$HEX\E/i]);
+    add_no_error_log($block, qr/\Q$HEX\E/i);
 });
 
 run_tests();

@@ -18,7 +18,7 @@ use Test::Nginx::Socket 'no_plan';
 use IO::Socket::INET;
 use Time::HiRes qw(time);
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT run_action);
 
 our $DEL = fixture(plan => 'pro');       # its key is deleted
 our $SUSP = fixture(plan => 'pro');      # its account suspended, activated
@@ -177,12 +177,7 @@ my %actions = (
 add_block_preprocessor(sub {
     my $block = shift;
 
-    if (defined $block->action) {
-        (my $action = $block->action) =~ s/\s+//g;
-        my $code = $actions{$action} or die "no action $action";
-        eval { $code->($block->name); 1 }
-            or fail($block->name . " - action $action: $@");
-    }
+    run_action($block, \%actions);
 });
 
 run_tests();

@@ -20,12 +20,11 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use IO::Select ();
-use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes ();
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body burst check_init db_http_config
+                    add_no_error_log);
 
 our ($PROJECT, @KEYS, $SUSPENDED);
 
@@ -51,11 +50,7 @@ our ($PROJECT, @KEYS, $SUSPENDED);
 # the secret part (32 hex) of every key above
 our @SECRETS = map { /_([0-9a-f]{32})$/ ? $1 : () } @KEYS, $SUSPENDED;
 
-sub body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
+sub body { return error_body(@_) }
 
 our $LIMITED = body(429, 'Too Many Requests', 'rate limit exceeded');
 our $NOT_FOUND = body(404, 'Not Found', 'route not found');
@@ -447,46 +442,16 @@ $checks{concurrency} = sub {
         admitted_ok(req('GET', '/api/v1/sessions', $k), undef, 300, 299,
                     "$what - warm-up (list)");
 
-        my @socks;
-        for (1 .. $n) {
-            my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                          PeerPort => $port, Proto => 'tcp',
-                                          Timeout => 5)
-                or die "connect: $!";
-            push @socks, $s;
-        }
-
         my $req = "GET /api/v1/nope HTTP/1.1\r\nHost: localhost\r\n"
                   . "Authorization: Bearer $k\r\nConnection: close\r\n\r\n";
 
         # every connection is open before the first request is sent
-        $_->blocking(0) for @socks;
-        syswrite($_, $req) == length $req or die "write: $!" for @socks;
-
-        my %buf;
-        my $sel = IO::Select->new(@socks);
-        my $deadline = Time::HiRes::time() + 30;
-
-        while ($sel->count && Time::HiRes::time() < $deadline) {
-            for my $s ($sel->can_read(1)) {
-                my $got = sysread $s, my $chunk, 65536;
-                next if !defined $got && $!{EAGAIN};
-
-                if ($got) {
-                    $buf{$s} .= $chunk;
-                    next;
-                }
-
-                $sel->remove($s);
-                close $s;
-            }
-        }
-
-        is($sel->count, 0, "$what - every answer within 30 s");
+        my ($raws, $left) = burst($n, $req, $port);
+        is($left, 0, "$what - every answer within 30 s");
 
         my (%status, @remaining, @bad);
 
-        for my $raw (map { $buf{$_} // '' } @socks) {
+        for my $raw (@$raws) {
             my ($st) = $raw =~ m{^HTTP/1\.1 (\d{3}) };
             my ($rem) = $raw =~ m{\r\nX-RateLimit-Remaining: (\d+)\r\n}i;
             my ($pid) = $raw =~ m{\r\nX-Worker: (\d+)\r\n}i;
@@ -732,34 +697,16 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 
     # no key of this script in the log (written at debug level), whatever
     # the block checks besides
-    my $pats = $block->no_error_log;
-    $pats = [] unless defined $pats;
-    $pats = [grep { length } split /\n/, $pats] unless ref $pats;
-    $block->set_value('no_error_log',
-                      [@$pats, map { qr/\Q$_\E/i } @SECRETS]);
+    add_no_error_log($block, map { qr/\Q$_\E/i } @SECRETS);
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-
-        # run from --- init: nginx is up, the block's request comes after
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    # run from --- init: nginx is up, the block's request comes after
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -31,13 +31,11 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use HTTP::Tiny ();
-use IO::Select ();
-use IO::Socket::INET ();
 use Time::HiRes ();
 use Time::Local ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body api_request raw_http burst check_init
+                    db_http_config key_headers);
 
 our (%KEY, %PROJECT, %NAME_OF, @BULK, @TIES);
 
@@ -118,12 +116,6 @@ our $UUID = qr/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 
 # --- expected answers ---------------------------------------------------
-
-sub error_body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
 
 sub bad { error_body(400, 'Bad Request', $_[0]) }
 
@@ -242,32 +234,8 @@ sub chunked_request {
 
 # --- helpers for the checks ---------------------------------------------
 
-# One request on a new connection.  $body: a string, or a reference that
-# is sent as JSON; a body gets Content-Type: application/json unless
-# $headers says otherwise.  Adds "json" (the decoded body, if any).
-sub api {
-    my ($method, $path, $key, $body, $headers) = @_;
-
-    my %h = %{ $headers || {} };
-    $h{Authorization} = "Bearer $key" if defined $key;
-
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} //= 'application/json';
-        $opt{content} = ref $body ? encode_json($body) : $body;
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY, HEADERS): SessionTest's api_request
+sub api { return api_request(@_) }
 
 # creates a session; returns its decoded body, or dies
 sub create {
@@ -316,57 +284,6 @@ sub all_pages {
     }
 
     return (\@ids, \@pages);
-}
-
-# Writes $req (raw bytes) on a new connection and reads one answer: until
-# the end of its Content-Length body, the connection's close or $timeout
-# seconds.  Returns {status, headers (lower-case names), content,
-# elapsed}; status is undef without a whole answer.
-sub raw_http {
-    my ($req, $timeout) = @_;
-
-    my $t0 = Time::HiRes::time();
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $Test::Nginx::Util::ServerPort,
-                                  Proto => 'tcp', Timeout => 5)
-        or die "connect: $!";
-
-    $s->blocking(0);
-
-    my ($buf, $off, %res) = ('', 0);
-    my $sel = IO::Select->new($s);
-    my $deadline = $t0 + ($timeout // 10);
-
-    while (Time::HiRes::time() < $deadline) {
-        if ($off < length $req) {
-            my $n = syswrite $s, $req, 65536, $off;
-            $off += $n if $n;
-        }
-
-        last if $buf =~ /\A(.*?)\r\n\r\n/s
-                && $1 =~ /\r\nContent-Length: (\d+)/i
-                && length($buf) >= length($&) + $1;
-
-        next unless $sel->can_read(0.05);
-
-        my $n = sysread $s, my $chunk, 65536;
-        next if !defined $n && $!{EAGAIN};
-        last unless $n;
-
-        $buf .= $chunk;
-    }
-
-    close $s;
-
-    $res{elapsed} = Time::HiRes::time() - $t0;
-
-    if ($buf =~ m{\AHTTP/1\.1 (\d{3}) [^\r]*\r\n(.*?)\r\n\r\n(.*)\z}s) {
-        $res{status} = $1;
-        $res{content} = $3;
-        $res{headers}{lc $1} = $2 while $2 ne '' && $2 =~ /^([^:]+): ([^\r]*)$/mg;
-    }
-
-    return \%res;
 }
 
 sub ids { [map { $_->{id} } @{ $_[0]{data} }] }
@@ -481,7 +398,6 @@ $checks{body_size} = sub {
 $checks{quota_race} = sub {
     my ($name) = @_;
     my $n = 50;
-    my $port = $Test::Nginx::Util::ServerPort;
 
     # authenticate once, so that the burst finds the key in the cache
     my $w = api('GET', '/api/v1/sessions', $KEY{Q10});
@@ -494,43 +410,13 @@ $checks{quota_race} = sub {
               . "Content-Length: " . length($body) . "\r\n"
               . "Connection: close\r\n\r\n$body";
 
-    my @socks;
-    for (1 .. $n) {
-        my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                      PeerPort => $port, Proto => 'tcp',
-                                      Timeout => 5)
-            or die "connect: $!";
-        push @socks, $s;
-    }
-
     # every connection is open before the first request is sent
-    $_->blocking(0) for @socks;
-    syswrite($_, $req) == length $req or die "write: $!" for @socks;
-
-    my %buf;
-    my $sel = IO::Select->new(@socks);
-    my $deadline = Time::HiRes::time() + 30;
-
-    while ($sel->count && Time::HiRes::time() < $deadline) {
-        for my $s ($sel->can_read(1)) {
-            my $got = sysread $s, my $chunk, 65536;
-            next if !defined $got && $!{EAGAIN};
-
-            if ($got) {
-                $buf{$s} .= $chunk;
-                next;
-            }
-
-            $sel->remove($s);
-            close $s;
-        }
-    }
-
-    is($sel->count, 0, "$name - every answer within 30 s");
+    my ($raws, $left) = burst($n, $req);
+    is($left, 0, "$name - every answer within 30 s");
 
     my (%status, %ids, @bad);
 
-    for my $raw (map { $buf{$_} // '' } @socks) {
+    for my $raw (@$raws) {
         my ($st) = $raw =~ m{^HTTP/1\.1 (\d{3}) };
         my ($content) = $raw =~ /\r\n\r\n(.*)\z/s;
 
@@ -958,46 +844,19 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
     # the key of the fixture named by --- api_key (PRO unless said), and
     # Content-Type: application/json unless --- content_type says another
     # (or "none")
-    if (!defined $block->raw_request) {
-        (my $who = $block->api_key // 'PRO') =~ s/\s+//g;
-        die "no fixture $who" unless $KEY{$who};
+    key_headers($block, \%KEY, 'PRO', 'application/json');
 
-        my $h = "Authorization: Bearer $KEY{$who}\n";
-
-        my $ct = $block->content_type;
-        $ct = 'application/json' unless defined $ct;
-        $ct =~ s/^\s+|\s+$//g;
-        $h .= "Content-Type: $ct\n" unless $ct eq 'none';
-
-        $h .= $block->more_headers if defined $block->more_headers;
-        $block->set_value('more_headers', $h);
-    }
-
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-
-        # run from --- init: nginx is up, the block's request comes after
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    # run from --- init: nginx is up, the block's request comes after
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -26,14 +26,13 @@ use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Compress::Zlib ();
 use Digest::SHA ();
-use HTTP::Tiny ();
 use IO::Select ();
-use IO::Socket::INET ();
 use MIME::Base64 ();
 use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body api_request raw_http burst check_init
+                    db_http_config key_headers);
 
 our (%KEY, %PROJECT, %SID, %IMG);
 
@@ -189,12 +188,6 @@ sub image_cursor {
 
 # --- expected answers ---------------------------------------------------
 
-sub error_body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
-
 sub bad { error_body(400, 'Bad Request', $_[0]) }
 
 our $NOT_FOUND = error_body(404, 'Not Found', 'session not found');
@@ -217,26 +210,11 @@ sub not_valid { bad("body is not a valid $_[0]") }
 
 # --- helpers for the checks ---------------------------------------------
 
-# One request on a new connection; adds "json" (the decoded body).
+# api(METHOD, PATH, KEY, BODY, HEADERS): SessionTest's api_request, 30 s;
+# the body goes as it is, the answer is JSON only when it says so
 sub api {
-    my ($method, $path, $key, $body, $headers) = @_;
-
-    my %h = %{ $headers || {} };
-    $h{Authorization} = "Bearer $key" if defined $key;
-
-    my %opt = (headers => \%h);
-    $opt{content} = $body if defined $body;
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 30);
-
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content}
-           && ($res->{headers}{'content-type'} // '') eq 'application/json';
-
-    return $res;
+    return api_request(@_[0 .. 4],
+                       { timeout => 30, raw => 1, json_type => 1 });
 }
 
 sub create_session {
@@ -291,51 +269,6 @@ sub session_of {
     my ($sid, $key) = @_;
     my $r = api('GET', "/api/v1/sessions/$sid", $key || $KEY{MAIN});
     return $r->{json};
-}
-
-# Writes $req (raw bytes) and reads one answer (as t/007's raw_http).
-sub raw_http {
-    my ($req, $timeout) = @_;
-
-    my $t0 = Time::HiRes::time();
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $Test::Nginx::Util::ServerPort,
-                                  Proto => 'tcp', Timeout => 5)
-        or die "connect: $!";
-
-    $s->blocking(0);
-
-    my ($buf, $off, %res) = ('', 0);
-    my $sel = IO::Select->new($s);
-    my $deadline = $t0 + ($timeout // 10);
-
-    while (Time::HiRes::time() < $deadline) {
-        if ($off < length $req) {
-            my $n = syswrite $s, $req, 65536, $off;
-            $off += $n if $n;
-        }
-
-        last if $buf =~ /\A(.*?)\r\n\r\n/s
-                && $1 =~ /\r\nContent-Length: (\d+)/i
-                && length($buf) >= length($&) + $1;
-
-        next unless $sel->can_read(0.05);
-
-        my $n = sysread $s, my $chunk, 65536;
-        next if !defined $n && $!{EAGAIN};
-        last unless $n;
-
-        $buf .= $chunk;
-    }
-
-    close $s;
-
-    if ($buf =~ m{\AHTTP/1\.1 (\d{3}) [^\r]*\r\n(.*?)\r\n\r\n(.*)\z}s) {
-        $res{status} = $1;
-        $res{content} = $3;
-    }
-
-    return \%res;
 }
 
 sub chunked_upload {
@@ -541,7 +474,6 @@ $checks{big} = sub {
 $checks{concurrent} = sub {
     my ($name) = @_;
     my $n = 50;
-    my $port = $Test::Nginx::Util::ServerPort;
 
     my $s = create_session();
     my $body = png(4, 4);
@@ -552,40 +484,11 @@ $checks{concurrent} = sub {
               . "Content-Length: " . length($body) . "\r\n"
               . "Connection: close\r\n\r\n$body";
 
-    my @socks;
-    for (1 .. $n) {
-        my $c = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                      PeerPort => $port, Proto => 'tcp',
-                                      Timeout => 5)
-            or die "connect: $!";
-        push @socks, $c;
-    }
-
-    $_->blocking(0) for @socks;
-    syswrite($_, $req) == length $req or die "write: $!" for @socks;
-
-    my %buf;
-    my $sel = IO::Select->new(@socks);
-    my $deadline = Time::HiRes::time() + 30;
-
-    while ($sel->count && Time::HiRes::time() < $deadline) {
-        for my $c ($sel->can_read(1)) {
-            my $got = sysread $c, my $chunk, 65536;
-            next if !defined $got && $!{EAGAIN};
-
-            if ($got) {
-                $buf{$c} .= $chunk;
-                next;
-            }
-
-            $sel->remove($c);
-            close $c;
-        }
-    }
+    my ($raws) = burst($n, $req);
 
     my (%status, @seq);
 
-    for my $raw (map { $buf{$_} // '' } @socks) {
+    for my $raw (@$raws) {
         my ($st) = $raw =~ m{^HTTP/1\.1 (\d{3}) };
         my ($content) = $raw =~ /\r\n\r\n(.*)\z/s;
         $status{$st // 'none'}++;
@@ -846,42 +749,15 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
-    if (!defined $block->raw_request) {
-        (my $who = $block->api_key // 'MAIN') =~ s/\s+//g;
-        die "no fixture $who" unless $KEY{$who};
+    key_headers($block, \%KEY, 'MAIN', 'image/png');
 
-        my $h = "Authorization: Bearer $KEY{$who}\n";
-
-        my $ct = $block->content_type;
-        $ct = 'image/png' unless defined $ct;
-        $ct =~ s/^\s+|\s+$//g;
-        $h .= "Content-Type: $ct\n" unless $ct eq 'none';
-
-        $h .= $block->more_headers if defined $block->more_headers;
-        $block->set_value('more_headers', $h);
-    }
-
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

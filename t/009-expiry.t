@@ -22,7 +22,6 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use File::Temp ();
-use HTTP::Tiny ();
 use IO::Select ();
 use IO::Socket::INET ();
 use IO::Socket::UNIX ();
@@ -30,7 +29,7 @@ use POSIX ();
 use Socket qw(SOCK_STREAM);
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request);
 
 our $TAG = sprintf 't009-%d-%d', $$, time;
 
@@ -53,26 +52,8 @@ for my $name (qw(MAIN RACE LOCKS DOWN DEFAULT)) {
 
 # --- helpers -------------------------------------------------------------
 
-sub api {
-    my ($method, $path, $key, $body) = @_;
-
-    my %h = (Authorization => "Bearer $key");
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} = 'application/json';
-        $opt{content} = encode_json($body);
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY): SessionTest's api_request
+sub api { return api_request(@_) }
 
 sub create {
     my ($key, $body) = @_;
@@ -212,23 +193,10 @@ sub notified {
 }
 
 
-# A TCP relay on 127.0.0.1 to the test database (relay_start() of
-# t/lib/SessionTest.pm): killing it cuts every connection of nginx to
-# PostgreSQL.
-our ($RELAY_PORT, $RELAY_PID) = relay_start();
-our $RELAY_DB = db_conninfo();
-
-if (defined $RELAY_PORT) {
-    $RELAY_DB =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
-    $RELAY_DB .= " host=127.0.0.1 port=$RELAY_PORT";
-}
-
-$ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($RELAY_DB);
-
-END {
-    local $?;
-    relay_stop($RELAY_PID) if $RELAY_PID;
-}
+# A TCP relay on 127.0.0.1 to the test database, nginx's
+# $TEST_NGINX_RELAY_DB_CONF (relay_db() of t/lib/SessionTest.pm): killing
+# it cuts every connection of nginx to PostgreSQL.
+our ($RELAY_PORT, $RELAY_PID) = relay_db();
 
 
 # --- the checks -----------------------------------------------------------
@@ -567,33 +535,15 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
-                          . "session_expiry_sweep_interval 1s;\n");
-    }
+    db_http_config($block, "session_expiry_sweep_interval 1s;\n");
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
+    check_init($block, \%checks);
 
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
-
-    if (!defined $block->request && !defined $block->must_die) {
-        $block->set_value('request', "GET /ping\n");
-        $block->set_value('response_body', "pong\n");
-    }
+    ping_request($block);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -26,12 +26,12 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Digest::SHA ();
-use HTTP::Tiny ();
 use IO::Select ();
 use IO::Socket::INET ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body api_request burst check_init
+                    db_http_config key_headers);
 
 our (%KEY, %PROJECT);
 
@@ -65,12 +65,6 @@ $ENV{TEST_NGINX_SESSION_DB_NO_TIMEOUT} =
 }
 
 
-sub error_body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
-
 our $MALFORMED = error_body(400, 'Bad Request',
                             'Idempotency-Key is malformed');
 our $MISMATCH = error_body(422, 'Unprocessable Entity',
@@ -81,30 +75,8 @@ our $RUNNING = error_body(409, 'Conflict',
 my $LP = '{"delivery_mode": "long_poll"}';
 
 
-# One request on a new connection; $body a string.  Adds "json".
-sub api {
-    my ($method, $path, $key, $body, $headers) = @_;
-
-    my %h = %{ $headers || {} };
-    $h{Authorization} = "Bearer $key" if defined $key;
-
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} //= 'application/json';
-        $opt{content} = $body;
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY, HEADERS): SessionTest's api_request
+sub api { return api_request(@_) }
 
 sub idem { { 'Idempotency-Key' => $_[0] } }
 
@@ -335,7 +307,6 @@ $checks{claims} = sub {
 $checks{race} = sub {
     my ($name) = @_;
     my $n = 8;
-    my $port = $Test::Nginx::Util::ServerPort;
     my $k = new_key('race');
 
     # authenticate once, so that the burst finds the key in the cache
@@ -348,38 +319,11 @@ $checks{race} = sub {
               . "Content-Length: " . length($LP) . "\r\n"
               . "Connection: close\r\n\r\n$LP";
 
-    my @socks = map {
-        IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
-                              Proto => 'tcp', Timeout => 5)
-            or die "connect: $!"
-    } 1 .. $n;
-
-    $_->blocking(0) for @socks;
-    syswrite($_, $req) == length $req or die "write: $!" for @socks;
-
-    my %buf;
-    my $sel = IO::Select->new(@socks);
-    my $deadline = Time::HiRes::time() + 30;
-
-    while ($sel->count && Time::HiRes::time() < $deadline) {
-        for my $s ($sel->can_read(1)) {
-            my $got = sysread $s, my $chunk, 65536;
-            next if !defined $got && $!{EAGAIN};
-
-            if ($got) {
-                $buf{$s} .= $chunk;
-                next;
-            }
-
-            $sel->remove($s);
-            close $s;
-        }
-    }
-
-    is($sel->count, 0, "$name - every answer within 30 s");
+    my ($raws, $left) = burst($n, $req);
+    is($left, 0, "$name - every answer within 30 s");
 
     my (%status, %ids);
-    for my $raw (values %buf) {
+    for my $raw (grep { length } @$raws) {
         my ($st) = $raw =~ m{^HTTP/1\.1 (\d+)};
         $st //= 'none';
         $status{$st}++;
@@ -820,36 +764,16 @@ EOF
 add_block_preprocessor(sub {
     my $block = shift;
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
-    if (!defined $block->raw_request) {
-        (my $who = $block->api_key // 'A') =~ s/\s+//g;
-        die "no fixture $who" unless $KEY{$who};
+    key_headers($block, \%KEY, 'A', 'application/json');
 
-        my $h = "Authorization: Bearer $KEY{$who}\n";
-        $h .= "Content-Type: application/json\n";
-        $h .= $block->more_headers if defined $block->more_headers;
-        $block->set_value('more_headers', $h);
-    }
-
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    # run from --- init: nginx is up, the block's request comes after
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

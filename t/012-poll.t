@@ -17,15 +17,12 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use HTTP::Tiny ();
-use IO::Select ();
-use IO::Socket::INET ();
 use IO::Socket::UNIX ();
 use POSIX ();
 use Socket qw(SOCK_STREAM);
-use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request send_get answered answer access_log
+                    check_init db_http_config);
 
 our $TAG = sprintf 't012-%d-%d', $$, time;
 
@@ -44,28 +41,8 @@ our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
 # --- helpers -------------------------------------------------------------
 
-sub api {
-    my ($method, $path, $key, $body, $headers) = @_;
-
-    my %h = (Authorization => "Bearer $key", %{ $headers || {} });
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} //= 'application/json';
-        $opt{content} = ref $body ? encode_json($body) : $body;
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 30);
-    my $t0 = Time::HiRes::time();
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-    $res->{elapsed} = Time::HiRes::time() - $t0;
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY, HEADERS): SessionTest's api_request, 30 s
+sub api { return api_request(@_[0 .. 4], { timeout => 30 }) }
 
 sub create {
     my ($key, $body) = @_;
@@ -104,89 +81,17 @@ sub complete {
     die "complete: $r->{status} $r->{content}\n" unless $r->{status} == 200;
 }
 
-# a poll sent on its own connection, answered later by poll_answer()
+# a poll sent on its own connection (SessionTest's send_get), answered
+# later by answer()
 sub poll_send {
     my ($sid, $query, $key) = @_;
 
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $port, Proto => 'tcp')
-        or die "poll_send: connect: $!";
-
-    $key //= $KEY{MAIN};
-    $query //= '';
-
-    print $s "GET /api/v1/sessions/$sid/poll$query HTTP/1.1\r\n"
-             . "Host: localhost\r\nAuthorization: Bearer $key\r\n"
-             . "Connection: close\r\n\r\n";
-
-    return { sock => $s, t0 => Time::HiRes::time() };
-}
-
-# has the poll's answer begun to arrive within $secs seconds?
-sub poll_answered {
-    my ($p, $secs) = @_;
-
-    return scalar IO::Select->new($p->{sock})->can_read($secs);
-}
-
-# the whole answer (the connection closes after it), at most $secs away:
-# status, headers (lower-case names), json, elapsed since poll_send()
-sub poll_answer {
-    my ($p, $secs) = @_;
-
-    my $sel = IO::Select->new($p->{sock});
-    my $deadline = Time::HiRes::time() + ($secs // 30);
-    my $buf = '';
-
-    for (;;) {
-        my $left = $deadline - Time::HiRes::time();
-        last if $left <= 0 || !$sel->can_read($left);
-
-        my $n = sysread $p->{sock}, my $chunk, 65536;
-        last unless $n;
-        $buf .= $chunk;
-    }
-
-    my %res = (status => 0, headers => {},
-               elapsed => Time::HiRes::time() - $p->{t0});
-
-    close $p->{sock};
-
-    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
-    return \%res unless defined $head;
-
-    my ($line, @lines) = split /\r\n/, $head;
-    $res{status} = $1 if $line =~ m{^HTTP/1\.\d (\d{3})};
-
-    for (@lines) {
-        $res{headers}{lc $1} = $2 if /^([^:]+):\s*(.*)$/;
-    }
-
-    $res{content} = $body;
-    $res{json} = eval { decode_json($body) } if defined $body && length $body;
-
-    return \%res;
+    return send_get("/api/v1/sessions/$sid/poll" . ($query // ''),
+                    $key // $KEY{MAIN});
 }
 
 sub ids { [ map { $_->{id} } @{ $_[0] || [] } ] }
 sub seqs { join ',', map { $_->{sequence} } @{ $_[0] || [] } }
-
-sub error_log {
-    my $file = "$Test::Nginx::Util::ErrLogFile";
-    open my $fh, '<', $file or return '';
-    local $/;
-    my $s = <$fh>;
-    return $s // '';
-}
-
-sub access_log {
-    my $file = "$Test::Nginx::Util::ServRoot/logs/access.log";
-    open my $fh, '<', $file or return '';
-    local $/;
-    my $s = <$fh>;
-    return $s // '';
-}
 
 
 # --- sessions the plain blocks use ----------------------------------------
@@ -308,10 +213,10 @@ $checks{upload} = sub {
     my $sid = create($KEY{MAIN})->{id};
     my $p = poll_send($sid, '?timeout=20');
 
-    ok(!poll_answered($p, 1), "$name - no answer while nothing happens");
+    ok(!answered($p, 1), "$name - no answer while nothing happens");
 
     my $up = decode_json(upload($sid)->{content});
-    my $r = poll_answer($p, 10);
+    my $r = answer($p, 10);
 
     is($r->{status}, 200, "$name - 200");
     cmp_ok($r->{elapsed}, '<', 5, "$name - well before the timeout");
@@ -339,10 +244,10 @@ $checks{complete} = sub {
     ack($sid, $img->{id});
 
     my $p = poll_send($sid, '?timeout=20');
-    ok(!poll_answered($p, 1), "$name - waits: its image is acknowledged");
+    ok(!answered($p, 1), "$name - waits: its image is acknowledged");
 
     complete($sid);
-    my $r = poll_answer($p, 10);
+    my $r = answer($p, 10);
 
     is($r->{status}, 410, "$name - 410");
     cmp_ok($r->{elapsed}, '<', 5, "$name - well before the timeout");
@@ -359,7 +264,7 @@ $checks{expire} = sub {
                                  expires_in => 2 });
     my $p = poll_send($s->{id}, '?timeout=30');
 
-    my $r = poll_answer($p, 20);
+    my $r = answer($p, 20);
 
     is($r->{status}, 410, "$name - 410");
     is($r->{json}{message}, 'session has expired', "$name - message");
@@ -390,10 +295,10 @@ $checks{timeout} = sub {
     my $long = poll_send($sid, '?timeout=20');
     $r = api('GET', "/api/v1/sessions/$sid/poll?timeout=1", $KEY{MAIN});
     is($r->{status}, 200, "$name - the short one answers");
-    ok(!poll_answered($long, 0.5), "$name - the long one still waits");
+    ok(!answered($long, 0.5), "$name - the long one still waits");
 
     my $up = decode_json(upload($sid)->{content});
-    $r = poll_answer($long, 10);
+    $r = answer($long, 10);
     is($r->{status}, 200, "$name - the long one: 200 on upload");
     is_deeply(ids($r->{json}{images}), [ $up->{id} ],
               "$name - the long one: with the image");
@@ -419,7 +324,7 @@ $checks{workers} = sub {
     my $sid = create($KEY{MAIN})->{id};
     my @polls = map { poll_send($sid, '?timeout=20') } 1 .. 12;
 
-    ok(!poll_answered($polls[-1], 1), "$name - the polls wait");
+    ok(!answered($polls[-1], 1), "$name - the polls wait");
 
     my $up = upload($sid);
     my $up_pid = $up->{headers}{'x-pid'} // '';
@@ -427,7 +332,7 @@ $checks{workers} = sub {
     my $ok = 0;
 
     for my $p (@polls) {
-        my $r = poll_answer($p, 10);
+        my $r = answer($p, 10);
         $ok++ if $r->{status} == 200 && $r->{elapsed} < 5
                  && @{ $r->{json}{images} || [] } == 1;
         $pids{ $r->{headers}{'x-pid'} // '' }++;
@@ -447,7 +352,7 @@ $checks{disconnect} = sub {
     my $sid = create($KEY{MAIN})->{id};
     my $p = poll_send($sid, '?timeout=20');
 
-    ok(!poll_answered($p, 0.5), "$name - the poll waits");
+    ok(!answered($p, 0.5), "$name - the poll waits");
     close $p->{sock};
 
     my ($seen) = wait_until(5, 0.1, sub {
@@ -459,9 +364,9 @@ $checks{disconnect} = sub {
     is($r->{status}, 200, "$name - a later poll of the session answers");
 
     my $q = poll_send($sid, '?timeout=20');
-    ok(!poll_answered($q, 0.5), "$name - a new poll waits");
+    ok(!answered($q, 0.5), "$name - a new poll waits");
     my $up = decode_json(upload($sid)->{content});
-    $r = poll_answer($q, 10);
+    $r = answer($q, 10);
     is($r->{status}, 200, "$name - and is woken by an upload");
     is_deeply(ids($r->{json}{images}), [ $up->{id} ],
               "$name - with the image");
@@ -475,7 +380,7 @@ $checks{reload} = sub {
     my $sid = create($KEY{MAIN})->{id};
     my $p = poll_send($sid, '?timeout=30');
 
-    ok(!poll_answered($p, 0.5), "$name - the poll waits");
+    ok(!answered($p, 0.5), "$name - the poll waits");
 
     my $pidfile = "$Test::Nginx::Util::ServRoot/logs/nginx.pid";
     open my $fh, '<', $pidfile or die "$pidfile: $!";
@@ -484,7 +389,7 @@ $checks{reload} = sub {
 
     ok(kill('HUP', $master), "$name - reload");
 
-    my $r = poll_answer($p, 15);
+    my $r = answer($p, 15);
     is($r->{status}, 200, "$name - 200");
     is_deeply($r->{json}{images}, [], "$name - no image");
     cmp_ok($r->{elapsed}, '<', 5, "$name - within a second or two of the"
@@ -497,7 +402,7 @@ $checks{reload} = sub {
                     $PNG, { 'Content-Type' => 'image/png' });
         $u->{status} == 201 ? $u : undef;
     });
-    $r = poll_answer($q, 10);
+    $r = answer($q, 10);
     is($r->{status}, 200, "$name - a poll after the reload is woken");
 };
 
@@ -515,14 +420,14 @@ $checks{outage} = sub {
     my $sid = create($KEY{MAIN})->{id};
     my $p = poll_send($sid, '?timeout=3');
 
-    ok(!poll_answered($p, 0.5), "$name - the poll waits");
+    ok(!answered($p, 0.5), "$name - the poll waits");
 
     relay_stop($RELAY_PID);
     undef $RELAY_PID;
 
     my $iid = sql_upload($sid);
 
-    my $r = poll_answer($p, 10);
+    my $r = answer($p, 10);
     is($r->{status}, 503, "$name - 503 at the timeout");
     is($r->{json}{message}, 'database unavailable', "$name - message");
     cmp_ok($r->{elapsed}, '>=', 2.9, "$name - not before the timeout");
@@ -543,23 +448,10 @@ $checks{outage} = sub {
 };
 
 
-# A TCP relay on 127.0.0.1 to the test database (relay_start() of
-# t/lib/SessionTest.pm): killing it cuts every connection of nginx to
-# PostgreSQL, LISTEN included.
-($RELAY_PORT, $RELAY_PID) = relay_start();
-our $RELAY_DB = db_conninfo();
-
-if (defined $RELAY_PORT) {
-    $RELAY_DB =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
-    $RELAY_DB .= " host=127.0.0.1 port=$RELAY_PORT";
-}
-
-$ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($RELAY_DB);
-
-END {
-    local $?;
-    relay_stop($RELAY_PID) if $RELAY_PID;
-}
+# A TCP relay on 127.0.0.1 to the test database, nginx's
+# $TEST_NGINX_RELAY_DB_CONF (relay_db() of t/lib/SessionTest.pm): killing
+# it cuts every connection of nginx to PostgreSQL, LISTEN included.
+($RELAY_PORT, $RELAY_PID) = relay_db();
 
 
 # --- blocks -------------------------------------------------------------
@@ -581,11 +473,7 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
-                          . "session_expiry_sweep_interval 1s;\n");
-    }
+    db_http_config($block, "session_expiry_sweep_interval 1s;\n");
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
@@ -597,20 +485,9 @@ add_block_preprocessor(sub {
                           "Authorization: Bearer $KEY{$who}\n");
     }
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

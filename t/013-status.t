@@ -12,9 +12,9 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use JSON::PP ();
 use Session;
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body status_json listening check_init
+                    db_http_config);
 
 our $F = fixture(plan => 'pro');
 our $KEY = $F->{key};
@@ -23,17 +23,7 @@ master_on();
 no_shuffle();
 no_long_string();
 
-sub body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
-
-sub status_json {
-    my $r = http_request('GET', '/status', {}, 10);
-    die "GET /status: $r->{status} $r->{content}" unless $r->{status} == 200;
-    return JSON::PP::decode_json($r->{content});
-}
+sub body { return error_body(@_) }
 
 sub api {
     my ($path, $key) = @_;
@@ -43,21 +33,8 @@ sub api {
 }
 
 # Each worker empties the auth cache once its LISTEN connection is up
-# (revocations missed while it was down): wait for that, so that what the
-# checks count is not undone by it.
-sub listening {
-    my ($workers) = @_;
-
-    my ($ok) = wait_until(10, 0.05, sub {
-        open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
-        local $/;
-        my $log = <$fh> // '';
-        my $n = () = $log =~ /session listen: listening/g;
-        return $n >= $workers;
-    });
-
-    ok($ok, "every worker listens (the auth cache was emptied)");
-}
+# (revocations missed while it was down): the checks wait for that
+# (SessionTest's listening), so that what they count is not undone by it.
 
 my %checks;
 
@@ -195,10 +172,7 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 
     if (!defined $block->config) {
         $block->set_value('config', <<'EOF');
@@ -213,19 +187,10 @@ add_block_preprocessor(sub {
 EOF
     }
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    # run from --- init: nginx is up, the block's request comes after
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -20,7 +20,8 @@ use IO::Socket::INET ();
 use MIME::Base64 ();
 use Session qw(:DEFAULT decode_json);
 use Time::HiRes ();
-use SessionTest;
+use SessionTest qw(:DEFAULT error_body status_json listening check_init
+                    db_http_config);
 
 our $TAG = sprintf 't014-%d-%d', $$, time;
 
@@ -60,11 +61,7 @@ master_on();
 no_shuffle();
 no_long_string();
 
-sub body {
-    my ($status, $reason, $message) = @_;
-    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
-                   $status, $reason, $message;
-}
+sub body { return error_body(@_) }
 
 sub bad { body(400, 'Bad Request', $_[0]) }
 
@@ -92,27 +89,9 @@ sub api {
     return http_request($method, $path, \%h, 10);
 }
 
-sub status_json {
-    my $r = http_request('GET', '/status', {}, 10);
-    die "GET /status: $r->{status} $r->{content}" unless $r->{status} == 200;
-    return decode_json($r->{content});
-}
-
 # Each worker empties the auth cache once its LISTEN connection is up:
-# wait for that, so that what a check puts in the cache stays there.
-sub listening {
-    my ($workers) = @_;
-
-    my ($ok) = wait_until(10, 0.05, sub {
-        open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
-        local $/;
-        my $log = <$fh> // '';
-        my $n = () = $log =~ /session listen: listening/g;
-        return $n >= $workers;
-    });
-
-    ok($ok, "every worker listens (the auth cache was emptied)");
-}
+# the checks wait for that (SessionTest's listening), so that what a check
+# puts in the cache stays there.
 
 # An ACCESS EXCLUSIVE lock on api_keys, held by a psql of its own until
 # unlock_keys(): every key lookup blocks behind it, so a lookup that was
@@ -465,10 +444,7 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 
     if (!defined $block->config) {
         $block->set_value('config', <<'EOF');
@@ -482,19 +458,10 @@ add_block_preprocessor(sub {
 EOF
     }
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    # run from --- init: nginx is up, the block's request comes after
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

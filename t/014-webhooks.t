@@ -25,7 +25,7 @@ use MIME::Base64 qw(decode_base64 encode_base64);
 use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request);
 use Webhook;
 
 our $TAG = sprintf 't014-%d-%d', $$, time;
@@ -85,21 +85,9 @@ sub openssl {
 }
 
 
-# nginx's own way to the database, through a relay the script can cut
-our ($RELAY_PORT, $RELAY_PID) = relay_start();
-our $RELAY_DB = db_conninfo();
-
-if (defined $RELAY_PORT) {
-    $RELAY_DB =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
-    $RELAY_DB .= " host=127.0.0.1 port=$RELAY_PORT";
-}
-
-$ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($RELAY_DB);
-
-END {
-    local $?;
-    relay_stop($RELAY_PID) if $RELAY_PID;
-}
+# nginx's own way to the database ($TEST_NGINX_RELAY_DB_CONF), through a
+# relay the script can cut (relay_db() of t/lib/SessionTest.pm)
+our ($RELAY_PORT, $RELAY_PID) = relay_db();
 
 
 # --- helpers -------------------------------------------------------------
@@ -108,21 +96,13 @@ my $Seq = 0;
 
 sub tag { sprintf '%s-%d', $TAG, ++$Seq }
 
+# api(METHOD, PATH, BODY, HEADERS): SessionTest's api_request with the
+# key of $F; the body goes as it is
 sub api {
     my ($method, $path, $body, $headers) = @_;
 
-    my %h = (Authorization => "Bearer $F->{key}", %{ $headers || {} });
-    my %opt = (headers => \%h);
-    $opt{content} = $body if defined $body;
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
+    return api_request($method, $path, $F->{key}, $body, $headers,
+                       { raw => 1 });
 }
 
 # a webhook session aimed at URL; returns its id
@@ -1083,34 +1063,16 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
-                          . "session_expiry_sweep_interval 1s;\n"
-                          . "session_webhook_allow_private on;\n");
-    }
+    db_http_config($block, "session_expiry_sweep_interval 1s;\n"
+                           . "session_webhook_allow_private on;\n");
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
+    check_init($block, \%checks);
 
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
-
-    if (!defined $block->request && !defined $block->must_die) {
-        $block->set_value('request', "GET /ping\n");
-        $block->set_value('response_body', "pong\n");
-    }
+    ping_request($block);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -19,9 +19,8 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use HTTP::Tiny ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request check_init);
 
 our $TAG = sprintf 't020-%d-%d', $$, time;
 our $HOOK = 'https://example.com/hook?x="1"&y=\\';
@@ -30,24 +29,13 @@ our $GIF = 'GIF89a' . ("\x01" x 26);
 our $F = fixture(plan => 'unlimited', name => "$TAG-main");
 
 
+# api(METHOD, PATH, BODY, TYPE): SessionTest's api_request with the key
+# of $F; the body's Content-Type is TYPE (default application/json)
 sub api {
     my ($method, $path, $body, $type) = @_;
 
-    my %h = (Authorization => "Bearer $F->{key}");
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} = $type // 'application/json';
-        $opt{content} = ref $body ? encode_json($body) : $body;
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) };
-
-    return $res;
+    return api_request($method, $path, $F->{key}, $body,
+                       defined $type ? { 'Content-Type' => $type } : undef);
 }
 
 sub payload {
@@ -197,20 +185,11 @@ add_block_preprocessor(sub {
     }
 EOF
 
-    (my $check = $block->check) =~ s/\s+//g;
-    die "no check $check" unless $checks{$check};
-
-    $block->set_value('init', "main::run_check('$check', \$block->name)");
+    check_init($block, \%checks);
     $block->set_value('request', "GET /ping\n");
     $block->set_value('response_body', "pong\n");
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

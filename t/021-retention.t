@@ -15,10 +15,9 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use HTTP::Tiny ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request);
 
 our $TAG = sprintf 't021-%d-%d', $$, time;
 
@@ -39,31 +38,9 @@ for my $name (qw(PURGE KEEP OFF DEFAULT SQL)) {
 
 # --- helpers -------------------------------------------------------------
 
-sub api {
-    my ($method, $path, $key, $body, $headers) = @_;
-
-    my %h = (%{ $headers || {} });
-    $h{Authorization} = "Bearer $key" if defined $key;
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        if (ref $body) {
-            $h{'Content-Type'} //= 'application/json';
-            $opt{content} = encode_json($body);
-        } else {
-            $opt{content} = $body;
-        }
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY, HEADERS): SessionTest's api_request; a
+# string body goes as it is
+sub api { return api_request(@_[0 .. 4], { raw => 1 }) }
 
 sub create {
     my ($key, $body, $headers) = @_;
@@ -384,34 +361,16 @@ add_block_preprocessor(sub {
 
     workers(defined $block->workers ? $block->workers : 1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
-                          . "session_expiry_sweep_interval 1s;\n"
-                          . "session_retention 1s;\n");
-    }
+    db_http_config($block, "session_expiry_sweep_interval 1s;\n"
+                           . "session_retention 1s;\n");
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
+    check_init($block, \%checks);
 
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
-
-    if (!defined $block->request && !defined $block->must_die) {
-        $block->set_value('request', "GET /ping\n");
-        $block->set_value('response_body', "pong\n");
-    }
+    ping_request($block);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -16,14 +16,14 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use File::Temp ();
-use HTTP::Tiny ();
 use IO::Handle ();
 use IO::Select ();
 use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
+                    access_log check_init db_http_config);
 
 our $TAG = sprintf 't022-%d-%d', $$, time;
 
@@ -40,29 +40,9 @@ our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
 # --- helpers -------------------------------------------------------------
 
-sub api {
-    my ($method, $path, $key, $body, $headers, $port) = @_;
-
-    my %h = (Authorization => "Bearer $key", %{ $headers || {} });
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} //= 'application/json';
-        $opt{content} = ref $body ? encode_json($body) : $body;
-    }
-
-    $port //= $Test::Nginx::Util::ServerPort;
-    my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 30);
-    my $t0 = Time::HiRes::time();
-    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%opt);
-    $res->{t0} = $t0;
-    $res->{t1} = Time::HiRes::time();
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY, HEADERS, PORT): SessionTest's api_request,
+# 30 s, to PORT if given
+sub api { return api_request(@_[0 .. 4], { timeout => 30, port => $_[5] }) }
 
 sub create {
     my ($body) = @_;
@@ -87,89 +67,16 @@ sub upload {
     return $r->{json};
 }
 
-# a request sent on its own connection, answered later by answer()
-sub send_request {
-    my ($path, $key, $port) = @_;
-
-    $port //= $Test::Nginx::Util::ServerPort;
-
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $port, Proto => 'tcp')
-        or die "send_request: connect: $!";
-
-    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
-             . "Authorization: Bearer " . ($key // $KEY{MAIN}) . "\r\n"
-             . "Connection: close\r\n\r\n";
-
-    return { sock => $s, t0 => Time::HiRes::time() };
-}
-
+# a long poll sent on its own connection (SessionTest's send_get),
+# answered later by answer()
 sub poll_send {
     my ($sid, $query, $key, $port) = @_;
 
-    return send_request("/api/v1/sessions/$sid/poll" . ($query // ''),
-                        $key, $port);
-}
-
-sub answered {
-    my ($p, $secs) = @_;
-
-    return scalar IO::Select->new($p->{sock})->can_read($secs);
-}
-
-# the whole answer (the connection closes after it), at most $secs away
-sub answer {
-    my ($p, $secs) = @_;
-
-    my $sel = IO::Select->new($p->{sock});
-    my $deadline = Time::HiRes::time() + ($secs // 30);
-    my $buf = '';
-
-    for (;;) {
-        my $left = $deadline - Time::HiRes::time();
-        last if $left <= 0 || !$sel->can_read($left);
-
-        my $n = sysread $p->{sock}, my $chunk, 65536;
-        last unless $n;
-        $buf .= $chunk;
-    }
-
-    my %res = (status => 0, t1 => Time::HiRes::time());
-
-    close $p->{sock};
-
-    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
-    return \%res unless defined $head;
-
-    $res{status} = $1 if $head =~ m{^HTTP/1\.\d (\d{3})};
-    $res{content} = $body;
-    $res{json} = eval { decode_json($body) } if defined $body && length $body;
-
-    return \%res;
-}
-
-sub status_json {
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $r = HTTP::Tiny->new(timeout => 10)
-                      ->get("http://127.0.0.1:$port/status");
-    die "GET /status: $r->{status}\n" unless $r->{status} == 200;
-    return decode_json($r->{content});
+    return send_get("/api/v1/sessions/$sid/poll" . ($query // ''),
+                    $key // $KEY{MAIN}, $port);
 }
 
 sub long_poll { status_json()->{long_poll} }
-
-sub access_log {
-    my $file = "$Test::Nginx::Util::ServRoot/logs/access.log";
-    open my $fh, '<', $file or return '';
-    local $/;
-    return <$fh> // '';
-}
-
-sub error_log {
-    open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return '';
-    local $/;
-    return <$fh> // '';
-}
 
 sub free_port {
     for (1 .. 200) {
@@ -283,7 +190,8 @@ $checks{burst} = sub {
     ok((wait_until(10, 0.05, sub { psql($held) == 1 }))[0],
        "$name - the lock is held");
 
-    my @req = map { send_request("/api/v1/sessions/$sid") } 1 .. $n;
+    my @req = map { send_get("/api/v1/sessions/$sid", $KEY{MAIN}) }
+              1 .. $n;
     my @polls = map { poll_send($_, '?timeout=0') } @psid;
 
     # polls of other sessions: their reads take turns with the queue
@@ -552,29 +460,14 @@ add_block_preprocessor(sub {
 
     workers(1);
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
-                          . "session_expiry_sweep_interval 30s;\n");
-    }
+    db_http_config($block, "session_expiry_sweep_interval 30s;\n");
 
     $block->set_value('config', $CONFIG) unless defined $block->config;
     $block->set_value('more_headers', "Authorization: Bearer $KEY{MAIN}\n");
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

@@ -18,7 +18,7 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Session qw(:DEFAULT);
-use SessionTest;
+use SessionTest qw(:DEFAULT db_http_config);
 
 require './util/sweep.pl';
 
@@ -66,10 +66,7 @@ sub sweep {
 add_block_preprocessor(sub {
     my $block = shift;
 
-    if (!defined $block->http_config) {
-        $block->set_value('http_config',
-                          "session_db \$TEST_NGINX_SESSION_DB_CONF;\n");
-    }
+    db_http_config($block);
 });
 
 run_tests();

@@ -18,13 +18,9 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
-use HTTP::Tiny ();
 use IO::Handle ();
-use IO::Select ();
-use IO::Socket::INET ();
-use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest;
+use SessionTest qw(:DEFAULT api_request send_get answer status_json check_init);
 
 our $TAG = sprintf 't026-%d-%d', $$, time;
 
@@ -41,27 +37,8 @@ our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
 # --- helpers -------------------------------------------------------------
 
-sub api {
-    my ($method, $path, $key, $body, $headers) = @_;
-
-    my %h = (Authorization => "Bearer $key", %{ $headers || {} });
-    my %opt = (headers => \%h);
-
-    if (defined $body) {
-        $h{'Content-Type'} //= 'application/json';
-        $opt{content} = ref $body ? encode_json($body) : $body;
-    }
-
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $res = HTTP::Tiny->new(keep_alive => 0, timeout => 30)
-                        ->request($method, "http://127.0.0.1:$port$path",
-                                  \%opt);
-
-    $res->{json} = eval { decode_json($res->{content}) }
-        if defined $res->{content} && length $res->{content};
-
-    return $res;
-}
+# api(METHOD, PATH, KEY, BODY, HEADERS): SessionTest's api_request, 30 s
+sub api { return api_request(@_[0 .. 4], { timeout => 30 }) }
 
 sub create {
     my ($key) = @_;
@@ -85,60 +62,8 @@ sub upload {
     return $r->{json}{id};
 }
 
-# a GET sent on its own connection, answered later by answer()
-sub send_get {
-    my ($path, $key) = @_;
-
-    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                  PeerPort => $Test::Nginx::Util::ServerPort,
-                                  Proto => 'tcp')
-        or die "send_get: connect: $!";
-
-    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
-             . "Authorization: Bearer " . ($key // $KEY{MAIN}) . "\r\n"
-             . "Connection: close\r\n\r\n";
-
-    return { sock => $s, path => $path };
-}
-
-# the whole answer (the connection closes after it), at most $secs away
-sub answer {
-    my ($p, $secs) = @_;
-
-    my $sel = IO::Select->new($p->{sock});
-    my $deadline = Time::HiRes::time() + ($secs // 30);
-    my $buf = '';
-
-    for (;;) {
-        my $left = $deadline - Time::HiRes::time();
-        last if $left <= 0 || !$sel->can_read($left);
-        my $n = sysread $p->{sock}, my $chunk, 65536;
-        last unless $n;
-        $buf .= $chunk;
-    }
-
-    close $p->{sock};
-
-    my %res = (status => 0);
-    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
-    return \%res unless defined $head;
-
-    $res{status} = $1 if $head =~ m{^HTTP/1\.\d (\d{3})};
-    $res{content} = $body;
-    $res{json} = eval { decode_json($body) } if defined $body && length $body;
-
-    return \%res;
-}
-
-sub database {
-    my $port = $Test::Nginx::Util::ServerPort;
-    my $r = HTTP::Tiny->new(timeout => 10)
-                      ->get("http://127.0.0.1:$port/status");
-
-    die "GET /status: $r->{status}\n" unless $r->{status} == 200;
-
-    return decode_json($r->{content})->{database};
-}
+# the database part of GET /status
+sub database { return status_json()->{database} }
 
 # until database.waiting is at least $n: the requests sent wait for the
 # connection (the worker's own statements, the webhook queue's
@@ -218,7 +143,7 @@ sub hold_connection {
     my ($sid) = @_;
 
     my $lock = lock_table('sessions');
-    my $holder = send_get("/api/v1/sessions/$sid");
+    my $holder = send_get("/api/v1/sessions/$sid", $KEY{MAIN});
 
     die "the holder does not wait for the lock\n" unless blocked();
 
@@ -259,7 +184,7 @@ $checks{batch} = sub {
         ["/api/v1/sessions/$sid[0]/images/$iid/content", 200, $PNG],
     );
 
-    my @req = map { send_get($_->[0]) } @want;
+    my @req = map { send_get($_->[0], $KEY{MAIN}) } @want;
     my $n = @req;
 
     ok(read_by_nginx(map { $_->[0] } @want) && waiting($n),
@@ -309,10 +234,10 @@ $checks{aborted} = sub {
 
     # first in line: a read of the locked images table
     my $bad_path = "/api/v1/sessions/$sid[0]/images/$iid";
-    my $bad = send_get($bad_path);
+    my $bad = send_get($bad_path, $KEY{MAIN});
     ok(read_by_nginx($bad_path), "$name - the image read waits");
 
-    my @req = map { send_get("/api/v1/sessions/$_") } @sid;
+    my @req = map { send_get("/api/v1/sessions/$_", $KEY{MAIN}) } @sid;
     ok(read_by_nginx(map { "/api/v1/sessions/$_" } @sid) && waiting(6),
        "$name - then five session reads");
 
@@ -352,7 +277,7 @@ $checks{gone} = sub {
 
     my ($lock, $holder) = hold_connection($sid[0]);
 
-    my @req = map { send_get("/api/v1/sessions/$_") } @sid;
+    my @req = map { send_get("/api/v1/sessions/$_", $KEY{MAIN}) } @sid;
     ok(read_by_nginx(map { "/api/v1/sessions/$_" } @sid) && waiting(6),
        "$name - six reads wait");
 
@@ -389,7 +314,7 @@ $checks{lost} = sub {
     my $before = database();
 
     my @path = map { "/api/v1/sessions/$sid[$_]/images/$iid[$_]" } 0 .. 4;
-    my @req = map { send_get($_) } @path;
+    my @req = map { send_get($_, $KEY{MAIN}) } @path;
     ok(read_by_nginx(@path) && waiting(5), "$name - five image reads wait");
 
     unlock($lock);
@@ -430,7 +355,7 @@ $checks{one_by_one} = sub {
     my ($lock, $holder) = hold_connection($sid[0]);
     my $before = database();
 
-    my @req = map { send_get("/api/v1/sessions/$_") } @sid;
+    my @req = map { send_get("/api/v1/sessions/$_", $KEY{MAIN}) } @sid;
     ok(read_by_nginx(map { "/api/v1/sessions/$_" } @sid) && waiting(5),
        "$name - five reads wait");
 
@@ -474,20 +399,9 @@ add_block_preprocessor(sub {
     $block->set_value('config', $CONFIG) unless defined $block->config;
     $block->set_value('more_headers', "Authorization: Bearer $KEY{MAIN}\n");
 
-    if (defined $block->check) {
-        (my $check = $block->check) =~ s/\s+//g;
-        die "no check $check" unless $checks{$check};
-
-        $block->set_value('init', "main::run_check('$check', \$block->name)");
-    }
+    check_init($block, \%checks);
 });
 
-sub run_check {
-    my ($check, $name) = @_;
-
-    eval { $checks{$check}->($name); 1 }
-        or fail("$name - check $check died: $@");
-}
 
 run_tests();
 

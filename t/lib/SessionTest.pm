@@ -1,12 +1,16 @@
 package SessionTest;
 
-# Helpers for the Test::Nginx scripts t/001 ... t/005 (on top of
-# t/lib/Session.pm, which creates the fixtures):
+# Helpers for the Test::Nginx scripts t/*.t (on top of t/lib/Session.pm,
+# which creates the fixtures):
 #
 #     use lib 't/lib';
 #     use Test::Nginx::Socket 'no_plan';
 #     use Session;
-#     use SessionTest;
+#     use SessionTest qw(:DEFAULT api_request check_init);
+#
+# The functions of @EXPORT come with a plain "use SessionTest"; those of
+# @EXPORT_OK (the requests, the block preprocessing) only by name, so that
+# a script may keep a function of its own under one of those names.
 #
 # Loading this module sets $ENV{TEST_NGINX_SESSION_DB_CONF}: the conninfo
 # of TEST_NGINX_SESSION_DB as a double-quoted nginx string, so that a
@@ -21,6 +25,9 @@ package SessionTest;
 # The functions here drive the nginx that Test::Nginx started for the
 # current block, from Perl, for what a block cannot express: polling until
 # something happens, timing an answer, stopping the database in between.
+# Those at the end serve a script's add_block_preprocessor: a block's
+# "--- check: NAME" run from its --- init (check_init), the sections most
+# blocks leave out (db_http_config, api_config, key_headers, ...).
 
 use strict;
 use warnings;
@@ -33,12 +40,18 @@ use IO::Socket::UNIX ();
 use POSIX ();
 use Socket qw(SOCK_STREAM);
 use Session ();
+use Test::More ();
 use Time::HiRes ();
 
 our @EXPORT = qw(nginx_quote http_request auth_header wait_until
                  random_key hang_listener conninfo_port
-                 relay_start relay_stop master_pid worker_pids
+                 relay_start relay_stop relay_db master_pid worker_pids
                  error_log_count);
+
+our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
+                    burst status_json listening error_log access_log
+                    check_init run_check run_action db_http_config api_config
+                    ping_request key_headers add_no_error_log todo_block);
 
 
 sub nginx_quote {
@@ -232,7 +245,10 @@ END {
 # process is killed (and every relayed connection with it) and comes back
 # when a relay listens on the same port again.  relay_start([PORT])
 # returns (port, pid), or nothing when the database is not reachable that
-# way; relay_stop(PID) kills it.
+# way; relay_stop(PID) kills it.  A relay still running when the script
+# ends is stopped then.
+my %Relays;
+
 sub upstream_addr {
     my $c = Session::db_conninfo();
 
@@ -313,6 +329,7 @@ sub relay_start {
     }
 
     close $ls;
+    $Relays{$pid} = 1;
 
     return ($port, $pid);
 }
@@ -322,6 +339,491 @@ sub relay_stop {
 
     kill 'KILL', $pid;
     waitpid $pid, 0;
+    delete $Relays{$pid};
+}
+
+END {
+    local $?;    # keep the script's exit status
+
+    relay_stop($_) for keys %Relays;
+}
+
+
+# relay_db(): a relay (relay_start) and the conninfo of the database
+# through it: TEST_NGINX_SESSION_DB's, its host and port replaced with
+# host=127.0.0.1 port=<the relay's>; TEST_NGINX_SESSION_DB's as it is
+# when the database cannot be relayed.  Sets
+# $ENV{TEST_NGINX_RELAY_DB_CONF} to that conninfo as an nginx string
+# (nginx_quote).  Returns (port, pid, conninfo) of the relay, port and pid
+# undef without one.
+sub relay_db {
+    my ($port, $pid) = relay_start();
+    my $conninfo = Session::db_conninfo();
+
+    if (defined $port) {
+        $conninfo =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
+        $conninfo .= " host=127.0.0.1 port=$port";
+    }
+
+    $ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($conninfo);
+
+    return ($port, $pid, $conninfo);
+}
+
+
+# error_body(STATUS, REASON, MESSAGE): the JSON error body of the module,
+# as it writes it: {"statusCode": STATUS, "error": "REASON", "message":
+# "MESSAGE"}.
+sub error_body {
+    my ($status, $reason, $message) = @_;
+
+    return sprintf '{"statusCode": %d, "error": "%s", "message": "%s"}',
+                   $status, $reason, $message;
+}
+
+
+# --- requests of the checks ----------------------------------------------
+
+# api_request(METHOD, PATH, KEY, BODY, HEADERS, OPTIONS): one API request,
+# on a new connection, to the nginx of the current block.
+#   KEY      the API key, sent as "Authorization: Bearer KEY"; undef: none
+#   BODY     undef: no body; a reference: sent as JSON (encode_json); a
+#            string: sent as it is.  A body goes with "Content-Type:
+#            application/json" unless HEADERS name a Content-Type.
+#   HEADERS  more request headers (a hash reference; optional)
+#   OPTIONS  a hash reference, every field optional:
+#            timeout    seconds (default 10)
+#            port       another port of 127.0.0.1 (default the block's)
+#            raw        a string BODY goes without a Content-Type of its
+#                       own (HEADERS name it, if anything does)
+#            json_type  decode an answer as JSON only when its
+#                       Content-Type is application/json
+# Returns HTTP::Tiny's hash (status, reason, headers with lower-case
+# names, content; 599 for a failure to connect or a timeout) and:
+#   json     the decoded answer, undef when it is not JSON (the field is
+#            absent for an empty answer)
+#   t0, t1   Time::HiRes::time() before and after the request
+#   elapsed  t1 - t0
+sub api_request {
+    my ($method, $path, $key, $body, $headers, $opt) = @_;
+
+    $opt ||= {};
+
+    my %h = %{ $headers || {} };
+    $h{Authorization} = "Bearer $key" if defined $key;
+
+    my %req = (headers => \%h);
+
+    if (defined $body) {
+        $h{'Content-Type'} //= 'application/json'
+            if ref $body || !$opt->{raw};
+        $req{content} = ref $body ? Session::encode_json($body) : $body;
+    }
+
+    my $port = $opt->{port} // $Test::Nginx::Util::ServerPort;
+    my $http = HTTP::Tiny->new(keep_alive => 0,
+                               timeout => $opt->{timeout} // 10);
+
+    my $t0 = Time::HiRes::time();
+    my $res = $http->request($method, "http://127.0.0.1:$port$path", \%req);
+    $res->{t0} = $t0;
+    $res->{t1} = Time::HiRes::time();
+    $res->{elapsed} = $res->{t1} - $t0;
+
+    my $json = !$opt->{json_type}
+               || ($res->{headers}{'content-type'} // '')
+                  eq 'application/json';
+
+    $res->{json} = eval { Session::decode_json($res->{content}) }
+        if $json && defined $res->{content} && length $res->{content};
+
+    return $res;
+}
+
+
+# send_get(PATH, KEY, PORT): "GET PATH HTTP/1.1" with "Authorization:
+# Bearer KEY" and "Connection: close", sent on a new connection to the
+# nginx of the current block (or to PORT of 127.0.0.1), not waiting for
+# the answer (answered, answer).  Returns the request: a hash of sock
+# (the connection), path and t0 (Time::HiRes::time() once sent).
+sub send_get {
+    my ($path, $key, $port) = @_;
+
+    my $s = IO::Socket::INET->new(
+                PeerAddr => '127.0.0.1',
+                PeerPort => $port // $Test::Nginx::Util::ServerPort,
+                Proto => 'tcp')
+        or die "send_get: connect: $!";
+
+    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
+             . "Authorization: Bearer $key\r\n"
+             . "Connection: close\r\n\r\n";
+
+    return { sock => $s, path => $path, t0 => Time::HiRes::time() };
+}
+
+
+# answered(REQUEST, SECS): whether the answer to REQUEST (of send_get)
+# starts to arrive within SECS seconds (without reading it).
+sub answered {
+    my ($p, $secs) = @_;
+
+    return scalar IO::Select->new($p->{sock})->can_read($secs);
+}
+
+
+# answer(REQUEST, SECS): the whole answer to REQUEST (of send_get): what
+# arrives until the connection closes, at most SECS seconds (default 30)
+# away; the connection is closed.  Returns a hash: status (0 when nothing
+# came), headers (lower-case names), content, json (the decoded content,
+# when there is one), t1 (Time::HiRes::time() at the end), elapsed (since
+# the request was sent, when REQUEST has its t0).
+sub answer {
+    my ($p, $secs) = @_;
+
+    my $sel = IO::Select->new($p->{sock});
+    my $deadline = Time::HiRes::time() + ($secs // 30);
+    my $buf = '';
+
+    for (;;) {
+        my $left = $deadline - Time::HiRes::time();
+        last if $left <= 0 || !$sel->can_read($left);
+
+        my $n = sysread $p->{sock}, my $chunk, 65536;
+        last unless $n;
+        $buf .= $chunk;
+    }
+
+    my %res = (status => 0, headers => {}, t1 => Time::HiRes::time());
+    $res{elapsed} = $res{t1} - $p->{t0} if defined $p->{t0};
+
+    close $p->{sock};
+
+    my ($head, $body) = split /\r\n\r\n/, $buf, 2;
+    return \%res unless defined $head;
+
+    my ($line, @lines) = split /\r\n/, $head;
+    $res{status} = $1 if $line =~ m{^HTTP/1\.\d (\d{3})};
+
+    for (@lines) {
+        $res{headers}{lc $1} = $2 if /^([^:]+):\s*(.*)$/;
+    }
+
+    $res{content} = $body;
+    $res{json} = eval { Session::decode_json($body) }
+        if defined $body && length $body;
+
+    return \%res;
+}
+
+
+# raw_http(REQUEST, TIMEOUT): writes REQUEST (the raw bytes of one or more
+# requests, written as the connection takes them) on a new connection to
+# the nginx of the current block and reads one answer: until the end of
+# its Content-Length body, the connection's close or TIMEOUT seconds
+# (default 10).  Returns a hash: status (undef without a whole answer),
+# headers (lower-case names), content, elapsed (seconds).
+sub raw_http {
+    my ($req, $timeout) = @_;
+
+    my $t0 = Time::HiRes::time();
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $Test::Nginx::Util::ServerPort,
+                                  Proto => 'tcp', Timeout => 5)
+        or die "connect: $!";
+
+    $s->blocking(0);
+
+    my ($buf, $off, %res) = ('', 0);
+    my $sel = IO::Select->new($s);
+    my $deadline = $t0 + ($timeout // 10);
+
+    while (Time::HiRes::time() < $deadline) {
+        if ($off < length $req) {
+            my $n = syswrite $s, $req, 65536, $off;
+            $off += $n if $n;
+        }
+
+        last if $buf =~ /\A(.*?)\r\n\r\n/s
+                && $1 =~ /\r\nContent-Length: (\d+)/i
+                && length($buf) >= length($&) + $1;
+
+        next unless $sel->can_read(0.05);
+
+        my $n = sysread $s, my $chunk, 65536;
+        next if !defined $n && $!{EAGAIN};
+        last unless $n;
+
+        $buf .= $chunk;
+    }
+
+    close $s;
+
+    $res{elapsed} = Time::HiRes::time() - $t0;
+
+    if ($buf =~ m{\AHTTP/1\.1 (\d{3}) [^\r]*\r\n(.*?)\r\n\r\n(.*)\z}s) {
+        my $head = $2;
+
+        $res{status} = $1;
+        $res{content} = $3;
+
+        for (split /\r\n/, $head) {
+            $res{headers}{lc $1} = $2 if /^([^:]+):\s*(.*)$/;
+        }
+    }
+
+    return \%res;
+}
+
+
+# burst(N, REQUEST, PORT): N connections at once to the nginx of the
+# current block (or to PORT of 127.0.0.1), every one open before REQUEST
+# (raw bytes, with "Connection: close") is written on each; then reads
+# the answers until every connection is closed, at most 30 s.  Returns
+# (a reference to the N raw answers in the order of the connections, ''
+# for a connection that sent nothing, the number of connections still
+# open at the end).
+sub burst {
+    my ($n, $req, $port) = @_;
+
+    my @socks;
+    for (1 .. $n) {
+        my $s = IO::Socket::INET->new(
+                    PeerAddr => '127.0.0.1',
+                    PeerPort => $port // $Test::Nginx::Util::ServerPort,
+                    Proto => 'tcp', Timeout => 5)
+            or die "connect: $!";
+        push @socks, $s;
+    }
+
+    $_->blocking(0) for @socks;
+    syswrite($_, $req) == length $req or die "write: $!" for @socks;
+
+    my %buf;
+    my $sel = IO::Select->new(@socks);
+    my $deadline = Time::HiRes::time() + 30;
+
+    while ($sel->count && Time::HiRes::time() < $deadline) {
+        for my $s ($sel->can_read(1)) {
+            my $got = sysread $s, my $chunk, 65536;
+            next if !defined $got && $!{EAGAIN};
+
+            if ($got) {
+                $buf{$s} .= $chunk;
+                next;
+            }
+
+            $sel->remove($s);
+            close $s;
+        }
+    }
+
+    return ([map { $buf{$_} // '' } @socks], $sel->count);
+}
+
+# status_json(): GET /status of the nginx of the current block (a
+# location with session_status).  Returns the decoded JSON; dies unless
+# the answer is 200.
+sub status_json {
+    my $r = http_request('GET', '/status', {}, 10);
+
+    die "GET /status: $r->{status} $r->{content}\n"
+        unless $r->{status} == 200;
+
+    return Session::decode_json($r->{content});
+}
+
+
+# listening(WORKERS): waits (10 s at the most) until WORKERS workers have
+# logged "session listen: listening" in the current block's error log
+# (each has emptied its auth cache).  One test: "every worker listens
+# (the auth cache was emptied)".
+sub listening {
+    my ($workers) = @_;
+
+    my ($ok) = wait_until(10, 0.05, sub {
+        my $n = () = error_log() =~ /session listen: listening/g;
+        return $n >= $workers;
+    });
+
+    Test::More::ok($ok, "every worker listens (the auth cache was emptied)");
+}
+
+
+# error_log(), access_log(): the whole error log, access log of the
+# current block ('' when there is none).
+sub error_log {
+    return slurp_log($Test::Nginx::Util::ErrLogFile);
+}
+
+sub access_log {
+    return slurp_log("$Test::Nginx::Util::ServRoot/logs/access.log");
+}
+
+sub slurp_log {
+    my ($file) = @_;
+
+    open my $fh, '<', $file or return '';
+    local $/;
+
+    return <$fh> // '';
+}
+
+
+# --- the blocks' preprocessing (add_block_preprocessor) -------------------
+
+my $Checks = {};
+
+# check_init(BLOCK, CHECKS): a block with "--- check: NAME" runs
+# CHECKS->{NAME} (CHECKS: a hash reference of NAME => code, called with
+# the block's name) from its --- init, that is once nginx is up and
+# before the block's request, through run_check.  Dies when CHECKS has no
+# NAME.  Returns nothing.
+sub check_init {
+    my ($block, $checks) = @_;
+
+    return unless defined $block->check;
+
+    (my $check = $block->check) =~ s/\s+//g;
+    die "no check $check" unless $checks->{$check};
+
+    $Checks = $checks;
+    $block->set_value('init',
+                      "SessionTest::run_check('$check', \$block->name)");
+}
+
+
+# run_check(CHECK, NAME): runs the check CHECK of the block NAME (see
+# check_init); when it dies, a failing test "NAME - check CHECK died:
+# <why>".  Returns nothing.
+sub run_check {
+    my ($check, $name) = @_;
+
+    eval { $Checks->{$check}->($name); 1 }
+        or Test::More::fail("$name - check $check died: $@");
+}
+
+
+# run_action(BLOCK, ACTIONS): a block with "--- action: NAME" runs
+# ACTIONS->{NAME} (a hash reference of NAME => code, called with the
+# block's name) now, while its preprocessing; when it dies, a failing
+# test "<block name> - action NAME: <why>".  Dies when ACTIONS has no
+# NAME.  Returns nothing.
+sub run_action {
+    my ($block, $actions) = @_;
+
+    return unless defined $block->action;
+
+    (my $action = $block->action) =~ s/\s+//g;
+    my $code = $actions->{$action} or die "no action $action";
+
+    eval { $code->($block->name); 1 }
+        or Test::More::fail($block->name . " - action $action: $@");
+}
+
+
+# db_http_config(BLOCK, LINES): a block without --- http_config gets
+# "session_db $TEST_NGINX_SESSION_DB_CONF;" and LINES (more directives,
+# each ending in "\n"; optional).  Returns nothing.
+sub db_http_config {
+    my ($block, $lines) = @_;
+
+    return if defined $block->http_config;
+
+    $block->set_value('http_config',
+                      "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
+                      . ($lines // ''));
+}
+
+
+# api_config(BLOCK): a block without --- config gets the one location
+# "location /api/ { session_api; }".  Returns nothing.
+sub api_config {
+    my ($block) = @_;
+
+    return if defined $block->config;
+
+    $block->set_value('config', <<'EOF');
+    location /api/ {
+        session_api;
+    }
+EOF
+}
+
+
+# ping_request(BLOCK): a block with neither --- request nor --- must_die
+# asks "GET /ping" and expects "pong\n" (a location of the script's
+# configuration).  Returns nothing.
+sub ping_request {
+    my ($block) = @_;
+
+    return if defined $block->request || defined $block->must_die;
+
+    $block->set_value('request', "GET /ping\n");
+    $block->set_value('response_body', "pong\n");
+}
+
+
+# key_headers(BLOCK, KEYS, WHO, TYPE): unless the block has a raw request
+# (--- raw_request), its request headers start with "Authorization:
+# Bearer <key>", the key KEYS->{<its --- api_key, else WHO>} (KEYS: a
+# hash reference of fixture name => key), and "Content-Type: <the
+# block's --- content_type, else TYPE>" (no Content-Type for "none"),
+# before its own --- more_headers.  Dies when KEYS has no such fixture.
+# Returns nothing.
+sub key_headers {
+    my ($block, $keys, $who, $type) = @_;
+
+    return if defined $block->raw_request;
+
+    ($who = $block->api_key // $who) =~ s/\s+//g;
+    die "no fixture $who" unless $keys->{$who};
+
+    my $h = "Authorization: Bearer $keys->{$who}\n";
+
+    my $ct = $block->content_type // $type;
+    $ct =~ s/^\s+|\s+$//g;
+    $h .= "Content-Type: $ct\n" unless $ct eq 'none';
+
+    $h .= $block->more_headers if defined $block->more_headers;
+    $block->set_value('more_headers', $h);
+}
+
+
+# add_no_error_log(BLOCK, PATTERNS...): PATTERNS (strings or qr//) join
+# the block's --- no_error_log (lines of a string, or a list).  Returns
+# nothing.
+sub add_no_error_log {
+    my ($block, @more) = @_;
+
+    my $pats = $block->no_error_log;
+    $pats = [] unless defined $pats;
+    $pats = [grep { length } split /\n/, $pats] unless ref $pats;
+    $block->set_value('no_error_log', [@$pats, @more]);
+}
+
+
+# todo_block(BLOCK): a block with "--- todo_reason: WHY" runs as a
+# Test::More TODO (WHY), which ends when the next block is preprocessed;
+# todo_block() (no block, after run_tests) ends the last one.  Returns
+# nothing.
+my $InTodo;
+
+sub todo_block {
+    my ($block) = @_;
+
+    my $tb = Test::More->builder;
+
+    if ($InTodo) {
+        $tb->todo_end;
+        undef $InTodo;
+    }
+
+    if (defined $block && defined $block->todo_reason) {
+        (my $reason = $block->todo_reason) =~ s/\s+$//;
+        $tb->todo_start($reason);
+        $InTodo = 1;
+    }
 }
 
 
