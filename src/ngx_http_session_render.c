@@ -27,54 +27,113 @@ ngx_http_session_render_be32(const u_char *p)
 }
 
 
-ngx_int_t
-ngx_http_session_render_int4(PGresult *res, int row, int col, int64_t *n)
+/*
+ * Each field is asked for once: libpq checks the row and the column on
+ * every call.  PQgetlength() is 0 for NULL, so a binary column of its
+ * type's length is a value, and PQgetisnull() is asked only when the
+ * length is 0 (NULL or an empty value).
+ */
+
+static ngx_inline u_char *
+ngx_http_session_render_fixed(PGresult *res, int row, int col, int len)
 {
-    if (PQgetisnull(res, row, col) || PQgetlength(res, row, col) != 4) {
-        return NGX_ERROR;
+    if (PQgetlength(res, row, col) != len) {
+        return NULL;
     }
 
-    *n = (int32_t) ngx_http_session_render_be32(
-                                  (u_char *) PQgetvalue(res, row, col));
-
-    return NGX_OK;
+    return (u_char *) PQgetvalue(res, row, col);
 }
 
 
-ngx_int_t
-ngx_http_session_render_time(PGresult *res, int row, int col, int64_t *us)
-{
-    u_char    *p;
-    uint64_t   v;
+/* NGX_OK and the value, NGX_DECLINED for NULL, NGX_ERROR for others */
 
-    if (PQgetisnull(res, row, col) || PQgetlength(res, row, col) != 8) {
-        return NGX_ERROR;
+static ngx_inline ngx_int_t
+ngx_http_session_render_fixed_or_null(PGresult *res, int row, int col,
+    int len, u_char **value)
+{
+    int  n;
+
+    n = PQgetlength(res, row, col);
+
+    if (n == len) {
+        *value = (u_char *) PQgetvalue(res, row, col);
+        return NGX_OK;
     }
 
-    p = (u_char *) PQgetvalue(res, row, col);
+    if (n == 0 && PQgetisnull(res, row, col)) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_ERROR;
+}
+
+
+/* a text column; NULL is "" as libpq has it */
+
+static ngx_inline u_char *
+ngx_http_session_render_text(PGresult *res, int row, int col, size_t *len)
+{
+    *len = PQgetlength(res, row, col);
+
+    return (u_char *) PQgetvalue(res, row, col);
+}
+
+
+static ngx_inline int64_t
+ngx_http_session_render_be64us(const u_char *p)
+{
+    uint64_t  v;
 
     v = ((uint64_t) ngx_http_session_render_be32(p) << 32)
         | ngx_http_session_render_be32(p + 4);
 
-    *us = (int64_t) v + NGX_HTTP_SESSION_DOC_PG_EPOCH_US;
+    return (int64_t) v + NGX_HTTP_SESSION_DOC_PG_EPOCH_US;
+}
+
+
+static ngx_inline ngx_int_t
+ngx_http_session_render_int4_at(PGresult *res, int row, int col, int64_t *n)
+{
+    u_char  *p;
+
+    p = ngx_http_session_render_fixed(res, row, col, 4);
+    if (p == NULL) {
+        return NGX_ERROR;
+    }
+
+    *n = (int32_t) ngx_http_session_render_be32(p);
 
     return NGX_OK;
 }
 
 
 static ngx_inline ngx_int_t
-ngx_http_session_render_uuid(PGresult *res, int row, int col,
-    const u_char **uuid)
+ngx_http_session_render_time_at(PGresult *res, int row, int col, int64_t *us)
 {
-    if (PQgetisnull(res, row, col)
-        || PQgetlength(res, row, col) != NGX_HTTP_SESSION_UUID_BIN_LEN)
-    {
+    u_char  *p;
+
+    p = ngx_http_session_render_fixed(res, row, col, 8);
+    if (p == NULL) {
         return NGX_ERROR;
     }
 
-    *uuid = (u_char *) PQgetvalue(res, row, col);
+    *us = ngx_http_session_render_be64us(p);
 
     return NGX_OK;
+}
+
+
+ngx_int_t
+ngx_http_session_render_int4(PGresult *res, int row, int col, int64_t *n)
+{
+    return ngx_http_session_render_int4_at(res, row, col, n);
+}
+
+
+ngx_int_t
+ngx_http_session_render_time(PGresult *res, int row, int col, int64_t *us)
+{
+    return ngx_http_session_render_time_at(res, row, col, us);
 }
 
 
@@ -82,76 +141,77 @@ ngx_int_t
 ngx_http_session_render_read_session(PGresult *res, int row, int col,
     ngx_http_session_doc_session_t *s)
 {
+    u_char     *p;
+    ngx_int_t   rc;
+
     if (PQnfields(res) < col + NGX_HTTP_SESSION_SESSION_NCOLS
         || row >= PQntuples(res))
     {
         return NGX_ERROR;
     }
 
-    if (PQgetisnull(res, row, col + NGX_HTTP_SESSION_COL_S_ID)) {
-        return NGX_DECLINED;
+    rc = ngx_http_session_render_fixed_or_null(res, row,
+                                          col + NGX_HTTP_SESSION_COL_S_ID,
+                                          NGX_HTTP_SESSION_UUID_BIN_LEN, &p);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
-    if (ngx_http_session_render_uuid(res, row,
-                                     col + NGX_HTTP_SESSION_COL_S_ID, &s->id)
-        != NGX_OK
-        || ngx_http_session_render_uuid(res, row,
-                                        col + NGX_HTTP_SESSION_COL_S_PROJECT,
-                                        &s->project_id)
+    s->id = p;
+
+    s->project_id = ngx_http_session_render_fixed(res, row,
+                                         col + NGX_HTTP_SESSION_COL_S_PROJECT,
+                                         NGX_HTTP_SESSION_UUID_BIN_LEN);
+    if (s->project_id == NULL
+        || ngx_http_session_render_int4_at(res, row,
+                                           col + NGX_HTTP_SESSION_COL_S_IMAGES,
+                                           &s->image_count)
            != NGX_OK
-        || ngx_http_session_render_int4(res, row,
-                                        col + NGX_HTTP_SESSION_COL_S_IMAGES,
-                                        &s->image_count)
+        || ngx_http_session_render_int4_at(res, row,
+                                      col + NGX_HTTP_SESSION_COL_S_ACKNOWLEDGED,
+                                      &s->acknowledged_count)
            != NGX_OK
-        || ngx_http_session_render_int4(res, row,
-                                   col + NGX_HTTP_SESSION_COL_S_ACKNOWLEDGED,
-                                   &s->acknowledged_count)
+        || ngx_http_session_render_time_at(res, row,
+                                           col + NGX_HTTP_SESSION_COL_S_CREATED,
+                                           &s->created_us)
            != NGX_OK
-        || ngx_http_session_render_time(res, row,
-                                        col + NGX_HTTP_SESSION_COL_S_CREATED,
-                                        &s->created_us)
-           != NGX_OK
-        || ngx_http_session_render_time(res, row,
-                                        col + NGX_HTTP_SESSION_COL_S_EXPIRES,
-                                        &s->expires_us)
+        || ngx_http_session_render_time_at(res, row,
+                                           col + NGX_HTTP_SESSION_COL_S_EXPIRES,
+                                           &s->expires_us)
            != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    s->delivery_mode = (u_char *) PQgetvalue(res, row,
-                                             col + NGX_HTTP_SESSION_COL_S_MODE);
-    s->delivery_mode_len = PQgetlength(res, row,
-                                       col + NGX_HTTP_SESSION_COL_S_MODE);
+    s->delivery_mode = ngx_http_session_render_text(res, row,
+                                            col + NGX_HTTP_SESSION_COL_S_MODE,
+                                            &s->delivery_mode_len);
+    s->status = ngx_http_session_render_text(res, row,
+                                          col + NGX_HTTP_SESSION_COL_S_STATUS,
+                                          &s->status_len);
 
-    s->status = (u_char *) PQgetvalue(res, row,
-                                      col + NGX_HTTP_SESSION_COL_S_STATUS);
-    s->status_len = PQgetlength(res, row,
-                                col + NGX_HTTP_SESSION_COL_S_STATUS);
+    s->webhook_url_len = PQgetlength(res, row,
+                                     col + NGX_HTTP_SESSION_COL_S_URL);
 
-    if (PQgetisnull(res, row, col + NGX_HTTP_SESSION_COL_S_URL)) {
+    if (s->webhook_url_len == 0
+        && PQgetisnull(res, row, col + NGX_HTTP_SESSION_COL_S_URL))
+    {
         s->webhook_url = NULL;
-        s->webhook_url_len = 0;
 
     } else {
         s->webhook_url = (u_char *) PQgetvalue(res, row,
                                               col + NGX_HTTP_SESSION_COL_S_URL);
-        s->webhook_url_len = PQgetlength(res, row,
-                                         col + NGX_HTTP_SESSION_COL_S_URL);
     }
 
-    s->completed = !PQgetisnull(res, row,
-                                col + NGX_HTTP_SESSION_COL_S_COMPLETED);
-    s->completed_us = 0;
-
-    if (s->completed
-        && ngx_http_session_render_time(res, row,
-                                        col + NGX_HTTP_SESSION_COL_S_COMPLETED,
-                                        &s->completed_us)
-           != NGX_OK)
-    {
+    rc = ngx_http_session_render_fixed_or_null(res, row,
+                                       col + NGX_HTTP_SESSION_COL_S_COMPLETED,
+                                       8, &p);
+    if (rc == NGX_ERROR) {
         return NGX_ERROR;
     }
+
+    s->completed = (rc == NGX_OK);
+    s->completed_us = s->completed ? ngx_http_session_render_be64us(p) : 0;
 
     return NGX_OK;
 }
@@ -161,59 +221,63 @@ ngx_int_t
 ngx_http_session_render_read_image(PGresult *res, int row, int col,
     ngx_http_session_doc_image_t *im)
 {
+    u_char     *p;
+    ngx_int_t   rc;
+
     if (PQnfields(res) < col + NGX_HTTP_SESSION_IMAGE_NCOLS
         || row >= PQntuples(res))
     {
         return NGX_ERROR;
     }
 
-    if (PQgetisnull(res, row, col + NGX_HTTP_SESSION_COL_I_ID)) {
-        return NGX_DECLINED;
+    rc = ngx_http_session_render_fixed_or_null(res, row,
+                                          col + NGX_HTTP_SESSION_COL_I_ID,
+                                          NGX_HTTP_SESSION_UUID_BIN_LEN, &p);
+    if (rc != NGX_OK) {
+        return rc;
     }
 
-    if (ngx_http_session_render_uuid(res, row,
-                                     col + NGX_HTTP_SESSION_COL_I_ID, &im->id)
-        != NGX_OK
-        || ngx_http_session_render_uuid(res, row,
-                                        col + NGX_HTTP_SESSION_COL_I_SESSION,
-                                        &im->session_id)
+    im->id = p;
+
+    im->session_id = ngx_http_session_render_fixed(res, row,
+                                         col + NGX_HTTP_SESSION_COL_I_SESSION,
+                                         NGX_HTTP_SESSION_UUID_BIN_LEN);
+    im->sha256 = ngx_http_session_render_fixed(res, row,
+                                          col + NGX_HTTP_SESSION_COL_I_SHA256,
+                                          32);
+
+    if (im->session_id == NULL
+        || ngx_http_session_render_int4_at(res, row,
+                                          col + NGX_HTTP_SESSION_COL_I_SEQUENCE,
+                                           &im->sequence)
            != NGX_OK
-        || ngx_http_session_render_int4(res, row,
-                                        col + NGX_HTTP_SESSION_COL_I_SEQUENCE,
-                                        &im->sequence)
+        || ngx_http_session_render_int4_at(res, row,
+                                           col + NGX_HTTP_SESSION_COL_I_SIZE,
+                                           &im->size)
            != NGX_OK
-        || ngx_http_session_render_int4(res, row,
-                                        col + NGX_HTTP_SESSION_COL_I_SIZE,
-                                        &im->size)
+        || ngx_http_session_render_time_at(res, row,
+                                           col + NGX_HTTP_SESSION_COL_I_CREATED,
+                                           &im->created_us)
            != NGX_OK
-        || ngx_http_session_render_time(res, row,
-                                        col + NGX_HTTP_SESSION_COL_I_CREATED,
-                                        &im->created_us)
-           != NGX_OK
-        || PQgetlength(res, row, col + NGX_HTTP_SESSION_COL_I_SHA256) != 32)
+        || im->sha256 == NULL)
     {
         return NGX_ERROR;
     }
 
-    im->sha256 = (u_char *) PQgetvalue(res, row,
-                                       col + NGX_HTTP_SESSION_COL_I_SHA256);
-    im->content_type = (u_char *) PQgetvalue(res, row,
-                                            col + NGX_HTTP_SESSION_COL_I_TYPE);
-    im->content_type_len = PQgetlength(res, row,
-                                       col + NGX_HTTP_SESSION_COL_I_TYPE);
+    im->content_type = ngx_http_session_render_text(res, row,
+                                            col + NGX_HTTP_SESSION_COL_I_TYPE,
+                                            &im->content_type_len);
 
-    im->acknowledged = !PQgetisnull(res, row,
-                                    col + NGX_HTTP_SESSION_COL_I_ACKNOWLEDGED);
-    im->acknowledged_us = 0;
-
-    if (im->acknowledged
-        && ngx_http_session_render_time(res, row,
-                                   col + NGX_HTTP_SESSION_COL_I_ACKNOWLEDGED,
-                                   &im->acknowledged_us)
-           != NGX_OK)
-    {
+    rc = ngx_http_session_render_fixed_or_null(res, row,
+                                    col + NGX_HTTP_SESSION_COL_I_ACKNOWLEDGED,
+                                    8, &p);
+    if (rc == NGX_ERROR) {
         return NGX_ERROR;
     }
+
+    im->acknowledged = (rc == NGX_OK);
+    im->acknowledged_us = im->acknowledged
+                          ? ngx_http_session_render_be64us(p) : 0;
 
     return NGX_OK;
 }

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "ngx_http_session_cursor.h"
+#include "ngx_http_session_json.h"
 
 
 #define NGX_HTTP_SESSION_CURSOR_VERSION       1
@@ -52,7 +53,40 @@ static int ngx_http_session_cursor_b64_decode(unsigned char *dst,
     const unsigned char *src, size_t len);
 static uint32_t ngx_http_session_cursor_crc32(const unsigned char *p,
     size_t len);
-static int ngx_http_session_cursor_hex(unsigned char c);
+
+
+/* the value of a hex digit, either case; X (a bit above them) for others */
+#define X  0x10
+
+static const unsigned char  ngx_http_session_cursor_unhex[256] = {
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    0, 1, 2, 3, 4, 5, 6, 7, 8, 9, X, X, X, X, X, X,
+    X, 10, 11, 12, 13, 14, 15, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, 10, 11, 12, 13, 14, 15, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X,
+    X, X, X, X, X, X, X, X, X, X, X, X, X, X, X, X
+};
+
+#undef X
+
+
+/*
+ * Where the 16 bytes of a UUID are in its text: 8-4-4-4-12 hex digits,
+ * dashes at 8, 13, 18 and 23.
+ */
+static const unsigned char  ngx_http_session_uuid_at[16] = {
+    0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34
+};
 
 
 #if (NGX_HTTP_SESSION_CURSOR_B64_LEN(NGX_HTTP_SESSION_CURSOR_SESSION_BIN)    \
@@ -177,35 +211,33 @@ int
 ngx_http_session_uuid_parse(const unsigned char *s, size_t len,
     unsigned char *uuid16)
 {
-    int            hi, lo;
-    size_t         i, n;
-    unsigned char  bin[NGX_HTTP_SESSION_UUID_BIN_LEN];
+    size_t                i;
+    unsigned              hi, lo, bad;
+    const unsigned char  *p;
+    unsigned char         bin[NGX_HTTP_SESSION_UUID_BIN_LEN];
 
-    if (len != NGX_HTTP_SESSION_UUID_LEN) {
+    if (len != NGX_HTTP_SESSION_UUID_LEN
+        || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-')
+    {
         return -1;
     }
 
-    n = 0;
+    /* every digit is looked up; one that is not sets a bit above them */
 
-    for (i = 0; i < len; /* void */) {
+    bad = 0;
 
-        if (i == 8 || i == 13 || i == 18 || i == 23) {
-            if (s[i++] != '-') {
-                return -1;
-            }
+    for (i = 0; i < NGX_HTTP_SESSION_UUID_BIN_LEN; i++) {
+        p = s + ngx_http_session_uuid_at[i];
 
-            continue;
-        }
+        hi = ngx_http_session_cursor_unhex[p[0]];
+        lo = ngx_http_session_cursor_unhex[p[1]];
 
-        hi = ngx_http_session_cursor_hex(s[i]);
-        lo = ngx_http_session_cursor_hex(s[i + 1]);
+        bad |= hi | lo;
+        bin[i] = (unsigned char) (hi << 4 | lo);
+    }
 
-        if (hi < 0 || lo < 0) {
-            return -1;
-        }
-
-        bin[n++] = (unsigned char) (hi << 4 | lo);
-        i += 2;
+    if (bad & ~0xfu) {
+        return -1;
     }
 
     memcpy(uuid16, bin, sizeof(bin));
@@ -214,21 +246,36 @@ ngx_http_session_uuid_parse(const unsigned char *s, size_t len,
 }
 
 
+/* a byte's two digits from the table, one load and one store */
+
+#define ngx_http_session_uuid_hex(d, b)                                      \
+    memcpy(d, ngx_http_session_hex_pairs + 2 * (size_t) (b), 2)
+
+
 void
 ngx_http_session_uuid_format(const unsigned char *uuid16,
     unsigned char *dst36)
 {
-    size_t             i;
-    static const char  hex[] = "0123456789abcdef";
-
-    for (i = 0; i < NGX_HTTP_SESSION_UUID_BIN_LEN; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10) {
-            *dst36++ = '-';
-        }
-
-        *dst36++ = (unsigned char) hex[uuid16[i] >> 4];
-        *dst36++ = (unsigned char) hex[uuid16[i] & 0xf];
-    }
+    ngx_http_session_uuid_hex(dst36, uuid16[0]);
+    ngx_http_session_uuid_hex(dst36 + 2, uuid16[1]);
+    ngx_http_session_uuid_hex(dst36 + 4, uuid16[2]);
+    ngx_http_session_uuid_hex(dst36 + 6, uuid16[3]);
+    dst36[8] = '-';
+    ngx_http_session_uuid_hex(dst36 + 9, uuid16[4]);
+    ngx_http_session_uuid_hex(dst36 + 11, uuid16[5]);
+    dst36[13] = '-';
+    ngx_http_session_uuid_hex(dst36 + 14, uuid16[6]);
+    ngx_http_session_uuid_hex(dst36 + 16, uuid16[7]);
+    dst36[18] = '-';
+    ngx_http_session_uuid_hex(dst36 + 19, uuid16[8]);
+    ngx_http_session_uuid_hex(dst36 + 21, uuid16[9]);
+    dst36[23] = '-';
+    ngx_http_session_uuid_hex(dst36 + 24, uuid16[10]);
+    ngx_http_session_uuid_hex(dst36 + 26, uuid16[11]);
+    ngx_http_session_uuid_hex(dst36 + 28, uuid16[12]);
+    ngx_http_session_uuid_hex(dst36 + 30, uuid16[13]);
+    ngx_http_session_uuid_hex(dst36 + 32, uuid16[14]);
+    ngx_http_session_uuid_hex(dst36 + 34, uuid16[15]);
 }
 
 
@@ -383,40 +430,32 @@ ngx_http_session_cursor_b64_decode(unsigned char *dst,
 }
 
 
-/* CRC-32 of ISO-HDLC (zlib's crc32()), bit by bit: cursors are short */
+/*
+ * CRC-32 of ISO-HDLC (zlib's crc32()), four bits at a time: the table
+ * holds the CRC of each nibble shifted through the reflected polynomial
+ * 0xedb88320 (cursors are short; 64 bytes of table are enough).
+ */
+
+static const uint32_t  ngx_http_session_cursor_crc_nibble[16] = {
+    0x00000000, 0x1db71064, 0x3b6e20c8, 0x26d930ac,
+    0x76dc4190, 0x6b6b51f4, 0x4db26158, 0x5005713c,
+    0xedb88320, 0xf00f9344, 0xd6d6a3e8, 0xcb61b38c,
+    0x9b64c2b0, 0x86d3d2d4, 0xa00ae278, 0xbdbdf21c
+};
+
 
 static uint32_t
 ngx_http_session_cursor_crc32(const unsigned char *p, size_t len)
 {
-    int       k;
     uint32_t  crc;
 
     crc = 0xffffffff;
 
     while (len--) {
         crc ^= *p++;
-
-        for (k = 0; k < 8; k++) {
-            crc = (crc >> 1) ^ (0xedb88320 & (0 - (crc & 1)));
-        }
+        crc = (crc >> 4) ^ ngx_http_session_cursor_crc_nibble[crc & 0xf];
+        crc = (crc >> 4) ^ ngx_http_session_cursor_crc_nibble[crc & 0xf];
     }
 
     return ~crc;
-}
-
-
-static int
-ngx_http_session_cursor_hex(unsigned char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-
-    c |= 0x20;
-
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-
-    return -1;
 }

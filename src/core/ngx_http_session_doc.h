@@ -73,6 +73,21 @@ typedef struct {
  */
 unsigned char *ngx_http_session_doc_time(unsigned char *dst, int64_t us);
 
+/*
+ * The date part ("2026-11-21T") of the last timestamp written with it,
+ * for one field of a list, whose rows mostly share their day; all zero is
+ * empty.
+ */
+typedef struct {
+    /* days since 1970-01-01 plus 1; 0: none */
+    uint32_t       day;
+    unsigned char  text[11];
+} ngx_http_session_doc_day_t;
+
+/* the same bytes as ngx_http_session_doc_time(), the date from *day */
+unsigned char *ngx_http_session_doc_time_day(unsigned char *dst, int64_t us,
+    ngx_http_session_doc_day_t *day);
+
 /* the most bytes the document of s can take */
 size_t ngx_http_session_doc_session_size(
     const ngx_http_session_doc_session_t *s);

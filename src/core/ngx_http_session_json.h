@@ -28,6 +28,14 @@
 size_t ngx_http_session_json_escape(unsigned char *dst,
     const unsigned char *src, size_t len);
 
+/*
+ * Two characters per value, for the writers of numbers: the decimal
+ * digits of n < 100 at 2 * n ("00" .. "99") and the lower-case hex
+ * digits of a byte b at 2 * b ("00" .. "ff").
+ */
+extern const char  ngx_http_session_dec_pairs[];
+extern const char  ngx_http_session_hex_pairs[];
+
 /* the most digits ngx_http_session_decimal() writes */
 #define NGX_HTTP_SESSION_DECIMAL_MAX  20
 

@@ -24,6 +24,7 @@ Suite *make_image_suite(void);
 Suite *make_doc_suite(void);
 Suite *make_delivery_suite(void);
 Suite *make_backoff_suite(void);
+Suite *make_fast_suite(void);
 
 
 #endif /* _NGX_HTTP_SESSION_CHECK_SUITES_H_INCLUDED_ */
