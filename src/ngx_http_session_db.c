@@ -87,6 +87,8 @@ static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
+static ngx_uint_t ngx_http_session_db_large(ngx_http_session_db_query_t *q,
+    PGresult *res);
 static size_t ngx_http_session_db_row_size(PGresult *res);
 static ngx_uint_t ngx_http_session_db_batchable(
     ngx_http_session_db_query_t *q);
@@ -1078,8 +1080,7 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     if (q && res && PQstatus(dc->pg) != CONNECTION_BAD
         && !ngx_http_session_db_unavailable(res)
         && (dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE
-            || ngx_http_session_db_row_size(res)
-               >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE))
+            || ngx_http_session_db_large(q, res)))
     {
         /* res lives on without the connection */
         ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
@@ -1164,6 +1165,26 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     }
 
     ngx_http_session_db_dispatch();
+}
+
+
+/*
+ * Did libpq read a message of RECYCLE_SIZE or more for res?  Only a
+ * query whose handler takes its result over (an image's bytes) can get
+ * such a row; every other statement returns bounded columns, so its
+ * rows are not measured (a list of 100 would cost 1,000 calls).  A
+ * result whose query went away is measured: nobody says what it was.
+ */
+
+static ngx_uint_t
+ngx_http_session_db_large(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    if (q != NULL && !q->keep_result) {
+        return 0;
+    }
+
+    return ngx_http_session_db_row_size(res)
+           >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE;
 }
 
 
@@ -1691,9 +1712,7 @@ ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
         return;
     }
 
-    if (res && ngx_http_session_db_row_size(res)
-               >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE)
-    {
+    if (res && ngx_http_session_db_large(q, res)) {
         dc->recycle = 1;
     }
 

@@ -344,6 +344,86 @@ $checks{lost} = sub {
     ok(drained(), "$name - nobody waits after");
 };
 
+# the backend process of the worker's one pool connection
+sub pool_pid {
+    return psql(q{SELECT coalesce(max(pid), 0) FROM pg_stat_activity}
+                . q{ WHERE application_name = 'nginx session pool'});
+}
+
+# until the pool connection is another one than $pid's, and ready
+sub replaced {
+    my ($pid) = @_;
+
+    my ($new) = wait_until(10, 0.05, sub {
+        my $p = pool_pid();
+        $p && $p != $pid ? $p : 0;
+    });
+
+    return $new;
+}
+
+# A connection that carried 4 MB or more is replaced once its statement
+# is over (libpq keeps its buffers at their largest): after a large
+# upload, after a large download alone and in a pipeline, not after small
+# reads, with every answer whole
+$checks{recycle} = sub {
+    my ($name) = @_;
+
+    my $big = "\x89PNG\r\n\x1a\n"
+              . join('', map { pack 'N', ($_ * 2654435761) % 4294967296 }
+                             1 .. 5 * 1024 * 1024 / 4);
+    my @sid = map { create() } 1 .. 3;
+
+    my $pid = pool_pid();
+    ok($pid, "$name - the pool connection is there");
+
+    my $r = api('POST', "/api/v1/sessions/$sid[0]/images", $KEY{MAIN}, $big,
+                { 'Content-Type' => 'image/png' });
+    is($r->{status}, 201, "$name - 5 MB upload: 201");
+    my $iid = $r->{json}{id};
+
+    $pid = replaced($pid);
+    ok($pid, "$name - replaced after the upload");
+
+    my $path = "/api/v1/sessions/$sid[0]/images/$iid/content";
+
+    $r = api('GET', $path, $KEY{MAIN});
+    is($r->{status}, 200, "$name - 5 MB download: 200");
+    ok($r->{content} eq $big, "$name - 5 MB download: the bytes");
+
+    $pid = replaced($pid);
+    ok($pid, "$name - replaced after the download");
+
+    # small reads leave it alone
+    for my $sid (@sid) {
+        is(api('GET', "/api/v1/sessions/$sid", $KEY{MAIN})->{status}, 200,
+           "$name - a small read: 200");
+    }
+    is(pool_pid(), $pid, "$name - small reads: the same connection");
+
+    # the download in a pipeline with two small reads
+    my ($lock, $holder) = hold_connection($sid[1]);
+    my @paths = ($path, map { "/api/v1/sessions/$_" } @sid[1, 2]);
+    my @req = map { send_get($_, $KEY{MAIN}) } @paths;
+    ok(read_by_nginx(@paths) && waiting(3), "$name - three reads wait");
+
+    my $before = database();
+    unlock($lock);
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    my $a = answer($req[0], 30);
+    is($a->{status}, 200, "$name - in a pipeline: the download's 200");
+    ok(($a->{content} // '') eq $big, "$name - in a pipeline: the bytes");
+    for my $i (1, 2) {
+        is(answer($req[$i], 20)->{json}{id}, $sid[$i],
+           "$name - in a pipeline: read $i");
+    }
+    is(database()->{batches} - $before->{batches}, 1,
+       "$name - they went in one pipeline");
+
+    ok(replaced($pid), "$name - replaced after the pipeline");
+};
+
 # session_db_batch 1: the same queue, sent one by one
 $checks{one_by_one} = sub {
     my ($name) = @_;
@@ -473,7 +553,23 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 5: session_db_batch 1 sends them one by one
+=== TEST 5: a connection that carried 4 MB is replaced, alone or in a pipeline
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
+--- check: recycle
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: session_db_batch 1 sends them one by one
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_connections 1;
@@ -490,7 +586,7 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 6: session_db_batch 0
+=== TEST 7: session_db_batch 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch 0;
@@ -501,7 +597,7 @@ qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
 
 
 
-=== TEST 7: session_db_batch 65
+=== TEST 8: session_db_batch 65
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch 65;
@@ -512,7 +608,7 @@ qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
 
 
 
-=== TEST 8: session_db_batch many
+=== TEST 9: session_db_batch many
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch many;
