@@ -331,7 +331,8 @@ $checks{lost} = sub {
     for my $i (0 .. 4) {
         my $r = answer($req[$i], 20);
         is($r->{status}, 503, "$name - read $i: 503");
-        is($r->{json}{message}, 'database unavailable', "$name - read $i: message");
+        is($r->{json}{message}, 'database unavailable',
+           "$name - read $i: message");
     }
 
     unlock($images);
