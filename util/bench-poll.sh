@@ -35,6 +35,9 @@
 #   BENCH_POLL_SYNC_OFF  set: the module's connections run with
 #                        synchronous_commit off (no fsync wait in an
 #                        upload's commit: shows what the disk costs)
+#   BENCH_POLL_PERF      a path prefix: "perf record -g" of the workers
+#                        for 3 s from just before the uploads, written to
+#                        PREFIX.KIND.N (for "perf report -i"; needs perf)
 #   BENCH_POLL_PORT      nginx's port (default: a free one)
 #   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
 #                        one; attempts 2 and 3 take the next ones)
@@ -51,6 +54,7 @@ NCHAN=/usr/lib/nginx/modules/ngx_nchan_module.so
 
 SIZES=${BENCH_POLL_SIZES:-1000 10000}
 SPREAD=${BENCH_POLL_SPREAD:-1000}
+PERF_OUT=${BENCH_POLL_PERF:-}
 KINDS=${BENCH_POLL_KINDS:-module nchan}
 ROUNDS=${BENCH_POLL_ROUNDS:-1}
 TIMEOUT=${BENCH_POLL_TIMEOUT:-60}
@@ -212,6 +216,13 @@ fi
 # what the servers free after a burst (both alike) is not counted
 sleep 1
 workers_rss > "$W/rss-ready"
+if [ -n "$PERF_OUT" ]; then
+    # the workers' profile over the wake-up that follows
+    pids=\$(pgrep -P "\$(cat "$W/nginx.pid")" | paste -sd, -)
+    setsid perf record -q -g -F 4999 -p "\$pids" \\
+        -o "$PERF_OUT.$kind.$n" -- sleep 3 </dev/null >/dev/null 2>&1 &
+    sleep 0.3
+fi
 exit 0
 EOF
 }
