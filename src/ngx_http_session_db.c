@@ -87,6 +87,7 @@ static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
+static void ngx_http_session_db_recycle(ngx_http_session_db_conn_t *dc);
 static ngx_uint_t ngx_http_session_db_large(ngx_http_session_db_query_t *q,
     PGresult *res);
 static size_t ngx_http_session_db_row_size(PGresult *res);
@@ -104,6 +105,8 @@ static void ngx_http_session_db_read_batch(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static void ngx_http_session_db_batch_over(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_deliver(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q, PGresult *res);
 static void ngx_http_session_db_batch_fail(ngx_http_session_db_conn_t *dc,
     ngx_uint_t from, ngx_uint_t to);
 static void ngx_http_session_db_enqueue(ngx_http_session_db_pool_t *pool,
@@ -1068,7 +1071,6 @@ static void
 ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
     PGresult *res)
 {
-    ngx_uint_t                    keep;
     ngx_http_session_db_query_t  *q;
 
     q = dc->query;
@@ -1083,11 +1085,7 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
             || ngx_http_session_db_large(q, res)))
     {
         /* res lives on without the connection */
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
-                       "session db: recycling a connection that sent %uz "
-                       "bytes", dc->sent);
-        ngx_http_session_db_conn_close(dc);
-        ngx_http_session_db_conn_open(dc);
+        ngx_http_session_db_recycle(dc);
     }
 
     dc->sent = 0;
@@ -1138,6 +1136,41 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
         return;
     }
 
+    if ((res == NULL || ngx_http_session_db_unavailable(res))
+        && PQstatus(dc->pg) == CONNECTION_BAD)
+    {
+        /* closed before the handler runs: it may ask for another query */
+        ngx_http_session_db_conn_fail(dc);
+        ngx_http_session_db_deliver(dc, q, res);
+        return;
+    }
+
+    ngx_http_session_db_deliver(dc, q, res);
+
+    ngx_http_session_db_dispatch();
+}
+
+
+/*
+ * res to q's handler: as it is, or NULL (503) when the database is not
+ * there; res is freed unless the handler took it over.  With no q (its
+ * request went away) res is only freed.
+ */
+
+static void
+ngx_http_session_db_deliver(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_uint_t  keep;
+
+    if (q == NULL) {
+        if (res) {
+            PQclear(res);
+        }
+
+        return;
+    }
+
     if (res == NULL || ngx_http_session_db_unavailable(res)) {
         if (res) {
             ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: %s",
@@ -1146,25 +1179,31 @@ ngx_http_session_db_finish_query(ngx_http_session_db_conn_t *dc,
             PQclear(res);
         }
 
-        if (PQstatus(dc->pg) == CONNECTION_BAD) {
-            ngx_http_session_db_conn_fail(dc);
-            ngx_http_session_db_complete(q, NULL);
-            return;
-        }
-
         ngx_http_session_db_complete(q, NULL);
-
-    } else {
-        keep = q->keep_result && !q->done;
-
-        ngx_http_session_db_complete(q, res);
-
-        if (!keep) {
-            PQclear(res);
-        }
+        return;
     }
 
-    ngx_http_session_db_dispatch();
+    keep = q->keep_result && !q->done;
+
+    ngx_http_session_db_complete(q, res);
+
+    if (!keep) {
+        PQclear(res);
+    }
+}
+
+
+/* a connection whose buffers grew past RECYCLE_SIZE: a new one */
+
+static void
+ngx_http_session_db_recycle(ngx_http_session_db_conn_t *dc)
+{
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: recycling a connection that sent %uz bytes",
+                   dc->sent);
+
+    ngx_http_session_db_conn_close(dc);
+    ngx_http_session_db_conn_open(dc);
 }
 
 
@@ -1693,7 +1732,6 @@ static void
 ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res)
 {
-    ngx_uint_t                    keep;
     ngx_http_session_db_query_t  *q;
 
     q = dc->batch[dc->nread];
@@ -1716,34 +1754,7 @@ ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
         dc->recycle = 1;
     }
 
-    if (q == NULL) {
-        /* its request went away */
-        if (res) {
-            PQclear(res);
-        }
-
-        return;
-    }
-
-    if (res == NULL || ngx_http_session_db_unavailable(res)) {
-        if (res) {
-            ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: %s",
-                          ngx_http_session_db_message(
-                                                 PQresultErrorMessage(res)));
-            PQclear(res);
-        }
-
-        ngx_http_session_db_complete(q, NULL);
-        return;
-    }
-
-    keep = q->keep_result && !q->done;
-
-    ngx_http_session_db_complete(q, res);
-
-    if (!keep) {
-        PQclear(res);
-    }
+    ngx_http_session_db_deliver(dc, q, res);
 }
 
 
@@ -1765,11 +1776,7 @@ ngx_http_session_db_batch_over(ngx_http_session_db_conn_t *dc)
     ngx_http_session_db_idle(dc);
 
     if (dc->recycle || dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE) {
-        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
-                       "session db: recycling a connection that sent %uz "
-                       "bytes", dc->sent);
-        ngx_http_session_db_conn_close(dc);
-        ngx_http_session_db_conn_open(dc);
+        ngx_http_session_db_recycle(dc);
     }
 
     dc->sent = 0;
