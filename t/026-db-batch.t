@@ -20,7 +20,8 @@ use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use IO::Handle ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest qw(:DEFAULT api_request send_get answer status_json check_init);
+use SessionTest qw(:DEFAULT api_request send_get answer status_json check_init
+                   db_http_config);
 
 our $TAG = sprintf 't026-%d-%d', $$, time;
 
@@ -477,6 +478,13 @@ add_block_preprocessor(sub {
 
     workers(1);
 
+    # one pool connection, statements that may wait long, no sweep and no
+    # key lookup in the middle of a check
+    db_http_config($block, "session_db_connections 1;\n"
+                           . "session_db_timeout 20s;\n"
+                           . "session_expiry_sweep_interval 30s;\n"
+                           . "session_auth_cache_ttl 1h;\n");
+
     $block->set_value('config', $CONFIG) unless defined $block->config;
     $block->set_value('more_headers', "Authorization: Bearer $KEY{MAIN}\n");
 
@@ -489,12 +497,6 @@ run_tests();
 __DATA__
 
 === TEST 1: waiting reads go in one pipeline, each with its own answer
---- http_config
-    session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_db_connections 1;
-    session_db_timeout 20s;
-    session_expiry_sweep_interval 30s;
-    session_auth_cache_ttl 1h;
 --- check: batch
 --- request
 GET /api/v1/sessions?limit=1
@@ -523,12 +525,6 @@ canceling statement due to lock timeout
 
 
 === TEST 3: clients that go away while their reads wait
---- http_config
-    session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_db_connections 1;
-    session_db_timeout 20s;
-    session_expiry_sweep_interval 30s;
-    session_auth_cache_ttl 1h;
 --- check: gone
 --- request
 GET /api/v1/sessions?limit=1
@@ -539,12 +535,6 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 4: the connection is lost while a pipeline runs
---- http_config
-    session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_db_connections 1;
-    session_db_timeout 20s;
-    session_expiry_sweep_interval 30s;
-    session_auth_cache_ttl 1h;
 --- check: lost
 --- request
 GET /api/v1/sessions?limit=1
@@ -555,12 +545,6 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 5: a connection that carried 4 MB is replaced, alone or in a pipeline
---- http_config
-    session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_db_connections 1;
-    session_db_timeout 20s;
-    session_expiry_sweep_interval 30s;
-    session_auth_cache_ttl 1h;
 --- check: recycle
 --- request
 GET /api/v1/sessions?limit=1
