@@ -73,6 +73,8 @@ static ngx_http_session_flight_t *ngx_http_session_flight_find(u_char *hash);
 static ngx_http_session_flight_t *ngx_http_session_flight_start(
     ngx_http_request_t *r, ngx_http_session_ctx_t *ctx);
 static void ngx_http_session_waiter_cleanup(void *data);
+static ngx_uint_t ngx_http_session_auth_flag(PGresult *res, int col,
+    ngx_uint_t flag);
 static void ngx_http_session_auth_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 
@@ -557,6 +559,19 @@ ngx_http_session_auth_hash(const u_char *token, u_char *hash)
 }
 
 
+/* flag when the boolean in column col is true ("t", the text format) */
+
+static ngx_uint_t
+ngx_http_session_auth_flag(PGresult *res, int col, ngx_uint_t flag)
+{
+    if (PQnfields(res) <= col || PQgetisnull(res, 0, col)) {
+        return 0;
+    }
+
+    return PQgetvalue(res, 0, col)[0] == 't' ? flag : 0;
+}
+
+
 /* the answer of a flight, for every request that waits for it */
 
 static void
@@ -608,6 +623,13 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         outcome = (ngx_strcmp(status, "active") == 0)
                   ? NGX_HTTP_SESSION_AUTH_VALID
                   : NGX_HTTP_SESSION_AUTH_SUSPENDED;
+
+        p.plan = ngx_http_session_auth_flag(res, 4,
+                                            NGX_HTTP_SESSION_PLAN_UNLIMITED)
+                 | ngx_http_session_auth_flag(res, 5,
+                                              NGX_HTTP_SESSION_PLAN_LONG_POLL)
+                 | ngx_http_session_auth_flag(res, 6,
+                                              NGX_HTTP_SESSION_PLAN_WEBHOOK);
     }
 
     if (err == NGX_HTTP_SESSION_ERR_LAST) {
@@ -660,6 +682,7 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
                    NGX_HTTP_SESSION_UUID_LEN);
         ngx_memcpy(ctx->principal.key_id, p.key_id,
                    NGX_HTTP_SESSION_UUID_LEN);
+        ctx->principal.plan = p.plan;
 
         /*
          * An unknown key is a failure of every client that sent it (the

@@ -56,6 +56,11 @@ typedef struct {
     ngx_msec_t                   timeout;
     /* the last early try, see ngx_http_session_db_try_early() */
     ngx_msec_t                   early;
+    /*
+     * Posted when a read finds a connection idle: the reads of one turn
+     * of the event loop go out together when the turn is over
+     */
+    ngx_event_t                  post;
 } ngx_http_session_db_pool_t;
 
 
@@ -73,6 +78,7 @@ static char *ngx_http_session_db_message(const char *msg);
 static ngx_uint_t ngx_http_session_db_failure_level(
     ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_posted(ngx_event_t *ev);
 static ngx_uint_t ngx_http_session_db_socket_changed(
     ngx_http_session_db_conn_t *dc, int fd);
 static void ngx_http_session_db_detach(ngx_http_session_db_conn_t *dc);
@@ -155,7 +161,8 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED,
     NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM,
     NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD,
-    NGX_HTTP_SESSION_SQL_IDEM_CLAIM
+    NGX_HTTP_SESSION_SQL_IDEM_CLAIM,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */
@@ -195,6 +202,9 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     pool->timeout = smcf->db_timeout;
     pool->batch = smcf->db_batch;
     pool->early = ngx_current_msec - NGX_HTTP_SESSION_BACKOFF_EARLY;
+    pool->post.handler = ngx_http_session_db_posted;
+    pool->post.data = pool;
+    pool->post.log = cycle->log;
 
     if (ngx_http_session_db_prepare_text(cycle, pool) != NGX_OK) {
         return NGX_ERROR;
@@ -274,31 +284,39 @@ ngx_http_session_db_prepare_text(ngx_cycle_t *cycle,
 const char *
 ngx_http_session_db_options(ngx_cycle_t *cycle)
 {
-    u_char                        *p;
+    u_char                        *p, *last;
     size_t                         len;
     ngx_http_session_main_conf_t  *smcf;
 
     smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
 
     len = smcf->db_options.len + sizeof(" -c statement_timeout=") - 1
-          + NGX_INT_T_LEN + 1;
+          + NGX_INT_T_LEN + sizeof(" -c plan_cache_mode=force_generic_plan");
 
     p = ngx_pnalloc(cycle->pool, len);
     if (p == NULL) {
         return NULL;
     }
 
-    if (smcf->db_options.len
-        && ngx_strstr(smcf->db_options.data, "statement_timeout"))
-    {
-        /* the operator's choice stands */
-        *ngx_cpymem(p, smcf->db_options.data, smcf->db_options.len) = '\0';
+    /* the operator's choices stand */
 
-    } else {
-        *ngx_sprintf(p, "%V%s-c statement_timeout=%M", &smcf->db_options,
-                     smcf->db_options.len ? " " : "", smcf->db_timeout)
-            = '\0';
+    last = ngx_cpymem(p, smcf->db_options.data, smcf->db_options.len);
+
+    if (smcf->db_options.len == 0
+        || ngx_strstr(smcf->db_options.data, "statement_timeout") == NULL)
+    {
+        last = ngx_sprintf(last, "%s-c statement_timeout=%M",
+                           last > p ? " " : "", smcf->db_timeout);
     }
+
+    if (smcf->db_options.len == 0
+        || ngx_strstr(smcf->db_options.data, "plan_cache_mode") == NULL)
+    {
+        last = ngx_sprintf(last, "%s-c plan_cache_mode=force_generic_plan",
+                           last > p ? " " : "");
+    }
+
+    *last = '\0';
 
     return (const char *) p;
 }
@@ -313,6 +331,10 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
     pool = ngx_http_session_db_pool;
     if (pool == NULL) {
         return;
+    }
+
+    if (pool->post.posted) {
+        ngx_delete_posted_event(&pool->post);
     }
 
     for (i = 0; i < pool->nconns; i++) {
@@ -1407,6 +1429,21 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
         if (dc->state == NGX_HTTP_SESSION_DB_IDLE) {
             ngx_add_timer(&q->timeout, pool->timeout);
 
+            /*
+             * A read waits for the end of this turn of the event loop,
+             * which may bring more to send along with it
+             */
+
+            if (pool->batch > 1 && ngx_http_session_db_batchable(q)) {
+                ngx_http_session_db_enqueue(pool, q, 0);
+
+                if (!pool->post.posted) {
+                    ngx_post_event(&pool->post, &ngx_posted_events);
+                }
+
+                return NGX_OK;
+            }
+
             if (ngx_http_session_db_send_query(dc, q) == NGX_OK) {
                 return NGX_OK;
             }
@@ -1865,7 +1902,7 @@ ngx_http_session_db_dequeue(ngx_http_session_db_pool_t *pool,
 static void
 ngx_http_session_db_dispatch(void)
 {
-    ngx_uint_t                    i, n, alive, idle;
+    ngx_uint_t                    i, n, alive;
     ngx_queue_t                  *head;
     ngx_http_session_db_query_t  *batch[NGX_HTTP_SESSION_DB_BATCH_MAX];
     ngx_http_session_db_conn_t   *dc;
@@ -1878,13 +1915,6 @@ ngx_http_session_db_dispatch(void)
     }
 
     alive = 0;
-    idle = 0;
-
-    for (i = 0; i < pool->nconns; i++) {
-        if (pool->conns[i].state == NGX_HTTP_SESSION_DB_IDLE) {
-            idle++;
-        }
-    }
 
     for (i = 0; i < pool->nconns && pool->nwaiting; i++) {
         dc = &pool->conns[i];
@@ -1903,8 +1933,11 @@ ngx_http_session_db_dispatch(void)
         ngx_http_session_db_dequeue(pool, q);
 
         /*
-         * A read takes other waiting reads along: its share of them, so
-         * that the idle connections left get theirs
+         * A read takes the other waiting reads along, up to
+         * session_db_batch: a pipeline of n wakes the server and the
+         * worker once instead of n times, which is what a loaded machine
+         * runs short of (decision (nb)); the next idle connection takes
+         * what is left
          */
 
         n = 1;
@@ -1912,12 +1945,7 @@ ngx_http_session_db_dispatch(void)
         if (pool->batch > 1 && pool->nwaiting
             && ngx_http_session_db_batchable(q))
         {
-            n = (pool->nwaiting + 1 + idle - 1) / (idle ? idle : 1);
-            n = ngx_min(n, pool->batch);
-        }
-
-        if (idle) {
-            idle--;
+            n = ngx_min(pool->nwaiting + 1, pool->batch);
         }
 
         if (n > 1) {
@@ -1948,6 +1976,13 @@ ngx_http_session_db_dispatch(void)
 
         ngx_http_session_db_complete(q, NULL);
     }
+}
+
+
+static void
+ngx_http_session_db_posted(ngx_event_t *ev)
+{
+    ngx_http_session_db_dispatch();
 }
 
 

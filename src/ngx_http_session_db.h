@@ -140,7 +140,10 @@ ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
  * The server options every connection starts with: those of the conninfo,
  * then statement_timeout = session_db_timeout unless they set one, so
  * that a statement the module gave up on is also given up by the server
- * (its transaction rolls back) instead of finishing unseen.
+ * (its transaction rolls back) instead of finishing unseen, and
+ * plan_cache_mode = force_generic_plan unless they set one, so that a
+ * prepared statement is planned once per connection, not per request
+ * (decision (nb)).
  */
 const char *ngx_http_session_db_options(ngx_cycle_t *cycle);
 void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);

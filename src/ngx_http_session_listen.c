@@ -150,6 +150,13 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
         return;
     }
 
+    /* the plans changed (src/sql/011_plan_notify.sql): every key's entry */
+
+    if (len == sizeof("plans") - 1 && ngx_strcmp(n->extra, "plans") == 0) {
+        ngx_http_session_auth_cache_flush(smcf->shm_zone);
+        return;
+    }
+
     /* unknown payload: when in doubt, forget everything */
 
     ngx_log_error(NGX_LOG_WARN, dc->log, 0,

@@ -102,7 +102,9 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     int                            rc;
     u_char                        *p;
     ngx_str_t                      msg;
+    ngx_uint_t                     want;
     ngx_http_session_ctx_t        *ctx;
+    ngx_http_session_stmt_e        stmt;
     ngx_http_session_create_t      cr;
     ngx_http_session_db_query_t   *q;
     ngx_http_session_loc_conf_t   *slcf;
@@ -136,7 +138,26 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
         return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
     }
 
-    q = ngx_http_session_work_query(r, NGX_HTTP_SESSION_STMT_SESSION_CREATE,
+    /*
+     * A plan without a quota that allows the mode, as the auth cache
+     * knows it: no usage to count, no plan to read, the insert alone
+     */
+
+    want = NGX_HTTP_SESSION_PLAN_UNLIMITED
+           | ((cr.delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
+              ? NGX_HTTP_SESSION_PLAN_WEBHOOK
+              : NGX_HTTP_SESSION_PLAN_LONG_POLL);
+
+    stmt = ((ctx->principal.plan & want) == want)
+           ? NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE
+           : NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session create: %s",
+                   (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE)
+                   ? "the insert alone" : "with the plan");
+
+    q = ngx_http_session_work_query(r, stmt,
                                   NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED,
                                   ngx_http_session_created);
     if (q == NULL) {

@@ -9,10 +9,13 @@
 
 /* $1: SHA-256 of the key (bytea, binary) */
 #define NGX_HTTP_SESSION_SQL_AUTH                                             \
-    "SELECT k.project_id::text, p.account_id::text, a.status, k.id::text"    \
+    "SELECT k.project_id::text, p.account_id::text, a.status, k.id::text,"   \
+    " pl.monthly_quota IS NULL, 'long_poll' = ANY (pl.features),"            \
+    " 'webhook' = ANY (pl.features)"                                          \
     " FROM api_keys k"                                                        \
     " JOIN projects p ON p.id = k.project_id"                                 \
     " JOIN accounts a ON a.id = p.account_id"                                 \
+    " LEFT JOIN plans pl ON pl.name = a.plan"                                 \
     " WHERE k.key_hash = $1 AND k.deleted_at IS NULL"
 
 
@@ -90,6 +93,20 @@
 
 #define NGX_HTTP_SESSION_SQL_CREATE_FROM                                      \
     " FROM (SELECT 1) one LEFT JOIN p ON true LEFT JOIN s ON true"
+
+/*
+ * The create of a key whose plan, as the auth cache knows it, has no
+ * quota and allows the delivery mode: the insert alone, with the
+ * parameters and the columns of NGX_HTTP_SESSION_SQL_SESSION_CREATE
+ * (allowed is true), decision (nc)
+ */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE                              \
+    "INSERT INTO sessions (project_id, delivery_mode, webhook_url,"           \
+    " created_at, expires_at)"                                                \
+    " SELECT $1::uuid, $2::text, $3::text, t.now,"                            \
+    " t.now + $4::integer * interval '1 second'"                              \
+    " FROM (SELECT clock_timestamp() AS now) t"                               \
+    " RETURNING true, id, created_at, expires_at"
 
 
 /*
@@ -424,6 +441,7 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM,
     NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD,
     NGX_HTTP_SESSION_STMT_IDEM_CLAIM,
+    NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 

@@ -174,6 +174,127 @@ $ENV{TEST_NGINX_SESSION_DB_TLS} = nginx_quote(
     . " sslmode=prefer gssencmode=disable $REST");
 
 
+# --- the server options a connection starts with
+
+# recording_port(): a stand-in that refuses TLS and GSS encryption,
+# writes each startup packet's parameters ("name=value" lines) to a file
+# of $Dir/startup, and relays the connection to the real server
+mkdir "$Dir/startup" or die "mkdir: $!";
+
+sub record {
+    my ($c) = @_;
+
+    my $head = read_n($c, 8) // return;
+
+    while ((unpack 'NN', $head)[1] == 80877103
+           || (unpack 'NN', $head)[1] == 80877104)
+    {
+        syswrite $c, 'N';
+        $head = read_n($c, 8) // return;
+    }
+
+    my $rest = read_n($c, (unpack 'N', $head) - 8) // return;
+    my %p = split /\0/, $rest;
+
+    open my $fh, '>', "$Dir/startup/$$.tmp" or return;
+    print $fh map { "$_=$p{$_}\n" } sort keys %p;
+    close $fh;
+    rename "$Dir/startup/$$.tmp", "$Dir/startup/$$";
+
+    my $pg = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                   PeerPort => $LIVE, Proto => 'tcp')
+        or return;
+    syswrite $pg, $head . $rest;
+    relay($c, $pg);
+}
+
+sub recording_port {
+    my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
+                                  Proto => 'tcp', Listen => 64,
+                                  ReuseAddr => 1)
+        or die "listen: $!";
+    my $port = $l->sockport;
+
+    my $pid = fork;
+    die "fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        $SIG{CHLD} = 'IGNORE';
+        while (my $c = $l->accept) {
+            my $kid = fork;
+            if (defined $kid && $kid == 0) {
+                record($c);
+                POSIX::_exit(0);
+            }
+            close $c;
+        }
+        POSIX::_exit(0);
+    }
+
+    close $l;
+    push @Kids, $pid;
+
+    return $port;
+}
+
+our $REC = recording_port();
+
+$ENV{TEST_NGINX_SESSION_DB_REC} = nginx_quote(
+    "host=127.0.0.1 port=$REC $REST");
+$ENV{TEST_NGINX_SESSION_DB_RECOPT} = nginx_quote(
+    "host=127.0.0.1 port=$REC options='-c plan_cache_mode=auto"
+    . " -c statement_timeout=7000' $REST");
+
+# the options of the pool connections that the stand-in has seen (one
+# per worker), once there are two; the records are removed
+sub pool_options {
+    my ($got) = wait_until(10, 0.05, sub {
+        my @o;
+        for my $f (glob "$Dir/startup/*") {
+            next if $f =~ /\.tmp$/;
+            open my $fh, '<', $f or next;
+            my %p = map { chomp; split /=/, $_, 2 } <$fh>;
+            push @o, $p{options} // ''
+                if ($p{application_name} // '') eq 'nginx session pool';
+        }
+        @o >= 2 ? \@o : undef;
+    });
+
+    unlink glob "$Dir/startup/*";
+
+    return @{ $got // [] };
+}
+
+# the module's own: statement_timeout = session_db_timeout (5 s by
+# default) and plan_cache_mode = force_generic_plan (decision (nb))
+sub own_options {
+    my ($name) = @_;
+
+    my @o = pool_options();
+    is(scalar @o, 2, "$name - both workers' pool connections seen");
+
+    for my $o (@o) {
+        like($o, qr/(?:^| )-c statement_timeout=5000(?: |$)/,
+             "$name - statement_timeout");
+        like($o, qr/(?:^| )-c plan_cache_mode=force_generic_plan(?: |$)/,
+             "$name - plan_cache_mode");
+    }
+}
+
+# the operator's choices stand, each once
+sub operator_options {
+    my ($name) = @_;
+
+    my @o = pool_options();
+    is(scalar @o, 2, "$name - both workers' pool connections seen");
+
+    for my $o (@o) {
+        is($o, '-c plan_cache_mode=auto -c statement_timeout=7000',
+           "$name - the options as the operator wrote them");
+    }
+}
+
+
 # --- a link that goes silent: a relay that stops forwarding, open
 
 # hole_relay(PORT): a relay on 127.0.0.1:PORT to the real server.  After
@@ -657,7 +778,35 @@ epoll_ctl
 
 
 
-=== TEST 10: an unknown host name without a resolver: nginx does not start
+=== TEST 10: the server options: statement_timeout, plan_cache_mode
+--- db: REC
+--- check: own_options
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+[error]
+
+
+
+=== TEST 11: the server options: the operator's own stand
+--- db: RECOPT
+--- check: operator_options
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+[error]
+
+
+
+=== TEST 12: an unknown host name without a resolver: nginx does not start
 --- db: UNKNOWN
 --- must_die
 --- error_log eval

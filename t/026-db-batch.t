@@ -21,7 +21,7 @@ use Test::Nginx::Socket 'no_plan';
 use IO::Handle ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request send_get answer status_json check_init
-                   db_http_config);
+                   db_http_config worker_pids);
 
 our $TAG = sprintf 't026-%d-%d', $$, time;
 
@@ -426,6 +426,90 @@ $checks{recycle} = sub {
     ok(replaced($pid), "$name - replaced after the pipeline");
 };
 
+# a connection that has served one request and is kept alive: the next
+# request written on it is read by nginx as soon as its worker looks
+sub kept_alive {
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $Test::Nginx::Util::ServerPort,
+                                  Proto => 'tcp')
+        or die "kept_alive: connect: $!";
+
+    print $s "GET /status HTTP/1.1\r\nHost: localhost\r\n\r\n";
+
+    my $buf = '';
+    my $sel = IO::Select->new($s);
+
+    while ($sel->can_read(10)) {
+        sysread($s, my $chunk, 65536) or last;
+        $buf .= $chunk;
+
+        last if $buf =~ /\r\nTransfer-Encoding: chunked\r\n/i
+                && $buf =~ /\r\n0\r\n\r\n\z/;
+
+        my $end = index $buf, "\r\n\r\n";
+
+        if ($end >= 0 && $buf =~ /\r\nContent-Length: (\d+)\r\n/i) {
+            last if length($buf) >= $end + 4 + $1;
+        }
+    }
+
+    die "kept_alive: no answer\n" unless $buf =~ m{^HTTP/1\.1 200};
+
+    return $s;
+}
+
+# the kernel's state letter of process $pid ("T" when stopped)
+sub proc_state {
+    my ($pid) = @_;
+
+    open my $fh, '<', "/proc/$pid/stat" or return '';
+    my $stat = <$fh> // '';
+
+    return $stat =~ /\) (\S)/ ? $1 : '';
+}
+
+# Reads that reach the worker in the same turn of its event loop go in
+# one pipeline even though connections are free: the worker is stopped
+# while six requests are written on six kept-alive connections, so that
+# it finds all six when it goes on
+$checks{turn} = sub {
+    my ($name) = @_;
+
+    my @sid = map { create() } 1 .. 6;
+
+    api('GET', "/api/v1/sessions/$sid[0]", $KEY{MAIN});
+
+    my @sock = map { kept_alive() } @sid;
+    my ($pid) = worker_pids();
+    my $before = database();
+
+    kill 'STOP', $pid;
+    my ($stopped) = wait_until(10, 0.01, sub { proc_state($pid) eq 'T' });
+
+    for my $i (0 .. $#sid) {
+        print { $sock[$i] } "GET /api/v1/sessions/$sid[$i] HTTP/1.1\r\n"
+                            . "Host: localhost\r\n"
+                            . "Authorization: Bearer $KEY{MAIN}\r\n"
+                            . "Connection: close\r\n\r\n";
+    }
+
+    kill 'CONT', $pid;
+
+    ok($stopped, "$name - the worker was stopped while they were sent");
+
+    for my $i (0 .. $#sid) {
+        my $r = answer({ sock => $sock[$i] }, 20);
+        is($r->{status}, 200, "$name - read $i: 200");
+        is($r->{json}{id}, $sid[$i], "$name - read $i: its session");
+    }
+
+    my $after = database();
+
+    is($after->{batches} - $before->{batches}, 1, "$name - one pipeline");
+    is($after->{batched} - $before->{batched}, 6, "$name - the six in it");
+    ok(drained(), "$name - nobody waits after");
+};
+
 # session_db_batch 1: the same queue, sent one by one
 $checks{one_by_one} = sub {
     my ($name) = @_;
@@ -554,7 +638,23 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 6: session_db_batch 1 sends them one by one
+=== TEST 6: the reads of one turn of the event loop go together
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 4;
+    session_db_timeout 20s;
+    session_expiry_sweep_interval 30s;
+    session_auth_cache_ttl 1h;
+--- check: turn
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: session_db_batch 1 sends them one by one
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_connections 1;
@@ -571,7 +671,7 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 7: session_db_batch 0
+=== TEST 8: session_db_batch 0
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch 0;
@@ -582,7 +682,7 @@ qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
 
 
 
-=== TEST 8: session_db_batch 65
+=== TEST 9: session_db_batch 65
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch 65;
@@ -593,7 +693,7 @@ qr/"session_db_batch" directive must be between 1 and 64 in .*nginx\.conf:\d+/
 
 
 
-=== TEST 9: session_db_batch many
+=== TEST 10: session_db_batch many
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_batch many;

@@ -33,6 +33,15 @@
 #                         upload, image-list, image, content, ack, poll)
 #   BENCH_DB_OUT          write the table here (default: standard output)
 #   BENCH_KEEP            keep the scratch directory
+#   BENCH_DB_HOLD         a file name: after the set-up, write there the
+#                         shell variables of the stack (PORT, W, DB, the
+#                         fixtures' ids) and keep it up while the file
+#                         exists (at most 30 minutes), for experiments;
+#                         no runs
+#   BENCH_DB_PERF         a path prefix: "perf record -a" (the whole
+#                         machine) for 3 s in the middle of each run, to
+#                         PREFIX.RUN (for "perf report -i ... --sort
+#                         comm,dso"; needs perf)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -53,6 +62,7 @@ LAT_CONNS=${BENCH_DB_LAT_CONNECTIONS:-$CLIENTS}
 THREADS=${BENCH_THREADS:-2}
 ONLY=${BENCH_DB_ONLY:-}
 OUT=${BENCH_DB_OUT:--}
+PERF_OUT=${BENCH_DB_PERF:-}
 
 # accounts of the quota scenario, and rows a "once" scenario may use up
 QUOTA_ACCOUNTS=40
@@ -137,6 +147,17 @@ fixtures() {
         echo "$k" >> "$W/quota-keys"
         echo "$a $p" >> "$W/quota-projects"
     done
+
+    # the rest of a busy service, so that both sides query tables of a
+    # real size (a table of a hundred rows gets a sequential scan and a
+    # sort): 500 sessions in each quota project, 10 images in 2,000 of them
+    cut -d' ' -f2 "$W/quota-projects" > "$W/quota-project-ids"
+    while read -r p; do
+        sessions "$p" 500 "$W/other-$p"
+    done < "$W/quota-project-ids"
+    cat "$W"/other-* | awk 'NR % 10 == 0' > "$W/image-others"
+    images "$W/image-others" 10 /dev/null
+    rm -f "$W"/other-* "$W/image-others"
 
     # 100 sessions to list and read, 8 to upload into
     sessions "$PROJECT" 100 "$W/sessions"
@@ -288,11 +309,21 @@ duration_s() {
     esac
 }
 
+# profile NAME: with BENCH_DB_PERF, a whole-machine profile of 3 s from
+# 1 s into the run that starts now, in the background
+profile() {
+    [ -n "$PERF_OUT" ] || return 0
+    ( sleep 1
+      perf record -q -a -g -F 1999 -o "$PERF_OUT.$1" -- sleep 3 \
+          </dev/null >/dev/null 2>&1 ) &
+}
+
 # module NAME CONNECTIONS: wrk with the request shape in the BENCH_*
 # environment
 module() {
     local name=$1 conns=$2 out rps p99 total non2xx
 
+    profile "$name"
     out=$(BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$conns" \
               -d"$DURATION" --latency -s "$ROOT/bench/db-request.lua" \
               "http://127.0.0.1:$PORT" 2>&1) \
@@ -325,6 +356,7 @@ anchor() {
     [ "${#files[@]}" -gt 0 ] || die "no pgbench script for $name"
 
     rm -f "$W"/pgb.*
+    profile "$name"
     out=$(cd "$W" && pgbench -n -M prepared -c "$CLIENTS" \
               -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
               -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
@@ -504,6 +536,17 @@ inside() {
     PORT=$(free_port) || die "no free port"
     write_conf
     start_nginx
+
+    if [ -n "${BENCH_DB_HOLD:-}" ]; then
+        declare -p PORT W DB PROJECT KEY IMAGE_SESSION ROOT > "$BENCH_DB_HOLD"
+        log "holding; rm $BENCH_DB_HOLD to stop"
+        for round in $(seq 1800); do
+            [ -f "$BENCH_DB_HOLD" ] || break
+            sleep 1
+        done
+        stop_nginx
+        return 0
+    fi
 
     for round in $(seq "$ROUNDS"); do
         for s in "${SCENARIOS[@]}"; do

@@ -183,7 +183,8 @@ weight() {
         024-db-tls.t)       echo 12 ;;
         025-sweep.t)        echo 11 ;;
         022-poll-scale.t)   echo 10 ;;
-        026-db-batch.t)     echo 4 ;;
+        026-db-batch.t)     echo 6 ;;
+        027-plan-cache.t)   echo 3 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
         020-openapi.t)      echo 6 ;;

@@ -1,0 +1,264 @@
+# The create of a key whose plan has no quota (issue 10, docs/decisions.md
+# (nc)): the auth cache keeps, with each key, whether its account's plan
+# has a monthly quota and which delivery modes it allows; a create that
+# needs neither the plan nor the usage row is the insert alone.  The
+# plan's rules still hold: a change of a plan, or of an account's plan,
+# reaches every worker at once by notification (src/sql/011_plan_notify.sql),
+# not after session_auth_cache_ttl, which is an hour here so that only
+# the notification can explain a change of answer.  nginx's debug log
+# tells which statement each create used.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use Session qw(:DEFAULT);
+use SessionTest qw(:DEFAULT api_request check_init db_http_config error_log
+                   listening);
+
+our $TAG = sprintf 't027-%d-%d', $$, time;
+
+# a plan of this test's own, so that changing it harms nobody
+our $PLAN = "$TAG-open";
+our $TIGHT = "$TAG-tight";
+
+sessionctl_ok('plan', 'set', $PLAN, '--quota', 'unlimited',
+              '--features', 'long_poll');
+sessionctl_ok('plan', 'set', $TIGHT, '--quota', '0',
+              '--features', 'long_poll,webhook');
+
+our $OPEN = fixture(plan => $PLAN, name => "$TAG-a");
+our $MOVED = fixture(plan => $PLAN, name => "$TAG-b");
+our $QUOTA = fixture(plan => 'pro', name => "$TAG-c");
+
+our $HOOK = 'https://93.184.216.34/hook';
+
+
+# --- helpers -------------------------------------------------------------
+
+sub create {
+    my ($key, $mode) = @_;
+
+    my $body = { delivery_mode => $mode // 'long_poll' };
+    $body->{webhook_url} = $HOOK if ($mode // '') eq 'webhook';
+
+    return api_request('POST', '/api/v1/sessions', $key, $body);
+}
+
+# how many creates of each kind nginx's debug log has seen so far
+sub kinds {
+    my $log = error_log();
+
+    my $alone = () = $log =~ /session create: the insert alone/g;
+    my $plan = () = $log =~ /session create: with the plan/g;
+
+    return ($alone, $plan);
+}
+
+# one create of $key: its answer, and the statement it used
+sub create_kind {
+    my ($key, $mode) = @_;
+
+    my @before = kinds();
+    my $r = create($key, $mode);
+    my @after = kinds();
+
+    my $kind = $after[0] > $before[0] ? 'alone'
+             : $after[1] > $before[1] ? 'plan'
+             :                          'none';
+
+    return ($r, $kind);
+}
+
+# until a create of $key answers $status (at most 5 s)
+sub until_status {
+    my ($key, $mode, $status) = @_;
+
+    my ($r) = wait_until(5, 0.05, sub {
+        my $r = create($key, $mode);
+        $r->{status} == $status ? $r : undef;
+    });
+
+    return $r;
+}
+
+
+# --- the checks ------------------------------------------------------------
+
+my %checks;
+
+$checks{fast} = sub {
+    my ($name) = @_;
+
+    # each worker empties the cache once its LISTEN connection is up:
+    # only then can a change of answer come from a notification alone
+    listening(2);
+
+    # the key's first request looks it up: its plan comes with it
+    my ($r, $kind) = create_kind($OPEN->{key});
+    is($r->{status}, 201, "$name - first create: 201");
+    is($kind, 'alone', "$name - first create: the insert alone");
+
+    ($r, $kind) = create_kind($OPEN->{key});
+    is($r->{status}, 201, "$name - second create: 201");
+    is($kind, 'alone', "$name - second create: the insert alone");
+
+    my $s = $r->{json};
+    is($s->{status}, 'open', "$name - the document: open");
+    is($s->{delivery_mode}, 'long_poll', "$name - the document: the mode");
+    is($s->{project_id}, $OPEN->{project_id},
+       "$name - the document: the project");
+    is(psql("SELECT count(*) FROM sessions WHERE id = '$s->{id}'"
+            . " AND project_id = '$OPEN->{project_id}'"), 1,
+       "$name - the row is there");
+
+    # a mode the plan does not allow: the plan has the last word
+    ($r, $kind) = create_kind($OPEN->{key}, 'webhook');
+    is($r->{status}, 403, "$name - webhook on a long_poll plan: 403");
+    is($r->{json}{message}, 'plan does not allow webhook',
+       "$name - its message");
+    is($kind, 'plan', "$name - webhook: with the plan");
+
+    # a plan with a quota counts every create
+    ($r, $kind) = create_kind($QUOTA->{key});
+    is($r->{status}, 201, "$name - a quota plan: 201");
+    is($kind, 'plan', "$name - a quota plan: with the plan");
+    is(psql("SELECT sessions_created FROM monthly_usage"
+            . " WHERE account_id = '$QUOTA->{account_id}'"), 1,
+       "$name - a quota plan: counted");
+    is(psql("SELECT count(*) FROM monthly_usage"
+            . " WHERE account_id = '$OPEN->{account_id}'"), 0,
+       "$name - no quota: nothing counted");
+};
+
+# the plan is changed in SQL (the trigger notifies): the next creates
+# follow the new rules at once, the cache TTL (1 h) notwithstanding
+$checks{plan_changed} = sub {
+    my ($name) = @_;
+
+    # each worker empties the cache once its LISTEN connection is up:
+    # only then can a change of answer come from a notification alone
+    listening(2);
+
+    my ($r, $kind) = create_kind($OPEN->{key});
+    is($r->{status}, 201, "$name - before: 201");
+    is($kind, 'alone', "$name - before: the insert alone");
+
+    psql("UPDATE plans SET features = '{webhook}' WHERE name = '$PLAN'");
+
+    $r = until_status($OPEN->{key}, 'long_poll', 403);
+    ok($r, "$name - long_poll taken from the plan: 403");
+    is($r && $r->{json}{message}, 'plan does not allow long_poll',
+       "$name - its message");
+
+    psql("UPDATE plans SET features = '{long_poll}', monthly_quota = 1"
+         . " WHERE name = '$PLAN'");
+
+    $r = until_status($OPEN->{key}, 'long_poll', 201);
+    ok($r, "$name - long_poll back, with a quota of 1: 201");
+
+    ($r, $kind) = create_kind($OPEN->{key});
+    is($r->{status}, 429, "$name - the quota holds: 429");
+    is($r->{json}{message}, 'monthly session quota exceeded',
+       "$name - its message");
+    is($kind, 'plan', "$name - with the plan");
+
+    psql("UPDATE plans SET monthly_quota = NULL WHERE name = '$PLAN'");
+
+    $r = until_status($OPEN->{key}, 'long_poll', 201);
+    ok($r, "$name - no quota again: 201");
+
+    ($r, $kind) = create_kind($OPEN->{key});
+    is($kind, 'alone', "$name - and the insert alone again");
+};
+
+# the account moves to a plan with a quota of 0 (in SQL: the trigger
+# notifies): its creates are refused at once
+$checks{account_moved} = sub {
+    my ($name) = @_;
+
+    # each worker empties the cache once its LISTEN connection is up:
+    # only then can a change of answer come from a notification alone
+    listening(2);
+
+    my ($r, $kind) = create_kind($MOVED->{key});
+    is($r->{status}, 201, "$name - before: 201");
+    is($kind, 'alone', "$name - before: the insert alone");
+
+    psql("UPDATE accounts SET plan = '$TIGHT'"
+         . " WHERE id = '$MOVED->{account_id}'");
+
+    $r = until_status($MOVED->{key}, 'long_poll', 429);
+    ok($r, "$name - on a plan with a quota of 0: 429");
+
+    ($r, $kind) = create_kind($MOVED->{key});
+    is($kind, 'plan', "$name - with the plan");
+
+    psql("UPDATE accounts SET plan = '$PLAN'"
+         . " WHERE id = '$MOVED->{account_id}'");
+
+    $r = until_status($MOVED->{key}, 'long_poll', 201);
+    ok($r, "$name - moved back: 201");
+};
+
+
+# --- blocks -------------------------------------------------------------
+
+master_on();
+workers(2);
+no_shuffle();
+no_long_string();
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    db_http_config($block, "session_auth_cache_ttl 1h;\n");
+
+    $block->set_value('config', <<'EOF') unless defined $block->config;
+    location /api/ {
+        session_api;
+        session_limits create=100000 list=100000 other=100000;
+    }
+EOF
+
+    $block->set_value('more_headers', "Authorization: Bearer $OPEN->{key}\n")
+        unless defined $block->more_headers;
+
+    check_init($block, \%checks);
+});
+
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a plan without a quota: the create is the insert alone
+--- check: fast
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: the plan changes: the next creates follow it at once
+--- check: plan_changed
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the account moves to another plan: its creates follow at once
+--- check: account_moved
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
