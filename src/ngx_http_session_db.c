@@ -300,7 +300,11 @@ ngx_http_session_db_options(ngx_cycle_t *cycle)
 
     /* the operator's choices stand */
 
-    last = ngx_cpymem(p, smcf->db_options.data, smcf->db_options.len);
+    last = p;
+
+    if (smcf->db_options.len) {
+        last = ngx_cpymem(p, smcf->db_options.data, smcf->db_options.len);
+    }
 
     if (smcf->db_options.len == 0
         || ngx_strstr(smcf->db_options.data, "statement_timeout") == NULL)
