@@ -178,14 +178,25 @@ fixtures() {
     sql "ANALYZE" >/dev/null
 }
 
-# fresh rows for a "once" scenario of the module
+# fresh rows for a "once" scenario of the module, vacuumed and analyzed,
+# so that autovacuum does not take them on in the middle of a run
 fresh_complete() {
     sessions "$PROJECT" "$ONCE_ROWS" "$W/once-ids"
+    sql "VACUUM ANALYZE sessions" >/dev/null
 }
 
 fresh_ack() {
     sessions "$PROJECT" $((ONCE_ROWS / 100)) "$W/once-sessions"
     images "$W/once-sessions" 100 "$W/once-ids" paths
+    sql "VACUUM ANALYZE sessions" >/dev/null
+    sql "VACUUM ANALYZE images" >/dev/null
+}
+
+# before each run: the dirty pages of the runs and fixtures before it
+# written out, so that no checkpoint they started lands in this run
+# (the commits of whichever side ran then would wait for its I/O)
+settle() {
+    sql "CHECKPOINT" >/dev/null 2>&1 || true
 }
 
 
@@ -323,6 +334,7 @@ profile() {
 module() {
     local name=$1 conns=$2 out rps p99 total non2xx
 
+    settle
     profile "$name"
     out=$(BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$conns" \
               -d"$DURATION" --latency -s "$ROOT/bench/db-request.lua" \
@@ -356,6 +368,7 @@ anchor() {
     [ "${#files[@]}" -gt 0 ] || die "no pgbench script for $name"
 
     rm -f "$W"/pgb.*
+    settle
     profile "$name"
     out=$(cd "$W" && pgbench -n -M prepared -c "$CLIENTS" \
               -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
