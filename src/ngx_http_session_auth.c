@@ -578,7 +578,7 @@ static void
 ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
     char                          *status;
-    ngx_int_t                      rc;
+    ngx_int_t                      rc, quota;
     ngx_uint_t                     outcome, err;
     ngx_queue_t                   *wq;
     ngx_connection_t              *c;
@@ -630,6 +630,18 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
                                               NGX_HTTP_SESSION_PLAN_LONG_POLL)
                  | ngx_http_session_auth_flag(res, 6,
                                               NGX_HTTP_SESSION_PLAN_WEBHOOK);
+
+        /* a quota that reads as a number, or none known */
+
+        if (PQnfields(res) > 7 && !PQgetisnull(res, 0, 7)) {
+            quota = ngx_atoi((u_char *) PQgetvalue(res, 0, 7),
+                             PQgetlength(res, 0, 7));
+
+            if (quota != NGX_ERROR) {
+                p.plan |= NGX_HTTP_SESSION_PLAN_QUOTA;
+                p.quota = (ngx_uint_t) quota;
+            }
+        }
     }
 
     if (err == NGX_HTTP_SESSION_ERR_LAST) {
@@ -683,6 +695,7 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         ngx_memcpy(ctx->principal.key_id, p.key_id,
                    NGX_HTTP_SESSION_UUID_LEN);
         ctx->principal.plan = p.plan;
+        ctx->principal.quota = p.quota;
 
         /*
          * An unknown key is a failure of every client that sent it (the

@@ -123,18 +123,22 @@ typedef struct {
     u_char                      account_id[NGX_HTTP_SESSION_UUID_LEN];
     /* the key's id ($session_key_id), never the key */
     u_char                      key_id[NGX_HTTP_SESSION_UUID_LEN];
-    /* the account's plan: NGX_HTTP_SESSION_PLAN_* */
+    /* the account's plan: NGX_HTTP_SESSION_PLAN_*, and its quota */
     ngx_uint_t                  plan;
+    ngx_uint_t                  quota;
 } ngx_http_session_principal_t;
 
 /*
  * What a key's lookup tells of its account's plan, cached with it: no
- * monthly quota, and the delivery modes it allows.  A hint for the fast
- * create (decision (nc)); the database has the last word otherwise.
+ * monthly quota, or the quota, and the delivery modes it allows.  What
+ * the create statement goes by when the plan allows the mode (decision
+ * (nc)); otherwise the database reads the plan and has the last word.
  */
 #define NGX_HTTP_SESSION_PLAN_UNLIMITED  0x01
 #define NGX_HTTP_SESSION_PLAN_LONG_POLL  0x02
 #define NGX_HTTP_SESSION_PLAN_WEBHOOK    0x04
+/* a monthly quota, in quota */
+#define NGX_HTTP_SESSION_PLAN_QUOTA      0x08
 
 
 /*

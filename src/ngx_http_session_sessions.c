@@ -102,7 +102,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     int                            rc;
     u_char                        *p;
     ngx_str_t                      msg;
-    ngx_uint_t                     want;
+    ngx_uint_t                     mode, plan;
     ngx_http_session_ctx_t        *ctx;
     ngx_http_session_stmt_e        stmt;
     ngx_http_session_create_t      cr;
@@ -139,23 +139,34 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     }
 
     /*
-     * A plan without a quota that allows the mode, as the auth cache
-     * knows it: no usage to count, no plan to read, the insert alone
+     * A plan that allows the mode, as the auth cache knows it: no plan
+     * to read; without a quota the insert alone, with one the usage row
+     * counted against the quota the cache knows, then the insert
      */
 
-    want = NGX_HTTP_SESSION_PLAN_UNLIMITED
-           | ((cr.delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
-              ? NGX_HTTP_SESSION_PLAN_WEBHOOK
-              : NGX_HTTP_SESSION_PLAN_LONG_POLL);
+    mode = (cr.delivery_mode == NGX_HTTP_SESSION_MODE_WEBHOOK)
+           ? NGX_HTTP_SESSION_PLAN_WEBHOOK : NGX_HTTP_SESSION_PLAN_LONG_POLL;
+    plan = ctx->principal.plan;
 
-    stmt = ((ctx->principal.plan & want) == want)
-           ? NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE
-           : NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+    if (!(plan & mode)) {
+        stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+
+    } else if (plan & NGX_HTTP_SESSION_PLAN_UNLIMITED) {
+        stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE;
+
+    } else if (plan & NGX_HTTP_SESSION_PLAN_QUOTA) {
+        stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED;
+
+    } else {
+        stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+    }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
                    "session create: %s",
                    (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE)
-                   ? "the insert alone" : "with the plan");
+                   ? "the insert alone"
+                   : (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED)
+                     ? "counted, then the insert" : "with the plan");
 
     q = ngx_http_session_work_query(r, stmt,
                                   NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED,
@@ -206,6 +217,24 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
                                             : (time_t) slcf->ttl) = '\0';
 
     ngx_http_session_db_param(q, p, 0, 0);
+
+    if (q->stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED) {
+        p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1
+                                 + NGX_INT_T_LEN + 1);
+        if (p == NULL) {
+            ngx_http_session_create_free(&cr);
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        *ngx_cpymem(p, ctx->principal.account_id,
+                    NGX_HTTP_SESSION_UUID_LEN) = '\0';
+        ngx_http_session_db_param(q, p, 0, 0);
+
+        p += NGX_HTTP_SESSION_UUID_LEN + 1;
+        *ngx_sprintf(p, "%ui", ctx->principal.quota) = '\0';
+        ngx_http_session_db_param(q, p, 0, 0);
+    }
+
     ngx_http_session_work_params(q);
 
     ngx_http_session_create_free(&cr);

@@ -29,6 +29,7 @@ typedef struct {
     u_char                        account_id[NGX_HTTP_SESSION_UUID_LEN];
     u_char                        key_id[NGX_HTTP_SESSION_UUID_LEN];
     ngx_uint_t                    plan;
+    ngx_uint_t                    quota;
 } ngx_http_session_auth_node_t;
 
 
@@ -325,6 +326,7 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
         ngx_memcpy(p->account_id, an->account_id, NGX_HTTP_SESSION_UUID_LEN);
         ngx_memcpy(p->key_id, an->key_id, NGX_HTTP_SESSION_UUID_LEN);
         p->plan = an->plan;
+        p->quota = an->quota;
     }
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
@@ -425,6 +427,7 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_memcpy(an->account_id, p->account_id, NGX_HTTP_SESSION_UUID_LEN);
     ngx_memcpy(an->key_id, p->key_id, NGX_HTTP_SESSION_UUID_LEN);
     an->plan = p->plan;
+    an->quota = p->quota;
 
 done:
 

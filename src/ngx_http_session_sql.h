@@ -11,7 +11,7 @@
 #define NGX_HTTP_SESSION_SQL_AUTH                                             \
     "SELECT k.project_id::text, p.account_id::text, a.status, k.id::text,"   \
     " pl.monthly_quota IS NULL, 'long_poll' = ANY (pl.features),"            \
-    " 'webhook' = ANY (pl.features)"                                          \
+    " 'webhook' = ANY (pl.features), pl.monthly_quota::text"                 \
     " FROM api_keys k"                                                        \
     " JOIN projects p ON p.id = k.project_id"                                 \
     " JOIN accounts a ON a.id = p.account_id"                                 \
@@ -107,6 +107,32 @@
     " t.now + $4::integer * interval '1 second'"                              \
     " FROM (SELECT clock_timestamp() AS now) t"                               \
     " RETURNING true, id, created_at, expires_at"
+
+/*
+ * The same for a plan with a quota, as the auth cache knows it: $5 the
+ * account, $6 its quota; the usage row counted (and locked until the
+ * commit) only while under the quota, the insert only when it was.  No
+ * row of s (id NULL) is 429.
+ */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED                           \
+    "WITH u AS ("                                                             \
+    "INSERT INTO monthly_usage AS u (account_id, month, sessions_created)"    \
+    " SELECT $5::uuid, date_trunc('month', now() AT TIME ZONE 'UTC')::date,"  \
+    " 1 WHERE $6::integer > 0"                                                \
+    " ON CONFLICT (account_id, month) DO UPDATE"                              \
+    " SET sessions_created = u.sessions_created + 1"                          \
+    " WHERE u.sessions_created < $6::integer"                                 \
+    " RETURNING 1),"                                                          \
+    " s AS ("                                                                 \
+    "INSERT INTO sessions (project_id, delivery_mode, webhook_url,"           \
+    " created_at, expires_at)"                                                \
+    " SELECT $1::uuid, $2::text, $3::text, t.now,"                            \
+    " t.now + $4::integer * interval '1 second'"                              \
+    " FROM (SELECT clock_timestamp() AS now) t"                               \
+    " WHERE EXISTS (SELECT 1 FROM u)"                                         \
+    " RETURNING id, created_at, expires_at)"                                  \
+    " SELECT true, s.id, s.created_at, s.expires_at"                          \
+    " FROM (SELECT 1) one LEFT JOIN s ON true"
 
 
 /*
@@ -442,6 +468,7 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD,
     NGX_HTTP_SESSION_STMT_IDEM_CLAIM,
     NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE,
+    NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 

@@ -1,12 +1,14 @@
 # The create of a key whose plan has no quota (issue 10, docs/decisions.md
-# (nc)): the auth cache keeps, with each key, whether its account's plan
-# has a monthly quota and which delivery modes it allows; a create that
-# needs neither the plan nor the usage row is the insert alone.  The
-# plan's rules still hold: a change of a plan, or of an account's plan,
-# reaches every worker at once by notification (src/sql/011_plan_notify.sql),
-# not after session_auth_cache_ttl, which is an hour here so that only
-# the notification can explain a change of answer.  nginx's debug log
-# tells which statement each create used.
+# (nc)): the auth cache keeps, with each key, its account's plan's
+# monthly quota (or none) and the delivery modes it allows; a create that
+# needs neither the plan nor the usage row is the insert alone, and on
+# a plan with a quota the usage row is counted against the cached quota
+# without reading the plan.  The plan's rules still hold: a change of a
+# plan, or of an account's plan, reaches every worker at once by
+# notification (src/sql/011_plan_notify.sql), not after
+# session_auth_cache_ttl, which is an hour here so that only the
+# notification can explain a change of answer.  nginx's debug log tells
+# which statement each create used.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -54,8 +56,9 @@ sub kinds {
 
     my $alone = () = $log =~ /session create: the insert alone/g;
     my $plan = () = $log =~ /session create: with the plan/g;
+    my $counted = () = $log =~ /session create: counted, then the insert/g;
 
-    return ($alone, $plan);
+    return ($alone, $plan, $counted);
 }
 
 # one create of $key: its answer, and the statement it used
@@ -68,6 +71,7 @@ sub create_kind {
 
     my $kind = $after[0] > $before[0] ? 'alone'
              : $after[1] > $before[1] ? 'plan'
+             : $after[2] > $before[2] ? 'counted'
              :                          'none';
 
     return ($r, $kind);
@@ -122,13 +126,16 @@ $checks{fast} = sub {
        "$name - its message");
     is($kind, 'plan', "$name - webhook: with the plan");
 
-    # a plan with a quota counts every create
-    ($r, $kind) = create_kind($QUOTA->{key});
-    is($r->{status}, 201, "$name - a quota plan: 201");
-    is($kind, 'plan', "$name - a quota plan: with the plan");
-    is(psql("SELECT sessions_created FROM monthly_usage"
-            . " WHERE account_id = '$QUOTA->{account_id}'"), 1,
-       "$name - a quota plan: counted");
+    # a plan with a quota counts every create: the first, which looks
+    # the key up, and the next, from the cache
+    for my $n (1, 2) {
+        ($r, $kind) = create_kind($QUOTA->{key});
+        is($r->{status}, 201, "$name - a quota plan, create $n: 201");
+        is($kind, 'counted', "$name - a quota plan, create $n: counted");
+        is(psql("SELECT sessions_created FROM monthly_usage"
+                . " WHERE account_id = '$QUOTA->{account_id}'"), $n,
+           "$name - a quota plan, create $n: in the usage row");
+    }
     is(psql("SELECT count(*) FROM monthly_usage"
             . " WHERE account_id = '$OPEN->{account_id}'"), 0,
        "$name - no quota: nothing counted");
@@ -164,7 +171,19 @@ $checks{plan_changed} = sub {
     is($r->{status}, 429, "$name - the quota holds: 429");
     is($r->{json}{message}, 'monthly session quota exceeded',
        "$name - its message");
-    is($kind, 'plan', "$name - with the plan");
+    is($kind, 'counted', "$name - counted against the cached quota");
+
+    # the quota raised: the cached one would still refuse
+    psql("UPDATE plans SET monthly_quota = 2 WHERE name = '$PLAN'");
+
+    $r = until_status($OPEN->{key}, 'long_poll', 201);
+    ok($r, "$name - a quota of 2: one more, 201");
+
+    ($r, $kind) = create_kind($OPEN->{key});
+    is($r->{status}, 429, "$name - and then 429");
+    is(psql("SELECT sessions_created FROM monthly_usage"
+            . " WHERE account_id = '$OPEN->{account_id}'"), 2,
+       "$name - two counted, never more");
 
     psql("UPDATE plans SET monthly_quota = NULL WHERE name = '$PLAN'");
 
@@ -195,7 +214,10 @@ $checks{account_moved} = sub {
     ok($r, "$name - on a plan with a quota of 0: 429");
 
     ($r, $kind) = create_kind($MOVED->{key});
-    is($kind, 'plan', "$name - with the plan");
+    is($kind, 'counted', "$name - counted against a quota of 0");
+    is(psql("SELECT count(*) FROM monthly_usage"
+            . " WHERE account_id = '$MOVED->{account_id}'"), 0,
+       "$name - a quota of 0 counts nothing");
 
     psql("UPDATE accounts SET plan = '$PLAN'"
          . " WHERE id = '$MOVED->{account_id}'");
