@@ -83,13 +83,18 @@
     " WHERE u.sessions_created < (SELECT p.quota FROM p)"                     \
     " RETURNING 1),"                                                          \
     " s AS ("                                                                 \
+    NGX_HTTP_SESSION_SQL_CREATE_INSERT("p, ",                                 \
+        " WHERE p.allowed AND (p.quota IS NULL OR EXISTS (SELECT 1 FROM u))", \
+        "id, created_at, expires_at") ")"
+
+/* the insert of a create: $1 project, $2 mode, $3 URL, $4 seconds */
+#define NGX_HTTP_SESSION_SQL_CREATE_INSERT(from, where, returning)            \
     "INSERT INTO sessions (project_id, delivery_mode, webhook_url,"           \
     " created_at, expires_at)"                                                \
     " SELECT $1::uuid, $2::text, $3::text, t.now,"                            \
     " t.now + $4::integer * interval '1 second'"                              \
-    " FROM p, (SELECT clock_timestamp() AS now) t"                            \
-    " WHERE p.allowed AND (p.quota IS NULL OR EXISTS (SELECT 1 FROM u))"      \
-    " RETURNING id, created_at, expires_at)"
+    " FROM " from "(SELECT clock_timestamp() AS now) t" where                 \
+    " RETURNING " returning
 
 #define NGX_HTTP_SESSION_SQL_CREATE_FROM                                      \
     " FROM (SELECT 1) one LEFT JOIN p ON true LEFT JOIN s ON true"
@@ -101,12 +106,8 @@
  * (allowed is true), decision (nc)
  */
 #define NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE                              \
-    "INSERT INTO sessions (project_id, delivery_mode, webhook_url,"           \
-    " created_at, expires_at)"                                                \
-    " SELECT $1::uuid, $2::text, $3::text, t.now,"                            \
-    " t.now + $4::integer * interval '1 second'"                              \
-    " FROM (SELECT clock_timestamp() AS now) t"                               \
-    " RETURNING true, id, created_at, expires_at"
+    NGX_HTTP_SESSION_SQL_CREATE_INSERT("", "",                                \
+                                       "true, id, created_at, expires_at")
 
 /*
  * The same for a plan with a quota, as the auth cache knows it: $5 the
@@ -124,13 +125,8 @@
     " WHERE u.sessions_created < $6::integer"                                 \
     " RETURNING 1),"                                                          \
     " s AS ("                                                                 \
-    "INSERT INTO sessions (project_id, delivery_mode, webhook_url,"           \
-    " created_at, expires_at)"                                                \
-    " SELECT $1::uuid, $2::text, $3::text, t.now,"                            \
-    " t.now + $4::integer * interval '1 second'"                              \
-    " FROM (SELECT clock_timestamp() AS now) t"                               \
-    " WHERE EXISTS (SELECT 1 FROM u)"                                         \
-    " RETURNING id, created_at, expires_at)"                                  \
+    NGX_HTTP_SESSION_SQL_CREATE_INSERT("", " WHERE EXISTS (SELECT 1 FROM u)", \
+                                       "id, created_at, expires_at") ")"     \
     " SELECT true, s.id, s.created_at, s.expires_at"                          \
     " FROM (SELECT 1) one LEFT JOIN s ON true"
 

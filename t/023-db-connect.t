@@ -140,7 +140,11 @@ sub serve {
     relay($c, $pg);
 }
 
-sub tls_refusing_port {
+# stand_in(CODE): a server on 127.0.0.1 that hands each connection to
+# CODE in a process of its own; returns its port
+sub stand_in {
+    my ($code) = @_;
+
     my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
                                   Proto => 'tcp', Listen => 64,
                                   ReuseAddr => 1)
@@ -155,7 +159,7 @@ sub tls_refusing_port {
         while (my $c = $l->accept) {
             my $kid = fork;
             if (defined $kid && $kid == 0) {
-                serve($c);
+                $code->($c);
                 POSIX::_exit(0);
             }
             close $c;
@@ -168,6 +172,8 @@ sub tls_refusing_port {
 
     return $port;
 }
+
+sub tls_refusing_port { return stand_in(\&serve) }
 
 $ENV{TEST_NGINX_SESSION_DB_TLS} = nginx_quote(
     "host=127.0.0.1 port=" . tls_refusing_port()
@@ -208,34 +214,7 @@ sub record {
     relay($c, $pg);
 }
 
-sub recording_port {
-    my $l = IO::Socket::INET->new(LocalAddr => '127.0.0.1', LocalPort => 0,
-                                  Proto => 'tcp', Listen => 64,
-                                  ReuseAddr => 1)
-        or die "listen: $!";
-    my $port = $l->sockport;
-
-    my $pid = fork;
-    die "fork: $!" unless defined $pid;
-
-    if ($pid == 0) {
-        $SIG{CHLD} = 'IGNORE';
-        while (my $c = $l->accept) {
-            my $kid = fork;
-            if (defined $kid && $kid == 0) {
-                record($c);
-                POSIX::_exit(0);
-            }
-            close $c;
-        }
-        POSIX::_exit(0);
-    }
-
-    close $l;
-    push @Kids, $pid;
-
-    return $port;
-}
+sub recording_port { return stand_in(\&record) }
 
 our $REC = recording_port();
 
