@@ -625,21 +625,27 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
                   : NGX_HTTP_SESSION_AUTH_SUSPENDED;
 
         p.plan = ngx_http_session_auth_flag(res, 4,
-                                            NGX_HTTP_SESSION_PLAN_UNLIMITED)
+                                            NGX_HTTP_SESSION_PLAN_LONG_POLL)
                  | ngx_http_session_auth_flag(res, 5,
-                                              NGX_HTTP_SESSION_PLAN_LONG_POLL)
-                 | ngx_http_session_auth_flag(res, 6,
                                               NGX_HTTP_SESSION_PLAN_WEBHOOK);
 
-        /* a quota that reads as a number, or none known */
+        /*
+         * The quota, NULL for none (or for no plan row, when no mode is
+         * allowed either, so that the create reads the plan itself)
+         */
 
-        if (PQnfields(res) > 7 && !PQgetisnull(res, 0, 7)) {
-            quota = ngx_atoi((u_char *) PQgetvalue(res, 0, 7),
-                             PQgetlength(res, 0, 7));
+        if (PQnfields(res) > 6) {
+            if (PQgetisnull(res, 0, 6)) {
+                p.plan |= NGX_HTTP_SESSION_PLAN_UNLIMITED;
 
-            if (quota != NGX_ERROR) {
-                p.plan |= NGX_HTTP_SESSION_PLAN_QUOTA;
-                p.quota = (ngx_uint_t) quota;
+            } else {
+                quota = ngx_atoi((u_char *) PQgetvalue(res, 0, 6),
+                                 PQgetlength(res, 0, 6));
+
+                if (quota != NGX_ERROR) {
+                    p.plan |= NGX_HTTP_SESSION_PLAN_QUOTA;
+                    p.quota = (ngx_uint_t) quota;
+                }
             }
         }
     }
@@ -688,14 +694,9 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
         ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
         ctx->query = NULL;
-        ngx_memcpy(ctx->principal.project_id, p.project_id,
-                   NGX_HTTP_SESSION_UUID_LEN);
-        ngx_memcpy(ctx->principal.account_id, p.account_id,
-                   NGX_HTTP_SESSION_UUID_LEN);
-        ngx_memcpy(ctx->principal.key_id, p.key_id,
-                   NGX_HTTP_SESSION_UUID_LEN);
-        ctx->principal.plan = p.plan;
-        ctx->principal.quota = p.quota;
+
+        /* the same key (the flight is found by its hash): all of it */
+        ctx->principal = p;
 
         /*
          * An unknown key is a failure of every client that sent it (the

@@ -10,8 +10,8 @@
 /* $1: SHA-256 of the key (bytea, binary) */
 #define NGX_HTTP_SESSION_SQL_AUTH                                             \
     "SELECT k.project_id::text, p.account_id::text, a.status, k.id::text,"   \
-    " pl.monthly_quota IS NULL, 'long_poll' = ANY (pl.features),"            \
-    " 'webhook' = ANY (pl.features), pl.monthly_quota::text"                 \
+    " 'long_poll' = ANY (pl.features), 'webhook' = ANY (pl.features),"       \
+    " pl.monthly_quota::text"                                                 \
     " FROM api_keys k"                                                        \
     " JOIN projects p ON p.id = k.project_id"                                 \
     " JOIN accounts a ON a.id = p.account_id"                                 \

@@ -117,8 +117,6 @@ static const unsigned char  ngx_http_session_json_class[256] = {
 static size_t ngx_http_session_json_escaped_len(const unsigned char *src,
     size_t len);
 static int ngx_http_session_json_special8(uint64_t v);
-static size_t ngx_http_session_utf8_len(const unsigned char *p,
-    const unsigned char *end);
 
 
 size_t
@@ -348,9 +346,7 @@ ngx_http_session_reason(unsigned status)
 }
 
 
-/* the length of the well-formed UTF-8 sequence at p, or 0 */
-
-static size_t
+size_t
 ngx_http_session_utf8_len(const unsigned char *p, const unsigned char *end)
 {
     size_t         n, i;

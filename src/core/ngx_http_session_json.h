@@ -29,6 +29,14 @@ size_t ngx_http_session_json_escape(unsigned char *dst,
     const unsigned char *src, size_t len);
 
 /*
+ * The length of the well-formed UTF-8 sequence at p (p < end, *p >= 0x80):
+ * 2 to 4, or 0 when it is not one (overlong, a surrogate, past U+10FFFF,
+ * cut short by end).
+ */
+size_t ngx_http_session_utf8_len(const unsigned char *p,
+    const unsigned char *end);
+
+/*
  * Two characters per value, for the writers of numbers: the decimal
  * digits of n < 100 at 2 * n ("00" .. "99") and the lower-case hex
  * digits of a byte b at 2 * b ("00" .. "ff").

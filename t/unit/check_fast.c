@@ -5,7 +5,10 @@
  * (runs of plain bytes eight at a time) and the cursor's CRC (a nibble
  * table).  The references are the obvious code: snprintf() and
  * gmtime_r(), byte-at-a-time loops, a bitwise CRC; for timestamps outside
- * 1970 .. 9999 the general signed arithmetic the module used before.
+ * 1970 .. 9999 the general signed arithmetic the module used before.  The
+ * escaping reference validates UTF-8 with the module's own
+ * ngx_http_session_utf8_len(), which check_json tests against vectors:
+ * what is compared here is the eight-at-a-time loop around it.
  *
  * Inputs are exhaustive where that is cheap (every byte value at every
  * position, every day from 1970 to 2200) and otherwise from a fixed-seed
@@ -232,45 +235,6 @@ ref_time_any(int64_t us, char *dst)
 }
 
 
-static size_t
-ref_utf8_len(const unsigned char *p, const unsigned char *end)
-{
-    size_t    n, i;
-    unsigned  cp, min;
-
-    if (p[0] >= 0xc2 && p[0] <= 0xdf) {
-        n = 2; cp = p[0] & 0x1f; min = 0x80;
-
-    } else if (p[0] >= 0xe0 && p[0] <= 0xef) {
-        n = 3; cp = p[0] & 0x0f; min = 0x800;
-
-    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
-        n = 4; cp = p[0] & 0x07; min = 0x10000;
-
-    } else {
-        return 0;
-    }
-
-    if ((size_t) (end - p) < n) {
-        return 0;
-    }
-
-    for (i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80) {
-            return 0;
-        }
-
-        cp = (cp << 6) | (p[i] & 0x3f);
-    }
-
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
-        return 0;
-    }
-
-    return n;
-}
-
-
 /* one byte at a time */
 
 static size_t
@@ -288,7 +252,7 @@ ref_escape(unsigned char *dst, const unsigned char *src, size_t len)
         c = *src;
 
         if (c >= 0x80) {
-            n = ref_utf8_len(src, end);
+            n = ngx_http_session_utf8_len(src, end);
 
             if (n == 0) {
                 memcpy(dst + size, "\\ufffd", 6);
