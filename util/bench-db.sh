@@ -12,8 +12,14 @@
 # util/bench.sh runs it as part of "make bench".  The throw-away cluster
 # runs with fsync=on, as a real one does (pg_virtualenv's default is
 # off), so that a commit waits for its flush on both sides.  Everything
-# is on loopback and bounded: each run is BENCH_DURATION long, 22 runs a
+# is on loopback and bounded: each run is BENCH_DURATION long, 60 runs a
 # round.
+#
+# Two more tables put the p99 at 8 connections in context (decision (ne)):
+# the floor, nginx alone serving each read's answer from a file with the
+# same wrk (no module, no database: what no HTTP answer here can beat),
+# and the reads at one fixed rate below saturation, bench/http-rate beside
+# "pgbench -R", both timed from each request's scheduled start.
 #
 # Environment:
 #   BENCH_DURATION        one run (default 5s)
@@ -38,6 +44,11 @@
 #                         fixtures' ids) and keep it up while the file
 #                         exists (at most 30 minutes), for experiments;
 #                         no runs
+#   BENCH_DB_RATE         requests/s: the reads also run at this fixed
+#                         rate, bench/http-rate against "pgbench -R", the
+#                         p99 of both at the same load (default 5000, a
+#                         fifth of what the module does at 8 connections;
+#                         0: not run)
 #   BENCH_DB_PERF         a path prefix: "perf record -a" (the whole
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
@@ -63,6 +74,8 @@ THREADS=${BENCH_THREADS:-2}
 ONLY=${BENCH_DB_ONLY:-}
 OUT=${BENCH_DB_OUT:--}
 PERF_OUT=${BENCH_DB_PERF:-}
+RATE=${BENCH_DB_RATE:-5000}
+[ "$RATE" != 0 ] || RATE=
 
 # accounts of the quota scenario, and rows a "once" scenario may use up
 QUOTA_ACCOUNTS=40
@@ -397,6 +410,79 @@ anchor() {
     log "$name: $tps transactions/s, p99 $p99 ms"
 }
 
+# FLOOR_KEYS: the scenarios whose answer nginx also serves alone, from a
+# file of the same bytes: what no HTTP answer on this machine can beat
+FLOOR_KEYS=" list get image-list image content poll "
+
+# floor KEY: one answer of the scenario (its shape exported) saved, then
+# wrk for it from nginx alone at both concurrencies
+floor() {
+    local key=$1 path id
+
+    [[ $FLOOR_KEYS == *" $key "* ]] || return 0
+
+    path=$BENCH_PATH
+    if [ -n "$BENCH_IDS" ]; then
+        id=$(head -1 "$BENCH_IDS")
+        path=${path//%s/$id}
+    fi
+    mkdir -p "$W/floor"
+    curl -sf -o "$W/floor/$key" -H "Authorization: Bearer $(head -1 "$BENCH_KEYS")" \
+        "http://127.0.0.1:$PORT$path" || die "floor: no answer for $key"
+
+    export BENCH_PATH="/floor/$key" BENCH_IDS=
+    module "floor-$key" "$WRK_CONNS"
+    module "floorlat-$key" "$LAT_CONNS"
+    shape "$key"
+}
+
+# rated KEY FILE_PREFIX: with BENCH_DB_RATE, the scenario (its shape
+# exported) at that fixed rate: bench/http-rate with as many connections as
+# the latency runs, and pgbench -R with its clients; p99 of both
+rated() {
+    local key=$1 prefix=$2 out p99 f
+    local -a files=()
+
+    [ -n "$RATE" ] && [[ $FLOOR_KEYS == *" $key "* ]] || return 0
+
+    if [ -n "$BENCH_IDS" ]; then
+        awk -v p="$BENCH_PATH" '{ s = p; sub(/%s/, $0, s); print s }' \
+            "$BENCH_IDS" > "$W/rate-paths"
+    else
+        echo "$BENCH_PATH" > "$W/rate-paths"
+    fi
+
+    settle
+    out=$("$W/http-rate" "$PORT" "$RATE" "$(duration_s "$DURATION")" \
+              "$LAT_CONNS" "$(head -1 "$BENCH_KEYS")" "$W/rate-paths") \
+        || die "http-rate failed ($key)"
+    read -r _ _ _ p99 bad <<<"$out"
+    [ "$bad" = 0 ] || die "rate-$key: $bad answers were not 200"
+    P99[rate-$key]+="$p99 "
+    log "rate-$key: $out (answers, s, p50, p99 ms, non-200)"
+
+    for f in "$W"/pg-"$prefix".sql "$W"/pg-"$prefix"-[0-9]*.sql; do
+        [ -f "$f" ] && files+=(-f "$f@1")
+    done
+
+    rm -f "$W"/pgb.*
+    settle
+    (cd "$W" && pgbench -n -M prepared -c "$CLIENTS" \
+         -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" -R "$RATE" \
+         -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
+         "${files[@]}" "$DB" >/dev/null 2>&1) \
+        || die "pgbench -R failed ($key)"
+    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk '
+        { v[NR] = $1 }
+        END { if (NR == 0) exit 1;
+              i = int(NR * 0.99); if (i < NR * 0.99) i++;
+              printf "%.3f", v[i] / 1000 }') \
+        || die "pgrate-$key: no pgbench transaction log"
+    rm -f "$W"/pgb.*
+    P99[pgrate-$key]+="$p99 "
+    log "pgrate-$key: p99 $p99 ms"
+}
+
 # the request shape of a scenario, as db-request.lua reads it
 shape() {
     local scenario=$1
@@ -474,6 +560,14 @@ $(nginx_conf_head "$MODULE" "$WORKERS")
             return 200;
         }
 
+        # the floor: nginx alone serving the same answer from a file
+        location /floor/ {
+            root $W;
+            default_type application/json;
+            open_file_cache max=64 inactive=1h;
+            open_file_cache_valid 1h;
+        }
+
         location /api/ {
             session_api;
             session_limits create=1000000000 list=1000000000
@@ -482,6 +576,59 @@ $(nginx_conf_head "$MODULE" "$WORKERS")
     }
 }
 EOF
+}
+
+# with BENCH_DB_RATE: the reads at one fixed rate, both sides
+rate_report() {
+    local s key name rest m a
+
+    [ -n "$RATE" ] || return 0
+
+    echo
+    echo "The reads at a fixed $RATE requests/s (open loop, Poisson arrivals;" \
+         "latency from each request's scheduled time): bench/http-rate with" \
+         "$LAT_CONNS connections, pgbench -R $RATE -c $CLIENTS:"
+    echo
+    echo "| endpoint | module p99 ms | pgbench p99 ms | ratio |"
+    echo "|---|---:|---:|---:|"
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        [ -n "${P99[rate-$key]:-}" ] || continue
+
+        m=$(median <<<"${P99[rate-$key]}")
+        a=$(median <<<"${P99[pgrate-$key]}")
+        printf '| %s | %s | %s | %s |\n' "$key" "$m" "$a" "$(ratio "$m" "$a")"
+    done
+}
+
+# the floor's table: nginx alone serving each answer from a file, beside
+# the module and pgbench of the same scenario
+floor_report() {
+    local s key name rest fm fl m pa
+
+    [ -n "$(for k in "${!RPS[@]}"; do [[ $k == floor-* ]] && echo y; done)" ] \
+        || return 0
+
+    echo
+    echo "The floor: nginx alone (no module, no database) serving the same" \
+         "answer from a file (open_file_cache), with the same wrk and" \
+         "request shape:"
+    echo
+    echo "| endpoint | nginx alone req/s (wrk -c$WRK_CONNS) | module over it | nginx alone p99 ms (wrk -c$LAT_CONNS) | its p99 over pgbench's |"
+    echo "|---|---:|---:|---:|---:|"
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        [ -n "${RPS[floor-$key]:-}" ] || continue
+
+        fm=$(median <<<"${RPS[floor-$key]}")
+        fl=$(median <<<"${P99[floorlat-$key]}")
+        m=$(median <<<"${RPS[module-$key]}")
+        pa=$(median <<<"${P99[pgbench-$key]}")
+        printf '| %s | %.0f | %s | %s | %s |\n' "$key" "$fm" \
+            "$(ratio "$m" "$fm")" "$fl" "$(ratio "$fl" "$pa")"
+    done
 }
 
 report() {
@@ -519,6 +666,9 @@ report() {
          "pgbench -M prepared -c $CLIENTS -j $THREADS -l; nginx" \
          "$WORKERS workers x session_db_connections $DB_CONNS_PER_WORKER," \
          "session_db_batch $DB_BATCH."
+    floor_report
+    rate_report
+
     echo
     echo "Runs (module at -c$WRK_CONNS / module at -c$LAT_CONNS / pgbench," \
          "requests or transactions per second):"
@@ -545,6 +695,11 @@ inside() {
     fixtures
     pg_scripts
     printf '{"delivery_mode": "long_poll"}' > "$W/create.json"
+
+    if [ -n "$RATE" ]; then
+        cc -O2 -Wall -Wextra -o "$W/http-rate" "$ROOT/bench/http-rate.c" -lm \
+            || die "cannot build bench/http-rate.c"
+    fi
 
     PORT=$(free_port) || die "no free port"
     write_conf
@@ -575,7 +730,11 @@ inside() {
                 shape "$key"
                 module "lat-$key" "$LAT_CONNS"
                 anchor "pgbench-$key" "$rest"
+                floor "$key"
+                rated "$key" "$rest"
             else
+                rated "$key" "$rest"
+                floor "$key"
                 anchor "pgbench-$key" "$rest"
                 module "lat-$key" "$LAT_CONNS"
                 shape "$key"

@@ -7,7 +7,7 @@
 #
 # Everything is local and bounded: a throw-away PostgreSQL (pg_virtualenv,
 # as util/test.sh does), nginx on a free loopback port, each wrk run
-# BENCH_DURATION long; the whole run takes about eight minutes.
+# BENCH_DURATION long; the whole run takes about 22 minutes.
 #
 # Environment:
 #   BENCH_SESSION_DB     use this (migrated or not) database instead of a
