@@ -427,7 +427,8 @@ floor() {
         path=${path//%s/$id}
     fi
     mkdir -p "$W/floor"
-    curl -sf -o "$W/floor/$key" -H "Authorization: Bearer $(head -1 "$BENCH_KEYS")" \
+    curl -sf -o "$W/floor/$key" \
+        -H "Authorization: Bearer $(head -1 "$BENCH_KEYS")" \
         "http://127.0.0.1:$PORT$path" || die "floor: no answer for $key"
 
     export BENCH_PATH="/floor/$key" BENCH_IDS=

@@ -629,7 +629,10 @@ than database connections, so that statements wait for one and reads
 go in pipelines, decision (na)); p99 with as many wrk connections as
 pgbench has clients, so that both sides have the same number of
 requests in flight (with 64 the module's p99 is mostly its queue, see
-the last column).
+the last column).  Under the table, two more put that p99 in context
+(decision (ne)): the floor, nginx alone serving each read's answer
+from a file to the same wrk, and the reads at one fixed rate below
+saturation (\`bench/http-rate\` beside \`pgbench -R\`).
 
 EOT
     cat "$W/db.md"
