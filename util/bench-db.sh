@@ -370,6 +370,20 @@ module() {
     log "$name: $rps requests/s, p99 $p99 ms"
 }
 
+# pgbench_p99 DECIMALS: the p99 in ms of the transaction log pgbench
+# left in $W/pgb.* (its third column, microseconds), which goes
+pgbench_p99() {
+    local p99
+
+    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk -v d="$1" '
+        { v[NR] = $1 }
+        END { if (NR == 0) exit 1;
+              i = int(NR * 0.99); if (i < NR * 0.99) i++;
+              printf "%.*f", d, v[i] / 1000 }') || return 1
+    rm -f "$W"/pgb.*
+    echo "$p99"
+}
+
 # anchor NAME FILE_PREFIX: pgbench over every pg-FILE_PREFIX*.sql
 anchor() {
     local name=$1 prefix=$2 out tps p99 f
@@ -395,13 +409,7 @@ anchor() {
     fi
 
     tps=$(awk '/^tps = / { print $3; exit }' <<<"$out")
-    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk '
-        { v[NR] = $1 }
-        END { if (NR == 0) exit 1;
-              i = int(NR * 0.99); if (i < NR * 0.99) i++;
-              printf "%.2f", v[i] / 1000 }') \
-        || die "$name: no pgbench transaction log"
-    rm -f "$W"/pgb.*
+    p99=$(pgbench_p99 2) || die "$name: no pgbench transaction log"
 
     [ -n "$tps" ] || { echo "$out" >&2; die "no tps ($name)"; }
 
@@ -473,13 +481,7 @@ rated() {
          -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
          "${files[@]}" "$DB" >/dev/null 2>&1) \
         || die "pgbench -R failed ($key)"
-    p99=$(cat "$W"/pgb.* | awk '{ print $3 }' | sort -n | awk '
-        { v[NR] = $1 }
-        END { if (NR == 0) exit 1;
-              i = int(NR * 0.99); if (i < NR * 0.99) i++;
-              printf "%.3f", v[i] / 1000 }') \
-        || die "pgrate-$key: no pgbench transaction log"
-    rm -f "$W"/pgb.*
+    p99=$(pgbench_p99 3) || die "pgrate-$key: no pgbench transaction log"
     P99[pgrate-$key]+="$p99 "
     log "pgrate-$key: p99 $p99 ms"
 }
