@@ -347,7 +347,7 @@ ngx_http_session_db_exit_process(ngx_cycle_t *cycle)
     }
 
     /* the queries still waiting leave with the worker */
-    ngx_http_session_stat(db_waiting, - (ngx_atomic_int_t) pool->nwaiting);
+    ngx_http_session_gauge(db_waiting, - (ngx_atomic_int_t) pool->nwaiting);
 
     ngx_http_session_db_pool = NULL;
     ngx_http_session_db_other = NULL;
@@ -1866,7 +1866,7 @@ ngx_http_session_db_enqueue(ngx_http_session_db_pool_t *pool,
     pool->nwaiting++;
     q->queued = 1;
 
-    ngx_http_session_stat(db_waiting, 1);
+    ngx_http_session_gauge(db_waiting, 1);
 }
 
 
@@ -1900,7 +1900,7 @@ ngx_http_session_db_dequeue(ngx_http_session_db_pool_t *pool,
     pool->nwaiting--;
     q->queued = 0;
 
-    ngx_http_session_stat(db_waiting, -1);
+    ngx_http_session_gauge(db_waiting, -1);
 }
 
 

@@ -231,7 +231,7 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
     c = r->connection;
 
     ngx_http_session_parked[c - ngx_cycle->connections] = pk;
-    ngx_http_session_stat(polls_parked, 1);
+    ngx_http_session_gauge(polls_parked, 1);
 
     /* the request goes (its line is logged with the answer) */
 
@@ -460,7 +460,7 @@ ngx_http_session_unpark(ngx_http_session_park_t *pk)
     c = pk->connection;
 
     ngx_http_session_parked[c - ngx_cycle->connections] = NULL;
-    ngx_http_session_stat(polls_parked, -1);
+    ngx_http_session_gauge(polls_parked, -1);
 
     /* a keepalive connection's buffer is whole when its request ends */
 
@@ -655,7 +655,7 @@ void
 ngx_http_session_park_free(ngx_http_session_park_t *pk)
 {
     ngx_http_session_parked[pk->connection - ngx_cycle->connections] = NULL;
-    ngx_http_session_stat(polls_parked, -1);
+    ngx_http_session_gauge(polls_parked, -1);
     ngx_free(pk);
 }
 

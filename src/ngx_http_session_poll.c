@@ -349,7 +349,7 @@ ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
     node = p->node;
 
     ngx_queue_insert_tail(&node->waiters, &p->queue);
-    ngx_http_session_stat(polls_waiting, 1);
+    ngx_http_session_gauge(polls_waiting, 1);
 
     if (!p->final) {
         p->timer.handler = ngx_http_session_poll_timeout;
@@ -947,7 +947,7 @@ ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
 
         p = ngx_queue_data(q, ngx_http_session_poll_t, queue);
         p->node = NULL;
-        ngx_http_session_stat(polls_waiting, -1);
+        ngx_http_session_gauge(polls_waiting, -1);
 
         if (p->timer.timer_set) {
             ngx_del_timer(&p->timer);
@@ -1051,7 +1051,7 @@ ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
 
     if (p->queue.next) {
         ngx_queue_remove(&p->queue);
-        ngx_http_session_stat(polls_waiting, -1);
+        ngx_http_session_gauge(polls_waiting, -1);
     }
 
     p->node = NULL;
@@ -1386,7 +1386,7 @@ ngx_http_session_poll_exit_process(ngx_cycle_t *cycle)
 
             ngx_queue_remove(qq);
             p->node = NULL;
-            ngx_http_session_stat(polls_waiting, -1);
+            ngx_http_session_gauge(polls_waiting, -1);
 
             if (p->timer.timer_set) {
                 ngx_del_timer(&p->timer);

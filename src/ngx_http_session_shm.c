@@ -86,6 +86,7 @@ typedef struct {
     ngx_uint_t                    evictions_alerted;
     time_t                        last_full_alert;
     ngx_http_session_stats_t      stats;
+    ngx_http_session_gauges_t     gauges[NGX_HTTP_SESSION_GAUGE_SLOTS];
 } ngx_http_session_shm_t;
 
 
@@ -996,6 +997,17 @@ ngx_http_session_shm_stats(ngx_shm_zone_t *zone)
     ctx = zone->data;
 
     return &ctx->sh->stats;
+}
+
+
+ngx_http_session_gauges_t *
+ngx_http_session_shm_gauges(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    return ctx->sh->gauges;
 }
 
 

@@ -99,6 +99,7 @@ typedef struct {
 } ngx_http_session_zone_figures_t;
 
 ngx_http_session_stats_t *ngx_http_session_shm_stats(ngx_shm_zone_t *zone);
+ngx_http_session_gauges_t *ngx_http_session_shm_gauges(ngx_shm_zone_t *zone);
 void ngx_http_session_shm_figures(ngx_shm_zone_t *zone,
     ngx_http_session_zone_figures_t *f);
 

@@ -30,11 +30,8 @@ typedef struct {
     /* statements answered, and those that got no answer (503) */
     ngx_atomic_t        db_queries;
     ngx_atomic_t        db_failures;
-    /* polls waiting now; the long poll's shared reads of sessions */
-    ngx_atomic_t        polls_waiting;
+    /* the long poll's shared reads of sessions */
     ngx_atomic_t        poll_reads;
-    /* of the polls waiting, those whose nginx request is freed */
-    ngx_atomic_t        polls_parked;
     /* expiry sweeps that ran, sessions they expired */
     ngx_atomic_t        sweeps;
     ngx_atomic_t        expired;
@@ -54,20 +51,42 @@ typedef struct {
     ngx_atomic_t        webhooks_oldest_due;
     ngx_atomic_t        webhooks_measured;
     ngx_atomic_t        webhooks_measure_next;
-    /*
-     * Pipelines of waiting reads sent under one Sync, the reads sent in
-     * them, and the queries waiting for a connection now (all workers)
-     */
+    /* pipelines of waiting reads sent under one Sync, the reads in them */
     ngx_atomic_t        db_batches;
     ngx_atomic_t        db_batched;
-    ngx_atomic_t        db_waiting;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;
 
 
+/*
+ * The gauges (how many now), one set per worker process, so that a worker
+ * that dies (a crash, SIGKILL) takes its share with it: each set belongs
+ * to a slot of the master's process table (ngx_process_slot, unique among
+ * the processes alive, and the slot a dead worker's replacement gets),
+ * is zeroed by the process that takes the slot, and carries its pid;
+ * session_status sums the sets of the processes alive.  Processes whose
+ * slot is past the table share its last set, which has no pid and is
+ * always counted.
+ */
+#define NGX_HTTP_SESSION_GAUGE_SLOTS  128
+
+typedef struct {
+    /* polls waiting now, and of those the ones whose request is freed */
+    ngx_atomic_t        polls_waiting;
+    ngx_atomic_t        polls_parked;
+    /* queries waiting for a connection now */
+    ngx_atomic_t        db_waiting;
+    /* the process the set belongs to, 0: shared */
+    ngx_atomic_t        pid;
+} ngx_http_session_gauges_t;
+
+
 /* this worker's view of the zone's counters, NULL outside workers */
 extern ngx_http_session_stats_t  *ngx_http_session_stats;
+
+/* this worker's set of gauges, NULL outside workers */
+extern ngx_http_session_gauges_t  *ngx_http_session_gauges;
 
 
 static ngx_inline void
@@ -80,6 +99,11 @@ ngx_http_session_stat_add(ngx_atomic_t *counter, ngx_atomic_int_t n)
 #define ngx_http_session_stat(field, n)                                       \
     if (ngx_http_session_stats) {                                             \
         ngx_http_session_stat_add(&ngx_http_session_stats->field, n);         \
+    }
+
+#define ngx_http_session_gauge(field, n)                                      \
+    if (ngx_http_session_gauges) {                                            \
+        ngx_http_session_stat_add(&ngx_http_session_gauges->field, n);        \
     }
 
 

@@ -18,9 +18,13 @@
 #define NGX_HTTP_SESSION_STATUS_LINE        160
 
 
-/* what one answer reports: a copy of the counters, the zone's figures */
+/*
+ * what one answer reports: a copy of the counters, the gauges summed over
+ * the processes alive, the zone's figures
+ */
 typedef struct {
     ngx_http_session_stats_t          s;
+    ngx_http_session_gauges_t         g;
     ngx_str_t                         zone;
     ngx_http_session_zone_figures_t   fig;
 } ngx_http_session_status_t;
@@ -28,6 +32,9 @@ typedef struct {
 
 static ngx_int_t ngx_http_session_status_format(ngx_http_request_t *r,
     ngx_uint_t *format);
+static void ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone);
+static void ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
+    ngx_http_session_gauges_t *sum);
 static void ngx_http_session_status_read(ngx_http_request_t *r,
     ngx_http_session_status_t *st);
 static u_char *ngx_http_session_status_json(u_char *p,
@@ -39,7 +46,8 @@ static u_char *ngx_http_session_status_metric(u_char *p, const char *name,
 static u_char *ngx_http_session_status_ms(u_char *p, ngx_atomic_uint_t ms);
 
 
-ngx_http_session_stats_t  *ngx_http_session_stats;
+ngx_http_session_stats_t   *ngx_http_session_stats;
+ngx_http_session_gauges_t  *ngx_http_session_gauges;
 
 
 static ngx_uint_t  ngx_http_session_status_codes[] = {
@@ -110,9 +118,45 @@ ngx_http_session_status_init_process(ngx_cycle_t *cycle)
 
     if (smcf && smcf->shm_zone) {
         ngx_http_session_stats = ngx_http_session_shm_stats(smcf->shm_zone);
+        ngx_http_session_status_take_gauges(smcf->shm_zone);
     }
 
     return NGX_OK;
+}
+
+
+/*
+ * This worker's set of gauges: its slot's, zeroed (what a dead worker of
+ * the slot left there goes), and marked with its pid; past the table, the
+ * shared last set
+ */
+static void
+ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_gauges_t  *g;
+
+    g = ngx_http_session_shm_gauges(zone);
+
+    if (ngx_process_slot < 0
+        || ngx_process_slot >= NGX_HTTP_SESSION_GAUGE_SLOTS - 1)
+    {
+        ngx_http_session_gauges = &g[NGX_HTTP_SESSION_GAUGE_SLOTS - 1];
+        return;
+    }
+
+    g = &g[ngx_process_slot];
+
+    g->pid = 0;
+    ngx_memory_barrier();
+
+    g->polls_waiting = 0;
+    g->polls_parked = 0;
+    g->db_waiting = 0;
+    ngx_memory_barrier();
+
+    g->pid = (ngx_atomic_uint_t) ngx_pid;
+
+    ngx_http_session_gauges = g;
 }
 
 
@@ -296,7 +340,48 @@ ngx_http_session_status_read(ngx_http_request_t *r,
     st->s = *ngx_http_session_shm_stats(smcf->shm_zone);
     st->zone = smcf->shm_zone->shm.name;
 
+    ngx_http_session_status_sum_gauges(smcf->shm_zone, &st->g);
+
     ngx_http_session_shm_figures(smcf->shm_zone, &st->fig);
+}
+
+
+/*
+ * The gauges of the processes alive: a set whose pid is gone (its worker
+ * died and no process has taken the slot since) counts no more
+ */
+static void
+ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
+    ngx_http_session_gauges_t *sum)
+{
+    ngx_uint_t                  i;
+    ngx_pid_t                   pid;
+    ngx_http_session_gauges_t  *g;
+
+    ngx_memzero(sum, sizeof(ngx_http_session_gauges_t));
+
+    g = ngx_http_session_shm_gauges(zone);
+
+    for (i = 0; i < NGX_HTTP_SESSION_GAUGE_SLOTS; i++) {
+
+        if (g[i].polls_waiting == 0 && g[i].polls_parked == 0
+            && g[i].db_waiting == 0)
+        {
+            continue;
+        }
+
+        pid = (ngx_pid_t) g[i].pid;
+
+        if (i < NGX_HTTP_SESSION_GAUGE_SLOTS - 1
+            && (pid == 0 || (kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH)))
+        {
+            continue;
+        }
+
+        sum->polls_waiting += g[i].polls_waiting;
+        sum->polls_parked += g[i].polls_parked;
+        sum->db_waiting += g[i].db_waiting;
+    }
 }
 
 
@@ -336,8 +421,8 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"failed\": %uA, \"queue\": ",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
                    st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
-                   st->s.db_batches, st->s.db_batched, st->s.db_waiting,
-                   st->s.polls_waiting, st->s.polls_parked, st->s.poll_reads,
+                   st->s.db_batches, st->s.db_batched, st->g.db_waiting,
+                   st->g.polls_waiting, st->g.polls_parked, st->s.poll_reads,
                    st->s.sweeps,
                    st->s.expired, st->s.purged, st->s.webhooks_delivered,
                    st->s.webhooks_retried, st->s.webhooks_failed);
@@ -417,12 +502,12 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
                             st->s.db_batched);
     p = ngx_http_session_status_metric(p, "db_waiting", "gauge",
                             "Statements waiting for a connection now.",
-                            st->s.db_waiting);
+                            st->g.db_waiting);
     p = ngx_http_session_status_metric(p, "polls_waiting", "gauge",
-                            "Long polls waiting now.", st->s.polls_waiting);
+                            "Long polls waiting now.", st->g.polls_waiting);
     p = ngx_http_session_status_metric(p, "polls_parked", "gauge",
                             "Of the waiting long polls, those that hold only "
-                            "their connection.", st->s.polls_parked);
+                            "their connection.", st->g.polls_parked);
     p = ngx_http_session_status_metric(p, "poll_reads_total", "counter",
                             "Reads of a session, each shared by the long "
                             "polls that wait on it.", st->s.poll_reads);

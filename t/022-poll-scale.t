@@ -434,6 +434,57 @@ sub parked_check {
     ok($line, "$name - the access log has the poll's line and status");
 }
 
+# a worker killed while polls wait: the gauges of session_status are kept
+# per worker process (its slot in the master's table), and the worker the
+# master starts in its place begins from zero, so the waiting and parked
+# counts forget the dead worker's polls instead of keeping them forever
+$checks{killed} = sub {
+    my ($name) = @_;
+    my $n = 3;
+
+    my $sid = create()->{json}{id};
+    my @polls = map { poll_send($sid, '?timeout=30') } 1 .. $n;
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == $n && $s->{parked} == $n ? $s : undef;
+    });
+    ok($lp, "$name - $n polls wait, parked");
+
+    my @old = worker_pids();
+    is(scalar @old, 1, "$name - one worker");
+    kill 'KILL', @old;
+
+    my ($now) = wait_until(10, 0.05, sub {
+        my @w = worker_pids();
+        return undef unless @w == 1 && $w[0] != $old[0];
+        my $s = eval { long_poll() };
+        $s && $s->{waiting} == 0 && $s->{parked} == 0 ? $s : undef;
+    });
+    ok($now, "$name - after the kill, a new worker and nobody waits")
+        or diag(explain(long_poll()), " workers: @{[ worker_pids() ]} old: @old");
+
+    is(answer($polls[0], 5)->{status}, 0,
+       "$name - a poll of the dead worker: its connection is gone");
+    close $_->{sock} for @polls;
+
+    # the new worker counts its own
+    my $p = poll_send($sid, '?timeout=30');
+    my ($again) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 1 && $s->{parked} == 1 ? $s : undef;
+    });
+    ok($again, "$name - a poll on the new worker: 1 waits, 1 parked");
+    upload($sid);
+    is(answer($p, 10)->{status}, 200, "$name - and is answered");
+
+    my ($after) = wait_until(5, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 0 && $s->{parked} == 0 ? $s : undef;
+    });
+    ok($after, "$name - nobody waits after");
+};
+
 $checks{parked} = sub { parked_check($_[0], 1) };
 $checks{unparked} = sub { parked_check($_[0], 0) };
 
@@ -553,3 +604,13 @@ GET /api/v1/sessions?limit=1
 --- error_code: 200
 --- no_error_log
 [alert]
+
+
+
+=== TEST 8: a worker killed while polls wait: the gauges forget its polls
+--- check: killed
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
