@@ -49,6 +49,12 @@
 #                         p99 of both at the same load (default 5000, a
 #                         fifth of what the module does at 8 connections;
 #                         0: not run)
+#   BENCH_DB_CLIENT_CPUS  a CPU list (taskset -c): wrk, bench/http-rate and
+#                         pgbench run there, and everything else (nginx,
+#                         PostgreSQL) on the other CPUs, so that on a
+#                         machine with CPUs to spare the load generators
+#                         do not share them with what they measure
+#                         (default: no pinning, every process anywhere)
 #   BENCH_DB_PERF         a path prefix: "perf record -a" (the whole
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
@@ -75,6 +81,7 @@ ONLY=${BENCH_DB_ONLY:-}
 OUT=${BENCH_DB_OUT:--}
 PERF_OUT=${BENCH_DB_PERF:-}
 RATE=${BENCH_DB_RATE:-5000}
+CLIENT_CPUS=${BENCH_DB_CLIENT_CPUS:-}
 [ "$RATE" != 0 ] || RATE=
 
 # accounts of the quota scenario, and rows a "once" scenario may use up
@@ -88,6 +95,49 @@ die() {
 
 log() {
     echo "bench-db.sh: $*" >&2
+}
+
+# cpu_list SPEC: the CPUs of a taskset list ("0-2,5"), one a line
+cpu_list() {
+    local part
+    local -a parts
+    IFS=, read -ra parts <<<"$1"
+    for part in "${parts[@]}"; do
+        [[ $part =~ ^([0-9]+)(-([0-9]+))?$ ]] || return 1
+        seq "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]:-${BASH_REMATCH[1]}}"
+    done
+}
+
+# with BENCH_DB_CLIENT_CPUS: SERVER_PIN, the taskset for nginx and the
+# cluster, on the CPUs of this process that the clients leave (the clients
+# pin themselves again)
+pin_setup() {
+    local mine clients rest
+
+    SERVER_PIN=
+    [ -n "$CLIENT_CPUS" ] || return 0
+
+    command -v taskset >/dev/null 2>&1 || die "taskset not found (util-linux)"
+    mine=$(cpu_list "$(taskset -cp $$ | sed 's/.*: //')") \
+        || die "cannot read this process's CPUs"
+    clients=$(cpu_list "$CLIENT_CPUS") \
+        || die "bad BENCH_DB_CLIENT_CPUS: $CLIENT_CPUS"
+    rest=$(comm -23 <(sort <<<"$mine") <(sort <<<"$clients") \
+           | sort -n | paste -sd,)
+    [ -n "$rest" ] || die "BENCH_DB_CLIENT_CPUS leaves no CPU for the servers"
+
+    SERVER_PIN="taskset -c $rest"
+    export SERVER_PIN
+    log "clients on CPUs $CLIENT_CPUS, nginx and PostgreSQL on $rest"
+}
+
+# client COMMAND...: a load generator, on BENCH_DB_CLIENT_CPUS if given
+client() {
+    if [ -n "$CLIENT_CPUS" ]; then
+        taskset -c "$CLIENT_CPUS" "$@"
+    else
+        "$@"
+    fi
 }
 
 . "$ROOT/util/bench-lib.sh"
@@ -349,7 +399,7 @@ module() {
 
     settle
     profile "$name"
-    out=$(BENCH_THREADS=$THREADS wrk -t"$THREADS" -c"$conns" \
+    out=$(BENCH_THREADS=$THREADS client wrk -t"$THREADS" -c"$conns" \
               -d"$DURATION" --latency -s "$ROOT/bench/db-request.lua" \
               "http://127.0.0.1:$PORT" 2>&1) \
         || { echo "$out" >&2; die "wrk failed ($name)"; }
@@ -397,7 +447,7 @@ anchor() {
     rm -f "$W"/pgb.*
     settle
     profile "$name"
-    out=$(cd "$W" && pgbench -n -M prepared -c "$CLIENTS" \
+    out=$(cd "$W" && client pgbench -n -M prepared -c "$CLIENTS" \
               -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
               -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
               -D body="\\x$BODY_HEX" "${files[@]}" "$DB" 2>&1) \
@@ -462,7 +512,7 @@ rated() {
     fi
 
     settle
-    out=$("$W/http-rate" "$PORT" "$RATE" "$(duration_s "$DURATION")" \
+    out=$(client "$W/http-rate" "$PORT" "$RATE" "$(duration_s "$DURATION")" \
               "$LAT_CONNS" "$(head -1 "$BENCH_KEYS")" "$W/rate-paths") \
         || die "http-rate failed ($key)"
     read -r _ _ _ p99 bad <<<"$out"
@@ -476,7 +526,7 @@ rated() {
 
     rm -f "$W"/pgb.*
     settle
-    (cd "$W" && pgbench -n -M prepared -c "$CLIENTS" \
+    (cd "$W" && client pgbench -n -M prepared -c "$CLIENTS" \
          -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" -R "$RATE" \
          -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
          "${files[@]}" "$DB" >/dev/null 2>&1) \
@@ -760,6 +810,8 @@ inside() {
 }
 
 
+pin_setup
+
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     DB=$(pg_virtualenv_conninfo)
     : > "$BENCH_DB_MARKER"
@@ -791,7 +843,8 @@ for attempt in 1 2 3; do
     rm -f "$BENCH_DB_MARKER"
     export BENCH_DB_MARKER
     rc=0
-    pg_virtualenv -t -o fsync=on -- bash "$ROOT/util/bench-db.sh" --inside-pg-virtualenv \
+    ${SERVER_PIN:-} pg_virtualenv -t -o fsync=on -- \
+        bash "$ROOT/util/bench-db.sh" --inside-pg-virtualenv \
         || rc=$?
     if [ "$rc" -eq 0 ] || [ -e "$BENCH_DB_MARKER" ]; then
         rm -f "$BENCH_DB_MARKER"

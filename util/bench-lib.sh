@@ -154,7 +154,7 @@ nginx_temp_paths() {
 # nginx from $W/nginx.conf (master and daemon), until /ok answers
 start_nginx() {
     : > "$W/error.log"
-    "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
+    ${SERVER_PIN:-} "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
         || { cat "$W/error.log" >&2; die "nginx did not start"; }
     NGINX_UP=1
 
