@@ -51,10 +51,10 @@
 #                         0: not run)
 #   BENCH_DB_CLIENT_CPUS  a CPU list (taskset -c): wrk, bench/http-rate and
 #                         pgbench run there, and everything else (nginx,
-#                         PostgreSQL) on the other CPUs, so that on a
-#                         machine with CPUs to spare the load generators
-#                         do not share them with what they measure
-#                         (default: no pinning, every process anywhere)
+#                         PostgreSQL) on the other CPUs, so that the load
+#                         generators do not take CPU time from what they
+#                         measure (default 0 when there are 2 CPUs or
+#                         more, decision (nh); "none": no pinning)
 #   BENCH_DB_PERF         a path prefix: "perf record -a" (the whole
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
@@ -81,7 +81,15 @@ ONLY=${BENCH_DB_ONLY:-}
 OUT=${BENCH_DB_OUT:--}
 PERF_OUT=${BENCH_DB_PERF:-}
 RATE=${BENCH_DB_RATE:-5000}
-CLIENT_CPUS=${BENCH_DB_CLIENT_CPUS:-}
+# the load generators on CPU 0, the servers on the others, when there are
+# others (decision (nh)); "none": no pinning
+CLIENT_CPUS=${BENCH_DB_CLIENT_CPUS:-auto}
+if [ "$CLIENT_CPUS" = auto ]; then
+    CLIENT_CPUS=
+    [ "$(nproc)" -ge 2 ] && CLIENT_CPUS=0
+elif [ "$CLIENT_CPUS" = none ]; then
+    CLIENT_CPUS=
+fi
 [ "$RATE" != 0 ] || RATE=
 
 # accounts of the quota scenario, and rows a "once" scenario may use up
@@ -129,6 +137,25 @@ pin_setup() {
     SERVER_PIN="taskset -c $rest"
     export SERVER_PIN
     log "clients on CPUs $CLIENT_CPUS, nginx and PostgreSQL on $rest"
+}
+
+# pin_cluster: with SERVER_PIN, PostgreSQL's postmaster and the processes
+# it has started there too (its backends to come inherit it): a cluster
+# given by BENCH_SESSION_DB was not started under SERVER_PIN
+pin_cluster() {
+    local backend postmaster p
+
+    [ -n "$SERVER_PIN" ] || return 0
+
+    backend=$(sql 'SELECT pg_backend_pid()') || die "no backend pid"
+    postmaster=$(ps -o ppid= -p "$backend" 2>/dev/null | tr -d ' ')
+
+    # a cluster on another machine, or not ours to move: leave it
+    [ -n "$postmaster" ] && [ -O "/proc/$postmaster" ] || return 0
+
+    for p in "$postmaster" $(pgrep -P "$postmaster"); do
+        $SERVER_PIN -p "$p" >/dev/null 2>&1 || true
+    done
 }
 
 # client COMMAND...: a load generator, on BENCH_DB_CLIENT_CPUS if given
@@ -743,6 +770,7 @@ inside() {
     chmod 755 "$W"
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
+    pin_cluster
 
     log "fixtures ($QUOTA_ACCOUNTS accounts, sessions, images)"
     fixtures

@@ -377,7 +377,8 @@ inside() {
 
     # every database path against pgbench running the plainest statement
     # that does the same work (util/bench-db.sh), with BENCH_WORKERS
-    # workers, unpinned: PostgreSQL needs the CPUs too
+    # workers; wrk and pgbench on CPU 0, nginx and PostgreSQL on the
+    # others (BENCH_DB_CLIENT_CPUS, decision (nh))
     if [ "$PGBENCH_ON" != 0 ]; then
         BENCH_SESSION_DB=$DB BENCH_DB_OUT="$W/db.md" \
             bash "$ROOT/util/bench-db.sh" \
@@ -629,7 +630,11 @@ than database connections, so that statements wait for one and reads
 go in pipelines, decision (na)); p99 with as many wrk connections as
 pgbench has clients, so that both sides have the same number of
 requests in flight (with 64 the module's p99 is mostly its queue, see
-the last column).  Under the table, two more put that p99 in context
+the last column).  The load generators (wrk, \`bench/http-rate\`,
+pgbench) run on CPU 0 and nginx and PostgreSQL on the others, the same
+for both sides, so that neither side's client takes CPU time from what
+it measures (decision (nh); \`BENCH_DB_CLIENT_CPUS=none\` runs them
+unpinned).  Under the table, two more put that p99 in context
 (decision (ne)): the floor, nginx alone serving each read's answer
 from a file to the same wrk, and the reads at one fixed rate below
 saturation (\`bench/http-rate\` beside \`pgbench -R\`).
