@@ -755,10 +755,12 @@ report() {
     done
 
     echo
+    local pinned=
+    [ -z "$CLIENT_CPUS" ] || pinned="wrk, pgbench and bench/http-rate on CPU"
+    [ -z "$CLIENT_CPUS" ] \
+        || pinned+=" $CLIENT_CPUS, nginx and PostgreSQL on the others. "
     echo "$goals_met of $goals endpoints meet both goals (the create with a" \
-         "new Idempotency-Key each is shown without one)." \
-         "${CLIENT_CPUS:+wrk, pgbench and bench/http-rate on CPU $CLIENT_CPUS," \
-         "nginx and PostgreSQL on the others. }Medians of $ROUNDS" \
+         "new Idempotency-Key each is shown without one). ${pinned}Medians of $ROUNDS" \
          "rounds of $DURATION; wrk -t$THREADS -c$WRK_CONNS for requests/s and" \
          "-c$LAT_CONNS for p99, --latency;" \
          "pgbench -M prepared -c $CLIENTS -j $THREADS -l; nginx" \
