@@ -188,25 +188,30 @@
 /*
  * $1 project, $2 session id: the session's columns after the change, or
  * as they are when there was none to make (already completed, expired,
- * another project's), or no row.  The row is locked first, so that the
- * row returned is the newest; the notification and, for webhook
- * sessions, the outbox row commit with the change or not at all.
+ * another project's), or no row: when there was no change, the row is
+ * read locked, so that it is the newest; the notification and, for
+ * webhook sessions, the outbox row commit with the change or not at all.
  */
 #define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE                                 \
     "WITH " NGX_HTTP_SESSION_SQL_COMPLETE_WORK("")                            \
     " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
     NGX_HTTP_SESSION_SQL_COMPLETE_FROM
 
-/* the CTEs l, c, o of the complete; held: a condition on c */
+/*
+ * the CTEs c, l, o of the complete; held: a condition on c.  The update
+ * first; only when it changed nothing is the row read, locked, so that
+ * the row returned is the newest (a concurrent complete committed while
+ * this one waited is seen as completed)
+ */
 #define NGX_HTTP_SESSION_SQL_COMPLETE_WORK(held)                              \
-    "l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"               \
-    " FOR UPDATE),"                                                           \
-    " c AS ("                                                                 \
+    "c AS ("                                                                  \
     "UPDATE sessions s SET status = 'completed', completed_at = now()"        \
-    " FROM l WHERE s.id = (l.r).id AND s.project_id = $1::uuid"               \
+    " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
     " AND s.status = 'open' AND now() < s.expires_at" held                    \
     " RETURNING s AS r,"                                                      \
     " pg_notify('session_events', 'completed:' || s.id::text) AS n),"         \
+    " l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"              \
+    " AND NOT EXISTS (SELECT 1 FROM c) FOR UPDATE),"                          \
     " o AS ("                                                                 \
     "INSERT INTO webhook_outbox (id, project_id, session_id, event_type,"     \
     " url, payload)"                                                          \

@@ -31,6 +31,7 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+use IO::Socket::INET ();
 use Time::HiRes ();
 use Time::Local ();
 use Session qw(:DEFAULT decode_json encode_json);
@@ -658,6 +659,58 @@ $checks{ties} = sub {
     is_deeply([map { scalar @{ $_->{data} } } @$pages], [100, 20],
               "$name - BULK: limit=100: pages of 100 and 20");
     is_deeply($ids, \@BULK, "$name - BULK: limit=100: all, in order");
+};
+
+# a complete that waits on another's: psql completes the session in an
+# open transaction; the request's complete waits for the row, and when
+# the other commits it answers 200 with the session as that one left it
+# (the newest row: status completed, the other's completed_at), not the
+# row as it was when its statement began
+$checks{complete_race} = sub {
+    my ($name) = @_;
+
+    my $sid = create($KEY{PRO})->{id};
+    my $app = "$TAG-race-locked";
+
+    local $ENV{PGAPPNAME} = "$TAG-race";
+    open my $other, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
+         '-d', db_conninfo() or die "psql: $!";
+    my $old = select $other;
+    $| = 1;
+    select $old;
+
+    print $other "BEGIN;\nUPDATE sessions SET status = 'completed',"
+                 . " completed_at = now() - interval '1 minute'"
+                 . " WHERE id = '$sid';\nSET application_name = '$app';\n";
+
+    my ($held) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity WHERE application_name}
+             . qq{ = '$app'}) > 0
+    });
+    ok($held, "$name - another transaction completes the session, open");
+
+    my $sock = IO::Socket::INET->new(
+                   PeerAddr => '127.0.0.1',
+                   PeerPort => $Test::Nginx::Util::ServerPort,
+                   Proto => 'tcp') or die "connect: $!";
+    print $sock "POST /api/v1/sessions/$sid/complete HTTP/1.1\r\n"
+                . "Host: localhost\r\nAuthorization: Bearer $KEY{PRO}\r\n"
+                . "Content-Length: 0\r\nConnection: close\r\n\r\n";
+    my $p = { sock => $sock, t0 => Time::HiRes::time() };
+
+    ok(!SessionTest::answered($p, 0.5), "$name - the complete waits");
+
+    print $other "COMMIT;\n\\q\n";
+    close $other;
+
+    my $r = SessionTest::answer($p, 10);
+    is($r->{status}, 200, "$name - then 200");
+    is($r->{json}{status}, 'completed', "$name - status completed");
+    is($r->{json}{completed_at},
+       psql(q{SELECT to_char(completed_at AT TIME ZONE 'UTC',}
+            . q{ 'YYYY-MM-DD"T"HH24:MI:SS"Z"') FROM sessions}
+            . " WHERE id = '$sid'"),
+       "$name - with the other's completed_at, a minute ago");
 };
 
 # GET and complete: 200, idempotent complete, another project's session,
@@ -2247,6 +2300,16 @@ $::QUOTA
 
 === TEST 107: get and complete: 200, idempotent, 403 for another project, 404
 --- check: get_complete
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 107a: a complete that waits on another's answers the newest row
+--- check: complete_race
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
