@@ -90,6 +90,8 @@ if [ "$CLIENT_CPUS" = auto ]; then
 elif [ "$CLIENT_CPUS" = none ]; then
     CLIENT_CPUS=
 fi
+# resolved once: the run inside pg_virtualenv has only the servers' CPUs
+export BENCH_DB_CLIENT_CPUS=${CLIENT_CPUS:-none}
 [ "$RATE" != 0 ] || RATE=
 
 # accounts of the quota scenario, and rows a "once" scenario may use up
