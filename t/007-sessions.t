@@ -670,24 +670,14 @@ $checks{complete_race} = sub {
     my ($name) = @_;
 
     my $sid = create($KEY{PRO})->{id};
-    my $app = "$TAG-race-locked";
-
-    local $ENV{PGAPPNAME} = "$TAG-race";
-    open my $other, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
-         '-d', db_conninfo() or die "psql: $!";
-    my $old = select $other;
-    $| = 1;
-    select $old;
-
-    print $other "BEGIN;\nUPDATE sessions SET status = 'completed',"
-                 . " completed_at = now() - interval '1 minute'"
-                 . " WHERE id = '$sid';\nSET application_name = '$app';\n";
-
-    my ($held) = wait_until(10, 0.05, sub {
-        psql(q{SELECT count(*) FROM pg_stat_activity WHERE application_name}
-             . qq{ = '$app'}) > 0
-    });
-    ok($held, "$name - another transaction completes the session, open");
+    my $other = psql_begin("UPDATE sessions SET status = 'completed',"
+                           . " completed_at = now() - interval '1 minute'"
+                           . " WHERE id = '$sid'",
+                           q{SELECT count(*) FROM pg_stat_activity}
+                           . q{ WHERE state = 'idle in transaction'}
+                           . q{ AND query LIKE 'UPDATE sessions SET status%'}
+                           . qq{ AND query LIKE '%$sid%'});
+    ok($other, "$name - another transaction completes the session, open");
 
     my $sock = IO::Socket::INET->new(
                    PeerAddr => '127.0.0.1',
@@ -700,8 +690,7 @@ $checks{complete_race} = sub {
 
     ok(!SessionTest::answered($p, 0.5), "$name - the complete waits");
 
-    print $other "COMMIT;\n\\q\n";
-    close $other;
+    psql_end($other);
 
     my $r = SessionTest::answer($p, 10);
     is($r->{status}, 200, "$name - then 200");

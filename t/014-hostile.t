@@ -97,26 +97,13 @@ sub api {
 # unlock_keys(): every key lookup blocks behind it, so a lookup that was
 # started shows in pg_stat_activity and its request gets no answer.
 sub lock_keys {
-    open my $psql, '|-', 'psql', '-X', '-q', '-d', Session::db_conninfo()
-        or die "psql: $!";
-    $psql->autoflush(1);
-    print $psql "BEGIN;\nLOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE;\n";
-
-    my ($ok) = wait_until(10, 0.02, sub {
-        psql(q{SELECT count(*) FROM pg_locks l JOIN pg_class c }
-             . q{ON c.oid = l.relation WHERE c.relname = 'api_keys' }
-             . q{AND l.mode = 'AccessExclusiveLock' AND l.granted}) > 0
-    });
-    die "lock_keys: no lock" unless $ok;
-
-    return $psql;
+    return psql_begin('LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE',
+                      q{SELECT count(*) FROM pg_locks l JOIN pg_class c }
+                      . q{ON c.oid = l.relation WHERE c.relname = 'api_keys' }
+                      . q{AND l.mode = 'AccessExclusiveLock' AND l.granted});
 }
 
-sub unlock_keys {
-    my ($psql) = @_;
-    print $psql "COMMIT;\n";
-    close $psql;
-}
+sub unlock_keys { psql_end($_[0]) }
 
 # key lookups that wait behind lock_keys()
 sub blocked_lookups {

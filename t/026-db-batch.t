@@ -108,27 +108,14 @@ sub read_by_nginx {
 sub lock_table {
     my ($table) = @_;
 
-    open my $fh, '|-', 'psql', '-X', '-q', '-d', db_conninfo()
-        or die "psql: $!";
-    $fh->autoflush(1);
-    print $fh "BEGIN;\nLOCK TABLE $table IN ACCESS EXCLUSIVE MODE;\n";
-
-    my $held = q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
-               . q{ ON c.oid = l.relation WHERE c.relname = '} . $table
-               . q{' AND l.mode = 'AccessExclusiveLock' AND l.granted};
-
-    my ($ok) = wait_until(10, 0.02, sub { psql($held) == 1 });
-    die "the lock on $table was not granted\n" unless $ok;
-
-    return $fh;
+    return psql_begin("LOCK TABLE $table IN ACCESS EXCLUSIVE MODE",
+                      q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+                      . q{ ON c.oid = l.relation WHERE c.relname = '} . $table
+                      . q{' AND l.mode = 'AccessExclusiveLock'}
+                      . q{ AND l.granted});
 }
 
-sub unlock {
-    my ($fh) = @_;
-
-    print $fh "COMMIT;\n";
-    close $fh;
-}
+sub unlock { psql_end($_[0]) }
 
 # a statement of the module waits for a lock (the connection is held)
 sub blocked {

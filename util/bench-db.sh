@@ -473,10 +473,14 @@ pgbench_p99() {
     echo "$p99"
 }
 
-# anchor NAME FILE_PREFIX: pgbench over every pg-FILE_PREFIX*.sql
-anchor() {
-    local name=$1 prefix=$2 out tps p99 f
+# pgbench_run NAME FILE_PREFIX [ARGS...]: pgbench over every
+# pg-FILE_PREFIX*.sql with the anchor's clients, threads and duration, its
+# transaction log in $W/pgb.* (see pgbench_p99), ARGS added; its output
+pgbench_run() {
+    local name=$1 prefix=$2 f
     local -a files=()
+
+    shift 2
 
     for f in "$W"/pg-"$prefix".sql "$W"/pg-"$prefix"-[0-9]*.sql; do
         [ -f "$f" ] && files+=(-f "$f@1")
@@ -486,10 +490,17 @@ anchor() {
     rm -f "$W"/pgb.*
     settle
     profile "$name"
-    out=$(cd "$W" && client pgbench -n -M prepared -c "$CLIENTS" \
-              -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
-              -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
-              -D body="\\x$BODY_HEX" "${files[@]}" "$DB" 2>&1) \
+    (cd "$W" && client pgbench -n -M prepared -c "$CLIENTS" \
+         -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
+         -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
+         -D body="\\x$BODY_HEX" "$@" "${files[@]}" "$DB" 2>&1)
+}
+
+# anchor NAME FILE_PREFIX: pgbench over every pg-FILE_PREFIX*.sql
+anchor() {
+    local name=$1 prefix=$2 out tps p99
+
+    out=$(pgbench_run "$name" "$prefix") \
         || { echo "$out" >&2; die "pgbench failed ($name)"; }
 
     if grep -Eq '^number of failed transactions: [1-9]' <<<"$out"; then
@@ -538,8 +549,7 @@ floor() {
 # exported) at that fixed rate: bench/http-rate with as many connections as
 # the latency runs, and pgbench -R with its clients; p99 of both
 rated() {
-    local key=$1 prefix=$2 out p99 f
-    local -a files=()
+    local key=$1 prefix=$2 out p99
 
     [ -n "$RATE" ] && [[ $FLOOR_KEYS == *" $key "* ]] || return 0
 
@@ -559,17 +569,8 @@ rated() {
     P99[rate-$key]+="$p99 "
     log "rate-$key: $out (answers, s, p50, p99 ms, non-200)"
 
-    for f in "$W"/pg-"$prefix".sql "$W"/pg-"$prefix"-[0-9]*.sql; do
-        [ -f "$f" ] && files+=(-f "$f@1")
-    done
-
-    rm -f "$W"/pgb.*
-    settle
-    (cd "$W" && client pgbench -n -M prepared -c "$CLIENTS" \
-         -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" -R "$RATE" \
-         -T "$(duration_s "$DURATION")" -l --log-prefix=pgb \
-         "${files[@]}" "$DB" >/dev/null 2>&1) \
-        || die "pgbench -R failed ($key)"
+    out=$(pgbench_run "pgrate-$key" "$prefix" -R "$RATE") \
+        || { echo "$out" >&2; die "pgbench -R failed ($key)"; }
     p99=$(pgbench_p99 3) || die "pgrate-$key: no pgbench transaction log"
     P99[pgrate-$key]+="$p99 "
     log "pgrate-$key: p99 $p99 ms"

@@ -28,6 +28,7 @@ use JSON::PP ();
 use POSIX ();
 
 our @EXPORT = qw(fixture sessionctl sessionctl_ok db_conninfo psql
+                 psql_begin psql_end
                  sql_quote);
 our @EXPORT_OK = qw(repo_root sessionctl_path decode_json encode_json);
 
@@ -182,6 +183,37 @@ sub psql {
     chomp $out;
 
     return wantarray ? split(/\n/, $out) : $out;
+}
+
+
+# psql_begin($sql, $held): a psql of its own that runs "BEGIN; $sql;" and
+# keeps the transaction open; returns its handle once psql($held) counts
+# more than 0 (the lock is granted, the row changed), dies after 10 s.
+# psql_end($fh, $how) ends it: "COMMIT" (the default) or "ROLLBACK".
+sub psql_begin {
+    my ($sql, $held) = @_;
+
+    open my $fh, '|-', 'psql', '-X', '-q', '-o', '/dev/null',
+         '-d', db_conninfo() or croak "psql: $!";
+    $fh->autoflush(1);
+    print $fh "BEGIN;\n$sql;\n";
+
+    my $t1 = time + 10;
+    until (psql($held) > 0) {
+        croak "psql_begin: not held after 10 s: $held" if time > $t1;
+        select undef, undef, undef, 0.02;
+    }
+
+    return $fh;
+}
+
+sub psql_end {
+    my ($fh, $how) = @_;
+
+    my $end = ($how // 'COMMIT') . ";\n\\q\n";
+
+    print $fh $end;
+    close $fh;
 }
 
 
