@@ -5,12 +5,13 @@
  * per-worker PostgreSQL connections.
  */
 
+#include "ngx_http_session_common.h"
+
 #include <libpq-fe.h>
 #if (NGX_LINUX && defined __GLIBC__)
 #include <malloc.h>
 #endif
 
-#include "ngx_http_session_common.h"
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_dbhost.h"

@@ -9,8 +9,8 @@
  * write interest is added only while libpq has unsent output.
  */
 
-#include "ngx_http_session_backoff.h"
 #include "ngx_http_session_db.h"
+#include "ngx_http_session_backoff.h"
 #include "ngx_http_session_stats.h"
 
 

@@ -8,9 +8,10 @@
 #define _NGX_HTTP_SESSION_DB_H_INCLUDED_
 
 
+#include "ngx_http_session_common.h"
+
 #include <libpq-fe.h>
 
-#include "ngx_http_session_common.h"
 #include "ngx_http_session_dbhost.h"
 #include "ngx_http_session_sql.h"
 

@@ -11,9 +11,10 @@
 #define _NGX_HTTP_SESSION_DBHOST_H_INCLUDED_
 
 
+#include "ngx_http_session_common.h"
+
 #include <libpq-fe.h>
 
-#include "ngx_http_session_common.h"
 
 
 /* what an entry of host= is */

@@ -11,9 +11,10 @@
 #define _NGX_HTTP_SESSION_RENDER_H_INCLUDED_
 
 
+#include "ngx_http_session_common.h"
+
 #include <libpq-fe.h>
 
-#include "ngx_http_session_common.h"
 #include "ngx_http_session_doc.h"
 
 

@@ -7,9 +7,10 @@
 #define _NGX_HTTP_SESSION_REQUEST_H_INCLUDED_
 
 
+#include "ngx_http_session_common.h"
+
 #include <libpq-fe.h>
 
-#include "ngx_http_session_common.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
 

@@ -43,6 +43,43 @@ if [ "$status" -ne 0 ]; then
     echo "lint: layout errors (tabs or lines over 80 columns)" >&2
 fi
 
+# nginx's headers come before any system or library header in every file
+# of the module (not src/core or src/cli, which are pure C): nginx
+# defines _GNU_SOURCE in <ngx_config.h>, and once <stdio.h> has been read
+# without it glibc hides what newer nginx needs (1.26's ngx_event_udp.h
+# wants struct in6_pktinfo).  So a module header's first include is the
+# common header, and a module source's first include is a module header.
+mapfile -t modfiles < <(find ngx_http_session_module.c src \
+                             \( -path src/core -o -path src/cli \
+                                -o -path src/sql \) -prune -o \
+                             -type f \( -name '*.c' -o -name '*.h' \) \
+                             -print | sort)
+for f in "${modfiles[@]}"; do
+    first=$(grep -m1 -o '^#include *[<"][^>"]*[>"]' "$f" || true)
+    [ -n "$first" ] || continue
+    name=${first#*[<\"]}
+    name=${name%[>\"]}
+    case $f in
+        */ngx_http_session_common.h) want='<ngx_config.h>' ;;
+        *.h) want='"ngx_http_session_common.h"' ;;
+        *) want='a module header' ;;
+    esac
+    ok=0
+    case $f:$first in
+        */ngx_http_session_common.h:*'<ngx_config.h>') ok=1 ;;
+        *.h:*'"ngx_http_session_common.h"') ok=1 ;;
+        *.c:*'"'*)
+            if [ -n "$(find src -path src/core -prune -o -path src/cli \
+                            -prune -o -name "$name" -print -quit)" ]; then
+                ok=1
+            fi ;;
+    esac
+    if [ "$ok" -eq 0 ]; then
+        echo "$f: first include is $first, expected $want" >&2
+        status=1
+    fi
+done
+
 if ! command -v cppcheck >/dev/null 2>&1; then
     echo "lint: cppcheck is not installed (apt-get install cppcheck)" >&2
     exit 1
