@@ -1,12 +1,9 @@
 # docs/openapi.yaml: valid under a maintained validator (Redocly CLI,
 # pinned in util/openapi/package.json, installed by make deps), and
-# complete: every route of API.md's endpoint table with its success
-# status, every HTTP status that API.md names, and the statuses each
-# route can answer (the list below) are in the document.
-#
-# API.md is the contract in the shared directory beside the repository
-# (../shared/API.md, or SESSION_API_MD=...); without it the maintained
-# list alone is checked.
+# complete: every route of the contract's endpoint table (docs/api.md
+# §5) with its success status, every HTTP status that the contract
+# names, and the statuses each route can answer (the list below) are in
+# the document.  SESSION_API_MD=... checks another copy of the contract.
 use strict;
 use warnings;
 
@@ -62,7 +59,7 @@ for my $path (keys %{ $api->{paths} }) {
     }
 }
 
-# 3. What each route answers (API.md sections 1, 2, 5, 6, 10).  Every
+# 3. What each route answers (docs/api.md §1, §2, §5, §6, §10).  Every
 # route: 400 (nginx's own refusals, query parameters), 401, 403, 429,
 # 500, 503; session routes also 404 and 410; every POST takes an
 # Idempotency-Key (409 in progress, 422 another request).
@@ -92,10 +89,10 @@ for my $route (sort keys %routes) {
     is("@missing", '', "$route lists every status it can answer");
 }
 
-# 4. API.md itself, when it is at hand.
-my $contract = $ENV{SESSION_API_MD} // "$root/../shared/API.md";
+# 4. The contract itself.
+my $contract = $ENV{SESSION_API_MD} // "$root/docs/api.md";
 SKIP: {
-    skip "no API.md at $contract: the maintained list only", 3
+    skip "no contract at $contract: the maintained list only", 3
         unless -r $contract;
 
     open my $fh, '<', $contract or die "$contract: $!";
@@ -107,11 +104,11 @@ SKIP: {
         my ($method, $path, $status) = ($1, $2, $3);
         $rows++;
         ok(exists $routes{"$method $path"},
-           "API.md's $method $path is in the maintained list");
+           "the contract's $method $path is in the maintained list");
         ok((grep { $_ eq $status } statuses($method, $path)),
            "$method $path answers $status in the document");
     }
-    cmp_ok($rows, '>=', 10, "API.md's endpoint table read ($rows rows)");
+    cmp_ok($rows, '>=', 10, "the contract's endpoint table read ($rows rows)");
 
     # every standard status the text names (494 is nginx's, sent as 400)
     my %standard = map { $_ => 1 }
@@ -121,7 +118,7 @@ SKIP: {
     while ($text =~ /(?<![\w\/.])([2-5]\d\d)(?![\w\/%])/g) {
         $named{$1} = 1 if $standard{$1};
     }
-    cmp_ok(scalar keys %named, '>=', 10, 'API.md names statuses');
+    cmp_ok(scalar keys %named, '>=', 10, 'the contract names statuses');
 
     for my $status (sort keys %named) {
         if ($status eq '405') {
@@ -132,11 +129,12 @@ SKIP: {
                  '405 is described (info.description)');
             next;
         }
-        ok($anywhere{$status}, "API.md's status $status is in the document");
+        ok($anywhere{$status},
+           "the contract's status $status is in the document");
     }
 }
 
-# 5. The webhook payloads (API.md section 7).
+# 5. The webhook payloads (docs/api.md §7).
 for my $event (qw(image.uploaded session.completed session.expired)) {
     my $op = $api->{webhooks}{$event}{post};
     ok($op, "webhook $event is described") or next;
