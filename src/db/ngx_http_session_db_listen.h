@@ -3,8 +3,8 @@
  * wake-ups) reach every worker of every node through PostgreSQL.
  */
 
-#ifndef _NGX_HTTP_SESSION_LISTEN_H_INCLUDED_
-#define _NGX_HTTP_SESSION_LISTEN_H_INCLUDED_
+#ifndef _NGX_HTTP_SESSION_DB_LISTEN_H_INCLUDED_
+#define _NGX_HTTP_SESSION_DB_LISTEN_H_INCLUDED_
 
 
 #include "ngx_http_session_common.h"
@@ -14,4 +14,4 @@ ngx_int_t ngx_http_session_listen_init_process(ngx_cycle_t *cycle);
 void ngx_http_session_listen_exit_process(ngx_cycle_t *cycle);
 
 
-#endif /* _NGX_HTTP_SESSION_LISTEN_H_INCLUDED_ */
+#endif /* _NGX_HTTP_SESSION_DB_LISTEN_H_INCLUDED_ */

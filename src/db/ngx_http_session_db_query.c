@@ -383,7 +383,7 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
         return;
     }
 
-    /* host names: looked up again for every attempt, see dbhost.c */
+    /* host names: looked up again for every attempt, see db_hosts.c */
 
     dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
 

@@ -12,7 +12,7 @@
 
 #include <libpq-fe.h>
 
-#include "ngx_http_session_dbhost.h"
+#include "ngx_http_session_db_hosts.h"
 #include "ngx_http_session_sql.h"
 
 

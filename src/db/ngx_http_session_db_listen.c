@@ -11,7 +11,7 @@
  * every waiting long poll reads its session again.
  */
 
-#include "ngx_http_session_listen.h"
+#include "ngx_http_session_db_listen.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"

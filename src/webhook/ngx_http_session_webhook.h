@@ -1,7 +1,7 @@
 /*
  * Webhook delivery from the outbox: every worker claims due events,
  * sends them with nginx's resolver, connection and SSL layers, and
- * records the outcome (see src/ngx_http_session_webhook.c).
+ * records the outcome (see src/webhook/).
  */
 
 #ifndef _NGX_HTTP_SESSION_WEBHOOK_H_INCLUDED_
