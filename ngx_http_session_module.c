@@ -126,6 +126,13 @@ static ngx_conf_post_t  ngx_http_session_webhook_concurrency_post = {
     ngx_http_session_webhook_concurrency_check
 };
 
+/* what the worker's LISTEN connection wakes (see db_listen.h) */
+static const ngx_http_session_listen_handlers_t  ngx_http_session_wake = {
+    ngx_http_session_poll_wake,
+    ngx_http_session_poll_wake_all,
+    ngx_http_session_webhook_wake
+};
+
 
 static ngx_command_t  ngx_http_session_commands[] = {
 
@@ -1029,7 +1036,9 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    if (ngx_http_session_listen_init_process(cycle) != NGX_OK) {
+    if (ngx_http_session_listen_init_process(cycle, &ngx_http_session_wake)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

@@ -13,10 +13,15 @@
 
 #include "ngx_http_session_db_listen.h"
 #include "ngx_http_session_db.h"
-#include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
-#include "ngx_http_session_webhook.h"
+
+
+/* the worker's LISTEN connection, and whom its notifications wake */
+typedef struct {
+    ngx_http_session_db_conn_t                *conn;
+    const ngx_http_session_listen_handlers_t  *wake;
+} ngx_http_session_listen_t;
 
 
 static void ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc);
@@ -29,11 +34,12 @@ static ngx_int_t ngx_http_session_unhex(u_char *dst, const char *src,
     size_t len);
 
 
-static ngx_http_session_db_conn_t  *ngx_http_session_listener;
+static ngx_http_session_listen_t  ngx_http_session_listen;
 
 
 ngx_int_t
-ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
+ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
+    const ngx_http_session_listen_handlers_t *handlers)
 {
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_main_conf_t  *smcf;
@@ -63,7 +69,8 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
     dc->notify = ngx_http_session_listen_notify;
     dc->data = smcf;
 
-    ngx_http_session_listener = dc;
+    ngx_http_session_listen.conn = dc;
+    ngx_http_session_listen.wake = handlers;
 
     ngx_http_session_db_conn_add(dc);
     ngx_http_session_db_conn_open(dc);
@@ -75,9 +82,9 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_listen_exit_process(ngx_cycle_t *cycle)
 {
-    if (ngx_http_session_listener) {
-        ngx_http_session_db_conn_close(ngx_http_session_listener);
-        ngx_http_session_listener = NULL;
+    if (ngx_http_session_listen.conn) {
+        ngx_http_session_db_conn_close(ngx_http_session_listen.conn);
+        ngx_http_session_listen.conn = NULL;
     }
 }
 
@@ -104,8 +111,8 @@ ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
     ngx_http_session_auth_cache_flush(smcf->shm_zone);
 
     /* a change may have come and gone unheard while this was down */
-    ngx_http_session_poll_wake_all();
-    ngx_http_session_webhook_wake();
+    ngx_http_session_listen.wake->events_lost();
+    ngx_http_session_listen.wake->webhooks();
 }
 
 
@@ -122,7 +129,7 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
     }
 
     if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_WEBHOOKS) == 0) {
-        ngx_http_session_webhook_wake();
+        ngx_http_session_listen.wake->webhooks();
         return;
     }
 
@@ -191,7 +198,7 @@ ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc, PGnotify *n)
 
     /* uploaded, completed and expired all mean "look again" */
 
-    ngx_http_session_poll_wake(colon + 1, p + len - colon - 1);
+    ngx_http_session_listen.wake->event(colon + 1, p + len - colon - 1);
 }
 
 
