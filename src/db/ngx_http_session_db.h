@@ -1,7 +1,9 @@
 /*
  * PostgreSQL from inside the event loop: a per-worker pool of nonblocking
  * libpq connections whose sockets are nginx connections, a bounded queue
- * of waiting queries, timeouts, and reconnection with backoff.
+ * of waiting queries, timeouts, and reconnection with backoff.  This is
+ * what the rest of the module uses (db_query.c); the other headers of
+ * src/db/ are the folder's own.
  */
 
 #ifndef _NGX_HTTP_SESSION_DB_H_INCLUDED_
@@ -12,7 +14,6 @@
 
 #include <libpq-fe.h>
 
-#include "ngx_http_session_db_hosts.h"
 #include "ngx_http_session_sql.h"
 
 
@@ -23,9 +24,6 @@
 
 typedef struct ngx_http_session_db_conn_s  ngx_http_session_db_conn_t;
 
-typedef void (*ngx_http_session_db_conn_pt)(ngx_http_session_db_conn_t *dc);
-typedef void (*ngx_http_session_db_notify_pt)(ngx_http_session_db_conn_t *dc,
-    PGnotify *n);
 
 /*
  * Called once per query: res is the query's result (the caller reads it,
@@ -38,80 +36,13 @@ typedef void (*ngx_http_session_db_handler_pt)(
     ngx_http_session_db_query_t *q, PGresult *res);
 
 
-struct ngx_http_session_db_conn_s {
-    PGconn                          *pg;
-    ngx_connection_t                *connection;
-    /* the inode of the socket that connection watches */
-    ino_t                            socket_ino;
-    ngx_log_t                       *log;
-    const char                      *conninfo;
-    /*
-     * fallback_application_name: what the connection is for, as
-     * pg_stat_activity shows it unless the conninfo names one
-     */
-    const char                      *role;
-    /* host names to resolve before each attempt, or NULL */
-    ngx_http_session_dbhosts_t      *hosts;
-    ngx_http_session_dbhost_ctx_t    resolve;
-    /* server options: the conninfo's own and statement_timeout */
-    const char                      *options;
-    ngx_msec_t                       timeout;
-
-    /*
-     * connect timeout while connecting, backoff while closed, the idle
-     * check while idle, the check's timeout while it runs
-     */
-    ngx_event_t                      timer;
-    /* the base delay of the next reconnect, see core/..._backoff.h */
-    ngx_msec_t                       backoff;
-    /* when the connection got usable, 0 while it is not */
-    ngx_msec_t                       connected;
-    /* when the current (or last) connection attempt began */
-    ngx_msec_t                       started;
-    /* session_db_idle_check: an idle connection is checked this often */
-    ngx_msec_t                       check;
-
-    ngx_uint_t                       state;
-    ngx_http_session_db_query_t     *query;
-    /*
-     * Reads sent together in pipeline mode under one Sync (see db.c),
-     * in the order of their results; a slot is NULL once its query went
-     * away.  nbatch is 0 outside a pipeline, nread counts the answered.
-     */
-    ngx_http_session_db_query_t    **batch;
-    ngx_uint_t                       nbatch;
-    ngx_uint_t                       nread;
-    /* parameter bytes of the running query, see RECYCLE_SIZE */
-    size_t                           sent;
-    PGresult                        *result;
-
-    /* connected and idle for the first time since (re)connecting */
-    ngx_http_session_db_conn_pt      ready;
-    /* results of a query sent without a query object were read */
-    ngx_http_session_db_conn_pt      drained;
-    ngx_http_session_db_notify_pt    notify;
-    void                            *data;
-
-    unsigned                         failed_before:1;
-    /* the last attempt failed to connect before its timeout */
-    unsigned                         refused:1;
-    unsigned                         timed_out:1;
-    /* the idle check (an empty query) waits for its answer */
-    unsigned                         checking:1;
-    /* the pool's statements are being prepared, or are */
-    unsigned                         preparing:1;
-    unsigned                         prepared:1;
-    /* a result of the pipeline was large: reconnect once it is over */
-    unsigned                         recycle:1;
-};
-
-
 struct ngx_http_session_db_query_s {
     ngx_queue_t                      queue;
     ngx_event_t                      timeout;
     /* NULL for a query that serves no request (timers, cleanups) */
     ngx_http_request_t              *request;
     ngx_log_t                       *log;
+    /* the connection that runs it, see db_conn.h */
     ngx_http_session_db_conn_t      *conn;
 
     const char                      *sql;
@@ -128,7 +59,7 @@ struct ngx_http_session_db_query_s {
 
     /* the handler takes res over (e.g. to send its bytes as they are) */
     unsigned                         keep_result:1;
-    /* takes turns with the other waiting queries, see db.c */
+    /* takes turns with the other waiting queries, see db_query.c */
     unsigned                         first:1;
     unsigned                         queued:1;
     unsigned                         done:1;
@@ -136,17 +67,6 @@ struct ngx_http_session_db_query_s {
 
 
 ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
-
-/*
- * The server options every connection starts with: those of the conninfo,
- * then statement_timeout = session_db_timeout unless they set one, so
- * that a statement the module gave up on is also given up by the server
- * (its transaction rolls back) instead of finishing unseen, and
- * plan_cache_mode = force_generic_plan unless they set one, so that a
- * prepared statement is planned once per connection, not per request
- * (decision (nb)).
- */
-const char *ngx_http_session_db_options(ngx_cycle_t *cycle);
 void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
 
 /* a query owned by r: freed with it, detached if r goes away first */
@@ -183,19 +103,6 @@ ngx_int_t ngx_http_session_db_query_run(ngx_http_session_db_query_t *q);
 /* is res a successful result? logs the error when not */
 ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,
     PGresult *res);
-
-/* the building blocks, also used by the LISTEN connection */
-void ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc);
-ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
-    const char *sql);
-void ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc);
-void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
-
-/*
- * The worker's connection outside the pool (LISTEN): it is kicked, like
- * the pool's, when another connection of the worker gets through.
- */
-void ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc);
 
 
 #endif /* _NGX_HTTP_SESSION_DB_H_INCLUDED_ */

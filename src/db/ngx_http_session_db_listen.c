@@ -12,7 +12,7 @@
  */
 
 #include "ngx_http_session_db_listen.h"
-#include "ngx_http_session_db.h"
+#include "ngx_http_session_db_conn.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
 
@@ -25,7 +25,8 @@ typedef struct {
 
 
 static void ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc);
-static void ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_listen_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
 static void ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc,
     PGnotify *n);
 static void ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc,
@@ -65,7 +66,7 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
     dc->timeout = smcf->db_timeout;
     dc->check = smcf->db_idle_check;
     dc->ready = ngx_http_session_listen_ready;
-    dc->drained = ngx_http_session_listen_drained;
+    dc->answer = ngx_http_session_listen_answer;
     dc->notify = ngx_http_session_listen_notify;
     dc->data = smcf;
 
@@ -100,10 +101,14 @@ ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc)
 }
 
 
+/* LISTEN is in effect */
+
 static void
-ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
+ngx_http_session_listen_answer(ngx_http_session_db_conn_t *dc, PGresult *res)
 {
     ngx_http_session_main_conf_t  *smcf = dc->data;
+
+    ngx_http_session_db_conn_clear(dc, res);
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
                    "session listen: listening, auth cache emptied");
