@@ -7,6 +7,11 @@
  * Each worker owns session_db_connections connections.  The pool is the
  * owner of each: it sets the handlers through which a connection tells
  * that it is ready, answered, idle again after its check, or failed.
+ *
+ * Over 1,000 lines, and kept whole: the queue and the handlers of the
+ * pool's connections are one loop (a connection that answers or fails
+ * dispatches the queue, dispatching sends on a connection); cut in two,
+ * each half would call the other.
  */
 
 #include "ngx_http_session_db.h"

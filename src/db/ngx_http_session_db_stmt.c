@@ -43,8 +43,8 @@ static char  ngx_http_session_db_names[NGX_HTTP_SESSION_NSTMTS][
 char *
 ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
 {
-    u_char      *p;
     char        *prepare;
+    u_char      *p;
     size_t       len;
     ngx_uint_t   i;
 
