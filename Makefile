@@ -45,8 +45,10 @@ CORE_HDRS   := $(wildcard src/core/*.h)
 CLI_SRCS    := $(wildcard src/cli/*.c)
 CLI_HDRS    := $(wildcard src/cli/*.h)
 SQL_FILES   := $(sort $(wildcard src/sql/*.sql))
-MOD_SRCS    := ngx_http_session_module.c $(wildcard src/*.c) $(CORE_SRCS)
-MOD_HDRS    := $(wildcard src/*.h) $(CORE_HDRS)
+# the module: every folder of src/ but the admin tool's (and src/sql/)
+MOD_SRCS    := ngx_http_session_module.c \
+               $(filter-out src/cli/%,$(wildcard src/*/*.c))
+MOD_HDRS    := $(wildcard src/*.h) $(filter-out src/cli/%,$(wildcard src/*/*.h))
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll chaos lint \

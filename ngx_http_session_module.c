@@ -14,12 +14,12 @@
 
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
-#include "ngx_http_session_dbhost.h"
+#include "ngx_http_session_db_hosts.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
-#include "ngx_http_session_listen.h"
+#include "ngx_http_session_db_listen.h"
 #include "ngx_http_session_log.h"
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_shm.h"
@@ -124,6 +124,13 @@ static ngx_conf_post_t  ngx_http_session_webhook_attempts_post = {
 
 static ngx_conf_post_t  ngx_http_session_webhook_concurrency_post = {
     ngx_http_session_webhook_concurrency_check
+};
+
+/* what the worker's LISTEN connection wakes (see db_listen.h) */
+static const ngx_http_session_listen_handlers_t  ngx_http_session_wake = {
+    ngx_http_session_poll_wake,
+    ngx_http_session_poll_wake_all,
+    ngx_http_session_webhook_wake
 };
 
 
@@ -1029,7 +1036,9 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    if (ngx_http_session_listen_init_process(cycle) != NGX_OK) {
+    if (ngx_http_session_listen_init_process(cycle, &ngx_http_session_wake)
+        != NGX_OK)
+    {
         return NGX_ERROR;
     }
 

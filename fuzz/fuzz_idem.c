@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_http_session_idem.h"
+#include "ngx_http_session_idemkey.h"
 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ngx_http_session_image.h"
+#include "ngx_http_session_imagecheck.h"
 
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

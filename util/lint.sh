@@ -104,13 +104,22 @@ fi
 
 # The module itself, against nginx's headers (and the configured tree's
 # ngx_auto_config.h when make has been run), one configuration only:
-# nginx's #if forest would otherwise take minutes.
+# nginx's #if forest would otherwise take minutes.  Its sources are those
+# of the folders of src/ but src/cli and src/core (pure C, checked above);
+# a file includes another by its bare name (config's SESSION_INCS), so
+# every folder but src/cli and src/sql is an include folder.
 mod=()
-for f in ngx_http_session_module.c src/*.c; do
+inc=(-Isrc)
+for f in ngx_http_session_module.c src/*/*.c; do
+    case $f in src/cli/*|src/core/*) continue ;; esac
     [ -f "$f" ] && mod+=("$f")
 done
+for d in src/*/; do
+    d=${d%/}
+    case $d in src/cli|src/sql) continue ;; esac
+    inc+=("-I$d")
+done
 if [ "${#mod[@]}" -gt 0 ]; then
-    inc=(-Isrc -Isrc/core)
     [ -d build/nginx/objs ] && inc+=(-Ibuild/nginx/objs)
     for d in core event event/modules os/unix http http/modules; do
         [ -d "$NGINX_SRC/src/$d" ] && inc+=("-I$NGINX_SRC/src/$d")

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check_suites.h"
-#include "ngx_http_session_idem.h"
+#include "ngx_http_session_idemkey.h"
 
 
 typedef struct {

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "check_suites.h"
-#include "ngx_http_session_image.h"
+#include "ngx_http_session_imagecheck.h"
 
 
 #define U(s)     ((const unsigned char *) (s))

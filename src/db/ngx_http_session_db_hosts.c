@@ -14,7 +14,7 @@
  * out of the attempt; the attempt fails when nothing is left.
  */
 
-#include "ngx_http_session_dbhost.h"
+#include "ngx_http_session_db_hosts.h"
 
 
 typedef struct {

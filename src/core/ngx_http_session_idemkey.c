@@ -2,7 +2,7 @@
  * Idempotency-Key syntax and the request fingerprint's path.
  */
 
-#include "ngx_http_session_idem.h"
+#include "ngx_http_session_idemkey.h"
 
 
 int

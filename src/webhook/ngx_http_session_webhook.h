@@ -1,7 +1,9 @@
 /*
  * Webhook delivery from the outbox: every worker claims due events,
  * sends them with nginx's resolver, connection and SSL layers, and
- * records the outcome (see src/ngx_http_session_webhook.c).
+ * records the outcome (webhook_outbox.c: the dispatcher; webhook_client.c:
+ * one delivery, and the TLS context of them all; webhook_keepalive.c: the
+ * idle connections).
  */
 
 #ifndef _NGX_HTTP_SESSION_WEBHOOK_H_INCLUDED_

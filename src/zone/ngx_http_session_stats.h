@@ -43,9 +43,9 @@ typedef struct {
     ngx_atomic_t        webhooks_failed;
     /*
      * The outbox as last measured (one worker per node, about every
-     * second, see ngx_http_session_webhook.c): pending events, the age
-     * of the oldest due one in ms, when (Unix time in ms, 0: never), and
-     * the ngx_current_msec from which the next measurement may start.
+     * second, see ngx_http_session_webhook_outbox.c): pending events, the
+     * age of the oldest due one in ms, when (Unix time in ms, 0: never),
+     * and the ngx_current_msec from which the next measurement may start.
      */
     ngx_atomic_t        webhooks_queued;
     ngx_atomic_t        webhooks_oldest_due;

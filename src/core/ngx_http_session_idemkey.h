@@ -5,8 +5,8 @@
  * Pure C with no nginx types; unit-tested with Check.
  */
 
-#ifndef _NGX_HTTP_SESSION_IDEM_H_INCLUDED_
-#define _NGX_HTTP_SESSION_IDEM_H_INCLUDED_
+#ifndef _NGX_HTTP_SESSION_IDEMKEY_H_INCLUDED_
+#define _NGX_HTTP_SESSION_IDEMKEY_H_INCLUDED_
 
 
 #include <stddef.h>
@@ -28,4 +28,4 @@ size_t ngx_http_session_idem_escape(unsigned char *dst,
     const unsigned char *src, size_t len);
 
 
-#endif /* _NGX_HTTP_SESSION_IDEM_H_INCLUDED_ */
+#endif /* _NGX_HTTP_SESSION_IDEMKEY_H_INCLUDED_ */

@@ -12,7 +12,7 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
-#include "ngx_http_session_image.h"
+#include "ngx_http_session_imagecheck.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"

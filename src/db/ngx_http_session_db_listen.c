@@ -11,16 +11,22 @@
  * every waiting long poll reads its session again.
  */
 
-#include "ngx_http_session_listen.h"
-#include "ngx_http_session_db.h"
-#include "ngx_http_session_poll.h"
+#include "ngx_http_session_db_listen.h"
+#include "ngx_http_session_db_conn.h"
 #include "ngx_http_session_shm.h"
 #include "ngx_http_session_sql.h"
-#include "ngx_http_session_webhook.h"
+
+
+/* the worker's LISTEN connection, and whom its notifications wake */
+typedef struct {
+    ngx_http_session_db_conn_t                *conn;
+    const ngx_http_session_listen_handlers_t  *wake;
+} ngx_http_session_listen_t;
 
 
 static void ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc);
-static void ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_listen_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
 static void ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc,
     PGnotify *n);
 static void ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc,
@@ -29,11 +35,12 @@ static ngx_int_t ngx_http_session_unhex(u_char *dst, const char *src,
     size_t len);
 
 
-static ngx_http_session_db_conn_t  *ngx_http_session_listener;
+static ngx_http_session_listen_t  ngx_http_session_listen;
 
 
 ngx_int_t
-ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
+ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
+    const ngx_http_session_listen_handlers_t *handlers)
 {
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_main_conf_t  *smcf;
@@ -59,11 +66,12 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
     dc->timeout = smcf->db_timeout;
     dc->check = smcf->db_idle_check;
     dc->ready = ngx_http_session_listen_ready;
-    dc->drained = ngx_http_session_listen_drained;
+    dc->answer = ngx_http_session_listen_answer;
     dc->notify = ngx_http_session_listen_notify;
     dc->data = smcf;
 
-    ngx_http_session_listener = dc;
+    ngx_http_session_listen.conn = dc;
+    ngx_http_session_listen.wake = handlers;
 
     ngx_http_session_db_conn_add(dc);
     ngx_http_session_db_conn_open(dc);
@@ -75,9 +83,9 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle)
 void
 ngx_http_session_listen_exit_process(ngx_cycle_t *cycle)
 {
-    if (ngx_http_session_listener) {
-        ngx_http_session_db_conn_close(ngx_http_session_listener);
-        ngx_http_session_listener = NULL;
+    if (ngx_http_session_listen.conn) {
+        ngx_http_session_db_conn_close(ngx_http_session_listen.conn);
+        ngx_http_session_listen.conn = NULL;
     }
 }
 
@@ -93,10 +101,14 @@ ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc)
 }
 
 
+/* LISTEN is in effect */
+
 static void
-ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
+ngx_http_session_listen_answer(ngx_http_session_db_conn_t *dc, PGresult *res)
 {
     ngx_http_session_main_conf_t  *smcf = dc->data;
+
+    ngx_http_session_db_conn_clear(dc, res);
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
                    "session listen: listening, auth cache emptied");
@@ -104,8 +116,8 @@ ngx_http_session_listen_drained(ngx_http_session_db_conn_t *dc)
     ngx_http_session_auth_cache_flush(smcf->shm_zone);
 
     /* a change may have come and gone unheard while this was down */
-    ngx_http_session_poll_wake_all();
-    ngx_http_session_webhook_wake();
+    ngx_http_session_listen.wake->events_lost();
+    ngx_http_session_listen.wake->webhooks();
 }
 
 
@@ -122,7 +134,7 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
     }
 
     if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_WEBHOOKS) == 0) {
-        ngx_http_session_webhook_wake();
+        ngx_http_session_listen.wake->webhooks();
         return;
     }
 
@@ -191,7 +203,7 @@ ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc, PGnotify *n)
 
     /* uploaded, completed and expired all mean "look again" */
 
-    ngx_http_session_poll_wake(colon + 1, p + len - colon - 1);
+    ngx_http_session_listen.wake->event(colon + 1, p + len - colon - 1);
 }
 
 

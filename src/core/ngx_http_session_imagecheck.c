@@ -6,7 +6,7 @@
 
 #include <openssl/evp.h>
 
-#include "ngx_http_session_image.h"
+#include "ngx_http_session_imagecheck.h"
 #include "ngx_http_session_key.h"
 
 

@@ -475,7 +475,7 @@ typedef enum {
 
 /*
  * The statements that change nothing, which the pool may send several
- * at a time under one Sync (src/ngx_http_session_db.c): a bit per
+ * at a time under one Sync (src/db/ngx_http_session_db_batch.c): a bit per
  * ngx_http_session_stmt_e
  */
 #define NGX_HTTP_SESSION_STMT_READS                                           \

@@ -5,8 +5,8 @@
  * Pure C with no nginx types; unit-tested with Check.
  */
 
-#ifndef _NGX_HTTP_SESSION_IMAGE_H_INCLUDED_
-#define _NGX_HTTP_SESSION_IMAGE_H_INCLUDED_
+#ifndef _NGX_HTTP_SESSION_IMAGECHECK_H_INCLUDED_
+#define _NGX_HTTP_SESSION_IMAGECHECK_H_INCLUDED_
 
 
 #include <stddef.h>
@@ -54,4 +54,4 @@ int ngx_http_session_image_sha256(const unsigned char *p, size_t len,
     unsigned char *digest);
 
 
-#endif /* _NGX_HTTP_SESSION_IMAGE_H_INCLUDED_ */
+#endif /* _NGX_HTTP_SESSION_IMAGECHECK_H_INCLUDED_ */

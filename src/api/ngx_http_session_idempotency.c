@@ -29,7 +29,7 @@
 #include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
-#include "ngx_http_session_idem.h"
+#include "ngx_http_session_idemkey.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"

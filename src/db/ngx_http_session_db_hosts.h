@@ -7,8 +7,8 @@
  * kept for TLS verification.
  */
 
-#ifndef _NGX_HTTP_SESSION_DBHOST_H_INCLUDED_
-#define _NGX_HTTP_SESSION_DBHOST_H_INCLUDED_
+#ifndef _NGX_HTTP_SESSION_DB_HOSTS_H_INCLUDED_
+#define _NGX_HTTP_SESSION_DB_HOSTS_H_INCLUDED_
 
 
 #include "ngx_http_session_common.h"
@@ -101,4 +101,4 @@ ngx_int_t ngx_http_session_dbhost_resolve(ngx_http_session_dbhost_ctx_t *ctx);
 void ngx_http_session_dbhost_cancel(ngx_http_session_dbhost_ctx_t *ctx);
 
 
-#endif /* _NGX_HTTP_SESSION_DBHOST_H_INCLUDED_ */
+#endif /* _NGX_HTTP_SESSION_DB_HOSTS_H_INCLUDED_ */

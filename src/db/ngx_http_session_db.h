@@ -1,0 +1,108 @@
+/*
+ * PostgreSQL from inside the event loop: a per-worker pool of nonblocking
+ * libpq connections whose sockets are nginx connections, a bounded queue
+ * of waiting queries, timeouts, and reconnection with backoff.  This is
+ * what the rest of the module uses (db_query.c); the other headers of
+ * src/db/ are the folder's own.
+ */
+
+#ifndef _NGX_HTTP_SESSION_DB_H_INCLUDED_
+#define _NGX_HTTP_SESSION_DB_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+
+#include <libpq-fe.h>
+
+#include "ngx_http_session_sql.h"
+
+
+#define NGX_HTTP_SESSION_DB_MAX_PARAMS  16
+/* the most reads one connection sends under one Sync (session_db_batch) */
+#define NGX_HTTP_SESSION_DB_BATCH_MAX   64
+
+
+typedef struct ngx_http_session_db_conn_s  ngx_http_session_db_conn_t;
+
+
+/*
+ * Called once per query: res is the query's result (the caller reads it,
+ * the pool frees it afterwards, unless the query has keep_result: then
+ * the handler owns res and must PQclear() it), or NULL when the database
+ * is unavailable: no connection, lost connection, or past
+ * session_db_timeout.
+ */
+typedef void (*ngx_http_session_db_handler_pt)(
+    ngx_http_session_db_query_t *q, PGresult *res);
+
+
+struct ngx_http_session_db_query_s {
+    ngx_queue_t                      queue;
+    ngx_event_t                      timeout;
+    /* NULL for a query that serves no request (timers, cleanups) */
+    ngx_http_request_t              *request;
+    ngx_log_t                       *log;
+    /* the connection that runs it, see db_conn.h */
+    ngx_http_session_db_conn_t      *conn;
+
+    const char                      *sql;
+    /* a statement every pool connection prepares, or NONE */
+    ngx_http_session_stmt_e          stmt;
+    int                              nparams;
+    const char                      *values[NGX_HTTP_SESSION_DB_MAX_PARAMS];
+    int                              lengths[NGX_HTTP_SESSION_DB_MAX_PARAMS];
+    int                              formats[NGX_HTTP_SESSION_DB_MAX_PARAMS];
+    int                              result_format;
+
+    ngx_http_session_db_handler_pt   handler;
+    void                            *data;
+
+    /* the handler takes res over (e.g. to send its bytes as they are) */
+    unsigned                         keep_result:1;
+    /* takes turns with the other waiting queries, see db_query.c */
+    unsigned                         first:1;
+    unsigned                         queued:1;
+    unsigned                         done:1;
+};
+
+
+ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
+void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
+
+/* a query owned by r: freed with it, detached if r goes away first */
+ngx_http_session_db_query_t *ngx_http_session_db_query_create(
+    ngx_http_request_t *r, const char *sql,
+    ngx_http_session_db_handler_pt handler);
+
+/*
+ * A query that serves no request: it lives in pool (the handler may
+ * destroy the pool once it has read the result) and logs to log.
+ */
+ngx_http_session_db_query_t *ngx_http_session_db_query_create_pool(
+    ngx_pool_t *pool, ngx_log_t *log, const char *sql,
+    ngx_http_session_db_handler_pt handler);
+
+/*
+ * A query of one of the statements that pool connections prepare when
+ * they connect: it is sent by name, with no parse and no plan, and as
+ * its text where preparing failed.  Results come in binary format.
+ */
+ngx_http_session_db_query_t *ngx_http_session_db_query_stmt(
+    ngx_http_request_t *r, ngx_http_session_stmt_e stmt,
+    ngx_http_session_db_handler_pt handler);
+
+void ngx_http_session_db_param(ngx_http_session_db_query_t *q,
+    const void *value, size_t len, int binary);
+
+/*
+ * NGX_OK: the handler will be called from the event loop;
+ * NGX_DECLINED: the database is unavailable now (answer 503).
+ */
+ngx_int_t ngx_http_session_db_query_run(ngx_http_session_db_query_t *q);
+
+/* is res a successful result? logs the error when not */
+ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,
+    PGresult *res);
+
+
+#endif /* _NGX_HTTP_SESSION_DB_H_INCLUDED_ */

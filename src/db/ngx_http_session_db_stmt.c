@@ -1,0 +1,112 @@
+/*
+ * The statements every pool connection prepares when it connects
+ * (db_query.c sends the PREPARE text built here): a query of one of them
+ * goes by name, with no parse and no plan, or as its text on a
+ * connection where preparing failed.
+ */
+
+#include "ngx_http_session_db_stmt.h"
+#include "ngx_http_session_sql.h"
+
+
+/* by ngx_http_session_stmt_e */
+static const char  *ngx_http_session_db_stmts[] = {
+    NULL,
+    NGX_HTTP_SESSION_SQL_AUTH,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE,
+    NGX_HTTP_SESSION_SQL_SESSION_GET,
+    NGX_HTTP_SESSION_SQL_SESSION_COMPLETE,
+    NGX_HTTP_SESSION_SQL_SESSION_LIST,
+    NGX_HTTP_SESSION_SQL_SESSION_LIST_AFTER,
+    NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD,
+    NGX_HTTP_SESSION_SQL_IMAGE_LIST,
+    NGX_HTTP_SESSION_SQL_IMAGE_GET,
+    NGX_HTTP_SESSION_SQL_IMAGE_ACK,
+    NGX_HTTP_SESSION_SQL_IMAGE_CONTENT,
+    NGX_HTTP_SESSION_SQL_POLL,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE_KEYED,
+    NGX_HTTP_SESSION_SQL_SESSION_COMPLETE_KEYED,
+    NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED,
+    NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED,
+    NGX_HTTP_SESSION_SQL_WEBHOOK_CLAIM,
+    NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD,
+    NGX_HTTP_SESSION_SQL_IDEM_CLAIM,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE,
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED
+};
+
+/* the name a statement is prepared under: "ngx_session_<n>" */
+static char  ngx_http_session_db_names[NGX_HTTP_SESSION_NSTMTS][
+                                           sizeof("ngx_session_") + 4];
+
+
+char *
+ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
+{
+    char        *prepare;
+    u_char      *p;
+    size_t       len;
+    ngx_uint_t   i;
+
+    len = 1;
+
+    for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
+        ngx_sprintf((u_char *) ngx_http_session_db_names[i],
+                    "ngx_session_%ui%Z", i);
+
+        len += sizeof("PREPARE  AS ; ") - 1
+               + ngx_strlen(ngx_http_session_db_names[i])
+               + ngx_strlen(ngx_http_session_db_stmts[i]);
+    }
+
+    p = ngx_pnalloc(cycle->pool, len);
+    if (p == NULL) {
+        return NULL;
+    }
+
+    prepare = (char *) p;
+
+    for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
+        p = ngx_sprintf(p, "PREPARE %s AS %s; ", ngx_http_session_db_names[i],
+                        ngx_http_session_db_stmts[i]);
+    }
+
+    *p = '\0';
+
+    return prepare;
+}
+
+
+const char *
+ngx_http_session_db_stmt_sql(ngx_http_session_stmt_e stmt)
+{
+    return ngx_http_session_db_stmts[stmt];
+}
+
+
+/* hands one query to libpq: by name where the statement is prepared */
+
+ngx_int_t
+ngx_http_session_db_stmt_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    int  i;
+
+    if (q->stmt != NGX_HTTP_SESSION_STMT_NONE && dc->prepared
+        ? !PQsendQueryPrepared(dc->pg, ngx_http_session_db_names[q->stmt],
+                               q->nparams, q->values, q->lengths, q->formats,
+                               q->result_format)
+        : !PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                             q->lengths, q->formats, q->result_format))
+    {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        return NGX_ERROR;
+    }
+
+    for (i = 0; i < q->nparams; i++) {
+        dc->sent += q->lengths[i];
+    }
+
+    return NGX_OK;
+}

@@ -1,0 +1,28 @@
+/*
+ * The statements every pool connection prepares (db_stmt.c), the
+ * folder's own.
+ */
+
+#ifndef _NGX_HTTP_SESSION_DB_STMT_H_INCLUDED_
+#define _NGX_HTTP_SESSION_DB_STMT_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+
+#include "ngx_http_session_db_conn.h"
+
+
+/* "PREPARE ngx_session_1 AS ...; ...": sent once per connection */
+char *ngx_http_session_db_stmt_init(ngx_cycle_t *cycle);
+
+const char *ngx_http_session_db_stmt_sql(ngx_http_session_stmt_e stmt);
+
+/*
+ * q to libpq on dc, by name where dc prepared the statements, counted in
+ * dc->sent; NGX_ERROR (logged) when libpq refuses it
+ */
+ngx_int_t ngx_http_session_db_stmt_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q);
+
+
+#endif /* _NGX_HTTP_SESSION_DB_STMT_H_INCLUDED_ */
