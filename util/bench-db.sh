@@ -310,6 +310,65 @@ fresh_ack() {
     sql "VACUUM ANALYZE images" >/dev/null
 }
 
+# fresh_pg KEY: for the fixed-rate runs of complete and ack, fresh rows
+# for pgbench too, as many as the module gets, so that both sides change
+# rows nobody has changed since the checkpoint before the run (the
+# throughput anchor repeats the change on 8 fixed rows, which stay in
+# cache and take a full-page image in the WAL once); their ids are made
+# from a number, "00000000-0000-4000-8000-<12 digits>" (sessions) and
+# "...-9000-..." (images), which pgbench draws at random and the statement
+# turns into the uuid; pg-KEY-fresh.sql is the script
+PG_FRESH=0
+fresh_pg() {
+    local key=$1 lo hi s i
+
+    # the uuid of number N: "(S || lpad(N::text, 12, '0'))::uuid"
+    s="'00000000-0000-4000-8000-'"
+    i="'00000000-0000-4000-9000-'"
+    lo=$((PG_FRESH + 1))
+    hi=$((PG_FRESH + ONCE_ROWS))
+    PG_FRESH=$hi
+
+    case $key in
+    complete)
+        sql "INSERT INTO sessions (id, project_id, delivery_mode, expires_at)
+             SELECT ($s || lpad(g::text, 12, '0'))::uuid,
+                    '$PROJECT', 'long_poll', now() + interval '1 day'
+             FROM generate_series($lo, $hi) g" >/dev/null
+        script complete-fresh "\\set n random($lo, $hi)
+UPDATE sessions
+    SET status = 'completed', completed_at = now()
+    WHERE id = ($s || lpad(:n::text, 12, '0'))::uuid
+    RETURNING $SESSION_COLS,
+              pg_notify('session_events', 'completed:' || id::text);" ;;
+    ack)
+        # a session for every 100 images, as the module's fresh rows
+        sql "INSERT INTO sessions (id, project_id, delivery_mode, expires_at,
+                                   image_count)
+             SELECT ($s || lpad(g::text, 12, '0'))::uuid,
+                    '$PROJECT', 'long_poll', now() + interval '1 day', 100
+             FROM generate_series($lo, $hi, 100) g" >/dev/null
+        sql "INSERT INTO images (id, session_id, sequence, content_type, size,
+                                 sha256, content)
+             SELECT ($i || lpad(g::text, 12, '0'))::uuid,
+                    ($s || lpad(($lo + (g - $lo) / 100 * 100)::text,
+                                 12, '0'))::uuid,
+                    (g - $lo) % 100 + 1, 'image/gif', $BODY_LEN,
+                    sha256('\\x$BODY_HEX'::bytea), '\\x$BODY_HEX'::bytea
+             FROM generate_series($lo, $hi) g" >/dev/null
+        script ack-fresh "\\set n random($lo, $hi)
+WITH a AS (
+    UPDATE images SET acknowledged_at = now()
+    WHERE id = ($i || lpad(:n::text, 12, '0'))::uuid
+    RETURNING session_id)
+UPDATE sessions SET acknowledged_count = acknowledged_count + 1
+WHERE id IN (SELECT session_id FROM a);"
+        sql "VACUUM ANALYZE images" >/dev/null ;;
+    esac
+
+    sql "VACUUM ANALYZE sessions" >/dev/null
+}
+
 # before each run: the dirty pages of the runs and fixtures before it
 # written out, so that no checkpoint they started lands in this run
 # (the commits of whichever side ran then would wait for its I/O)
@@ -416,7 +475,7 @@ pg_scripts() {
 
 # --- runs ----------------------------------------------------------------------
 
-declare -A RPS P99 RUNS P50 ACH CPU_N CPU_P CPU_B CPU_T
+declare -A RPS P99 RUNS P50 ACH CPU_N CPU_P CPU_B CPU_T CPU_L
 
 # "1.23ms" / "456.78us" / "1.01s" -> milliseconds
 to_ms() {
@@ -603,8 +662,11 @@ cpu_snap() {
 pg_pids() {
     case $1 in
     module)
-        sql "SELECT pid FROM pg_stat_activity WHERE application_name
-             IN ('nginx session pool', 'nginx session listen')" ;;
+        sql "SELECT pid FROM pg_stat_activity
+             WHERE application_name = 'nginx session pool'" ;;
+    listen)
+        sql "SELECT pid FROM pg_stat_activity
+             WHERE application_name = 'nginx session listen'" ;;
     pgbench)
         sql "SELECT pid FROM pg_stat_activity
              WHERE application_name = 'pgbench'" ;;
@@ -615,9 +677,10 @@ pg_pids() {
     esac
 }
 
-# cpu_pids SIDE: "GROUP PID" of what serves SIDE (module: nginx's workers
-# and the module's backends; pgbench: pgbench's backends; floor: nginx's
-# workers), and of PostgreSQL's background writers
+# cpu_pids SIDE: "GROUP PID" of what serves SIDE (module: nginx's workers,
+# the backends of the module's pool and those of its LISTEN connections;
+# pgbench: pgbench's backends; floor: nginx's workers), and of
+# PostgreSQL's background writers
 cpu_pids() {
     case $1 in
     module|floor) pgrep -P "$(cat "$W/nginx.pid")" | sed 's/^/nginx /' ;;
@@ -625,6 +688,7 @@ cpu_pids() {
     case $1 in
     module|pgbench) pg_pids "$1" | sed 's/^/pg /' ;;
     esac
+    [ "$1" != module ] || pg_pids listen | sed 's/^/pgl /'
     pg_pids background | sed 's/^/bg /'
 }
 
@@ -632,7 +696,7 @@ cpu_pids() {
 cpu_snapshot() {
     local g
     date +%s.%N
-    for g in nginx pg bg; do
+    for g in nginx pg pgl bg; do
         cpu_snap "$g" $(awk -v g="$g" '$1 == g { print $2 }' "$1")
     done
 }
@@ -646,9 +710,10 @@ sleep_until() {
 # cpu_window SIDE START OUT NAME: the CPU counts from 1 s after START
 # (seconds since the epoch: when the run began) to 0.6 s before its end
 # (BENCH_DURATION after START), kept in $W/cpu-NAME.*; OUT gets "T0 T1
-# NGINX_NS PG_NS BACKGROUND_NS".  The processes are those of the start
-# (pgbench's backends are gone by the end), and for the module also any
-# that came since, counted from their start
+# NGINX_NS PG_NS BACKGROUND_NS LISTEN_NS" (PG_NS with LISTEN_NS).  The
+# processes are those of the start (pgbench's backends are gone by the
+# end), and for the module also any that came since, counted from their
+# start
 cpu_window() {
     local side=$1 start=$2 out=$3 snap=$W/cpu-$4
 
@@ -664,9 +729,9 @@ cpu_window() {
     awk 'FNR == 1 { t[FILENAME == ARGV[1]] = $1; next }
          FILENAME == ARGV[1] { c[$1 " " $2] = $3; next }
          { d[$1] += $3 - c[$1 " " $2] }
-         END { printf "%s %s %.0f %.0f %.0f\n", t[1], t[0],
-                      d["nginx"], d["pg"], d["bg"] }' "$snap.0" "$snap.1" \
-        > "$out"
+         END { printf "%s %s %.0f %.0f %.0f %.0f\n", t[1], t[0],
+                      d["nginx"], d["pg"] + d["pgl"], d["bg"], d["pgl"] }' \
+        "$snap.0" "$snap.1" > "$out"
 }
 
 # lat_pcts COLUMN FILE...: "p50 p99" in ms of the latencies in
@@ -684,19 +749,28 @@ lat_pcts() {
 # rate_record NAME ANSWERS_IN_WINDOW ACHIEVED P50 P99: the CPU window of
 # $W/cpu per answer, and the latencies, appended to NAME's lists
 rate_record() {
-    local name=$1 n=$2 t0 t1 ng pg bg
+    local name=$1 n=$2 t0 t1 ng pg bg pl
 
     [ "$n" -gt 0 ] || die "$name: no answers in the CPU window"
-    read -r t0 t1 ng pg bg < "$W/cpu"
+    read -r t0 t1 ng pg bg pl < "$W/cpu"
 
-    CPU_N[$name]+="$(awk -v v="$ng" -v n="$n" 'BEGIN { printf "%.1f", v / 1000 / n }') "
-    CPU_P[$name]+="$(awk -v v="$pg" -v n="$n" 'BEGIN { printf "%.1f", v / 1000 / n }') "
-    CPU_B[$name]+="$(awk -v v="$bg" -v n="$n" 'BEGIN { printf "%.1f", v / 1000 / n }') "
-    CPU_T[$name]+="$(awk -v v="$((ng + pg))" -v n="$n" 'BEGIN { printf "%.1f", v / 1000 / n }') "
+    CPU_N[$name]+="$(per_req "$ng" "$n") "
+    CPU_P[$name]+="$(per_req "$pg" "$n") "
+    CPU_B[$name]+="$(per_req "$bg" "$n") "
+    CPU_L[$name]+="$(per_req "$pl" "$n") "
+    CPU_T[$name]+="$(per_req $((ng + pg)) "$n") "
     ACH[$name]+="$3 "
     P50[$name]+="$4 "
     P99[$name]+="$5 "
-    log "$name: $n answers in $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s of CPU window: nginx $ng ns, PostgreSQL $pg ns, background $bg ns; $3/s; p50 $4, p99 $5 ms"
+    log "$name: $n answers in" \
+        "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s" \
+        "of CPU window: nginx $ng ns, PostgreSQL $pg ns (LISTEN $pl)," \
+        "background $bg ns; $3/s; p50 $4, p99 $5 ms"
+}
+
+# per_req NS N: microseconds per request
+per_req() {
+    awk -v v="$1" -v n="$2" 'BEGIN { printf "%.1f", v / 1000 / n }'
 }
 
 # rate_http NAME SIDE RATE: bench/http-rate at RATE with the shape in the
@@ -776,13 +850,20 @@ rate_pgbench() {
 # latency runs, and pgbench -R with its clients, FIRST (module or
 # pgbench) first; p50, p99 and CPU time per request of both
 rated() {
-    local key=$1 prefix=$2 first=${3:-module} rate
+    local key=$1 prefix=$2 first=${3:-module} rate pg
 
     [ -n "$RATE" ] || return 0
     rate=$(rate_of "$key")
 
+    # complete and ack change fresh rows on both sides (fresh_pg)
+    case $key in
+    complete|ack) pg=$key-fresh ;;
+    *) pg=$prefix ;;
+    esac
+
     if [ "$first" = pgbench ]; then
-        rate_pgbench "pgrate-$key" "$prefix" "$rate"
+        [ "$pg" = "$prefix" ] || fresh_pg "$key"
+        rate_pgbench "pgrate-$key" "$pg" "$rate"
     fi
 
     # fresh rows for a "once" scenario
@@ -790,7 +871,8 @@ rated() {
     rate_http "rate-$key" module "$rate"
 
     if [ "$first" != pgbench ]; then
-        rate_pgbench "pgrate-$key" "$prefix" "$rate"
+        [ "$pg" = "$prefix" ] || fresh_pg "$key"
+        rate_pgbench "pgrate-$key" "$pg" "$rate"
     fi
 }
 
@@ -921,16 +1003,18 @@ cost_report() {
          "clients running the plain statement, latency from each" \
          "request's scheduled time. CPU time: the scheduler's count" \
          "(/proc/PID/task/*/schedstat) over the middle of each run (from" \
-         "1 s in to 0.5 s before its end), over the answers or" \
+         "1 s in to 0.6 s before its end), over the answers or" \
          "transactions completed in that stretch; nginx: its workers;" \
          "PostgreSQL (module): the backends of the module's pool and LISTEN" \
-         "connections; PostgreSQL (pgbench): pgbench's backends; the" \
+         "connections (a NOTIFY of a complete or an upload wakes every" \
+         "worker's LISTEN backend); PostgreSQL (pgbench): pgbench's" \
+         "backends; the" \
          "clients are not counted. Background: PostgreSQL's checkpointer," \
          "background writer, WAL writer and autovacuum launcher in the" \
          "same stretch, per request of each side, outside the ratio."
     echo
-    echo "| endpoint | rate/s | achieved/s module / pgbench | nginx µs/req | PG µs/req (module) | server µs/req | PG µs/tx (pgbench) | CPU ratio (≤ 1.5) | module p50 / p99 ms | pgbench p50 / p99 ms | p99 ratio (≤ 1.5) | goals | background µs module / pgbench |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+    echo "| endpoint | rate/s | achieved/s module / pgbench | nginx µs/req | PG µs/req (module) | of which LISTEN | server µs/req | PG µs/tx (pgbench) | CPU ratio (≤ 1.5) | module p50 / p99 ms | pgbench p50 / p99 ms | p99 ratio (≤ 1.5) | goals | background µs module / pgbench |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
 
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r key name rest <<<"$s"
@@ -961,15 +1045,16 @@ cost_report() {
         all=$((all + 1))
         [ "$ok" = met ] && met=$((met + 1))
 
-        printf '| %s | %s | %.0f / %.0f | %.1f | %.1f | %.1f | %.1f | %s | %.2f / %.2f | %.2f / %.2f | %s | %s | %.1f / %.1f |\n' \
-            "$name" "$rate" "$am" "$ap" "$ng" "$pm" "$tot" "$pb" "$cr" \
+        printf '| %s | %s | %.0f / %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.2f / %.2f | %.2f / %.2f | %s | %s | %.1f / %.1f |\n' \
+            "$name" "$rate" "$am" "$ap" "$ng" "$pm" \
+            "$(median <<<"${CPU_L[rate-$key]}")" "$tot" "$pb" "$cr" \
             "$m50" "$m99" "$a50" "$a99" "$lr" "$ok" "$bm" "$bp"
     done
 
     for r in $(printf '%s\n' "$RATE" "$WRITE_RATE" | sort -nu); do
         [ -n "${CPU_N[floor-ok-$r]:-}" ] || continue
         fl=$(median <<<"${CPU_N[floor-ok-$r]}")
-        printf '| floor: nginx `return 200` (GET /ok) | %s | %.0f | %.1f | | %.1f | | | %.2f / %.2f | | | | %.1f |\n' \
+        printf '| floor: nginx `return 200` (GET /ok) | %s | %.0f | %.1f | | | %.1f | | | %.2f / %.2f | | | | %.1f |\n' \
             "$r" "$(median <<<"${ACH[floor-ok-$r]}")" "$fl" "$fl" \
             "$(median <<<"${P50[floor-ok-$r]}")" \
             "$(median <<<"${P99[floor-ok-$r]}")" \
