@@ -147,12 +147,14 @@ load_lines(const char *file, lines_t *l)
             cap = cap ? cap * 2 : 1024;
             l->line = realloc(l->line, cap * sizeof(char *));
             if (l->line == NULL) {
+                fclose(f);
                 return -1;
             }
         }
 
         l->line[l->n] = strdup(line);
         if (l->line[l->n] == NULL) {
+            fclose(f);
             return -1;
         }
         l->n++;
@@ -171,20 +173,27 @@ load_body(const char *file)
     long   n;
 
     f = fopen(file, "rb");
-    if (f == NULL || fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0) {
+    if (f == NULL) {
         perror(file);
         return -1;
     }
 
-    rewind(f);
-
-    body = malloc(n + 1);
-    if (body == NULL || fread(body, 1, n, f) != (size_t) n) {
-        perror(file);
-        return -1;
+    n = -1;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0) {
+        rewind(f);
+        body = malloc(n + 1);
+        if (body == NULL || fread(body, 1, n, f) != (size_t) n) {
+            n = -1;
+        }
     }
 
     fclose(f);
+
+    if (n < 0) {
+        perror(file);
+        return -1;
+    }
+
     body_len = n;
 
     return 0;

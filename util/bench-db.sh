@@ -65,6 +65,9 @@
 #                         generators do not take CPU time from what they
 #                         measure (default 0 when there are 2 CPUs or
 #                         more, decision (nh); "none": no pinning)
+#   BENCH_PORTS           LOW-HIGH: the range nginx's and the throw-away
+#                         cluster's ports are drawn from (default
+#                         20000-39999)
 #   BENCH_DB_PERF         a path prefix: "perf record -a" (the whole
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort

@@ -53,7 +53,8 @@
 #   BENCH_POLL_PERF      a path prefix: "perf record -g" of the workers
 #                        for 3 s from just before the uploads, written to
 #                        PREFIX.KIND.N (for "perf report -i"; needs perf)
-#   BENCH_POLL_PORT      nginx's port (default: a free one)
+#   BENCH_POLL_PORT      nginx's port (default: a free one, drawn from
+#                        BENCH_PORTS, LOW-HIGH, default 20000-39999)
 #   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
 #                        one; attempts 2 and 3 take the next ones)
 #   BENCH_KEEP           keep the scratch directory
