@@ -5,7 +5,8 @@
 #   make stop       stop them
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
-#   make bench-poll the long-poll fan-out beside nchan (bounded)
+#   make bench-poll the long-poll fan-out beside nchan and its floor
+#   make bench-cost CPU time per request at a fixed rate beside pgbench -R
 #   make lint       80 columns, no tabs, cppcheck
 #   make openapi    validate docs/openapi.yaml (part of make test too)
 #   make deb        build/deb/libnginx-mod-http-session_*.deb (+ lintian)
@@ -51,7 +52,7 @@ MOD_SRCS    := ngx_http_session_module.c \
 MOD_HDRS    := $(wildcard src/*.h) $(filter-out src/cli/%,$(wildcard src/*/*.h))
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench bench-poll chaos lint \
+.PHONY: all build deps run stop test unit integration bench bench-poll bench-cost chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover sweep
 
@@ -126,6 +127,9 @@ bench: deps build
 
 bench-poll: deps build
 	@bash util/bench-poll.sh
+
+bench-cost: deps build
+	@BENCH_DB_MODE=cost bash util/bench-db.sh
 
 chaos: deps build
 	@bash util/chaos.sh

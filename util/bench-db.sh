@@ -44,17 +44,30 @@
 #                         fixtures' ids) and keep it up while the file
 #                         exists (at most 30 minutes), for experiments;
 #                         no runs
-#   BENCH_DB_RATE         requests/s: the reads also run at this fixed
+#   BENCH_DB_RATE         requests/s: every endpoint also runs at a fixed
 #                         rate, bench/http-rate against "pgbench -R", the
-#                         p99 of both at the same load (default 5000, a
-#                         fifth of what the module does at 8 connections;
-#                         0: not run)
+#                         p50, p99 and the servers' CPU time per request
+#                         of both at the same load (issue 24); the reads
+#                         at this rate (default 5000, a fifth of what the
+#                         module does at 8 connections; 0: no fixed-rate
+#                         runs)
+#   BENCH_DB_WRITE_RATE   the rate of the endpoints that commit (default
+#                         1000: half of what the slowest, the upload,
+#                         does at 64 connections)
+#   BENCH_DB_MODE         "cost": only the fixed-rate runs (no wrk), for
+#                         the CPU-per-request table alone: 2 runs of
+#                         BENCH_DURATION per endpoint and one per rate of
+#                         "return 200", about 2.5 minutes a round at 5 s
+#                         (default "all": everything)
 #   BENCH_DB_CLIENT_CPUS  a CPU list (taskset -c): wrk, bench/http-rate and
 #                         pgbench run there, and everything else (nginx,
 #                         PostgreSQL) on the other CPUs, so that the load
 #                         generators do not take CPU time from what they
 #                         measure (default 0 when there are 2 CPUs or
 #                         more, decision (nh); "none": no pinning)
+#   BENCH_PORTS           LOW-HIGH: the range nginx's and the throw-away
+#                         cluster's ports are drawn from (default
+#                         20000-39999)
 #   BENCH_DB_PERF         a path prefix: "perf record -a" (the whole
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
@@ -81,6 +94,12 @@ ONLY=${BENCH_DB_ONLY:-}
 OUT=${BENCH_DB_OUT:--}
 PERF_OUT=${BENCH_DB_PERF:-}
 RATE=${BENCH_DB_RATE:-5000}
+WRITE_RATE=${BENCH_DB_WRITE_RATE:-1000}
+MODE=${BENCH_DB_MODE:-all}
+case $MODE in
+    all|cost) ;;
+    *) echo "bench-db.sh: BENCH_DB_MODE is all or cost" >&2; exit 1 ;;
+esac
 # the load generators on CPU 0, the servers on the others, when there are
 # others (decision (nh)); "none": no pinning
 CLIENT_CPUS=${BENCH_DB_CLIENT_CPUS:-auto}
@@ -294,6 +313,65 @@ fresh_ack() {
     sql "VACUUM ANALYZE images" >/dev/null
 }
 
+# fresh_pg KEY: for the fixed-rate runs of complete and ack, fresh rows
+# for pgbench too, as many as the module gets, so that both sides change
+# rows nobody has changed since the checkpoint before the run (the
+# throughput anchor repeats the change on 8 fixed rows, which stay in
+# cache and take a full-page image in the WAL once); their ids are made
+# from a number, "00000000-0000-4000-8000-<12 digits>" (sessions) and
+# "...-9000-..." (images), which pgbench draws at random and the statement
+# turns into the uuid; pg-KEY-fresh.sql is the script
+PG_FRESH=0
+fresh_pg() {
+    local key=$1 lo hi s i
+
+    # the uuid of number N: "(S || lpad(N::text, 12, '0'))::uuid"
+    s="'00000000-0000-4000-8000-'"
+    i="'00000000-0000-4000-9000-'"
+    lo=$((PG_FRESH + 1))
+    hi=$((PG_FRESH + ONCE_ROWS))
+    PG_FRESH=$hi
+
+    case $key in
+    complete)
+        sql "INSERT INTO sessions (id, project_id, delivery_mode, expires_at)
+             SELECT ($s || lpad(g::text, 12, '0'))::uuid,
+                    '$PROJECT', 'long_poll', now() + interval '1 day'
+             FROM generate_series($lo, $hi) g" >/dev/null
+        script complete-fresh "\\set n random($lo, $hi)
+UPDATE sessions
+    SET status = 'completed', completed_at = now()
+    WHERE id = ($s || lpad(:n::text, 12, '0'))::uuid
+    RETURNING $SESSION_COLS,
+              pg_notify('session_events', 'completed:' || id::text);" ;;
+    ack)
+        # a session for every 100 images, as the module's fresh rows
+        sql "INSERT INTO sessions (id, project_id, delivery_mode, expires_at,
+                                   image_count)
+             SELECT ($s || lpad(g::text, 12, '0'))::uuid,
+                    '$PROJECT', 'long_poll', now() + interval '1 day', 100
+             FROM generate_series($lo, $hi, 100) g" >/dev/null
+        sql "INSERT INTO images (id, session_id, sequence, content_type, size,
+                                 sha256, content)
+             SELECT ($i || lpad(g::text, 12, '0'))::uuid,
+                    ($s || lpad(($lo + (g - $lo) / 100 * 100)::text,
+                                 12, '0'))::uuid,
+                    (g - $lo) % 100 + 1, 'image/gif', $BODY_LEN,
+                    sha256('\\x$BODY_HEX'::bytea), '\\x$BODY_HEX'::bytea
+             FROM generate_series($lo, $hi) g" >/dev/null
+        script ack-fresh "\\set n random($lo, $hi)
+WITH a AS (
+    UPDATE images SET acknowledged_at = now()
+    WHERE id = ($i || lpad(:n::text, 12, '0'))::uuid
+    RETURNING session_id)
+UPDATE sessions SET acknowledged_count = acknowledged_count + 1
+WHERE id IN (SELECT session_id FROM a);"
+        sql "VACUUM ANALYZE images" >/dev/null ;;
+    esac
+
+    sql "VACUUM ANALYZE sessions" >/dev/null
+}
+
 # before each run: the dirty pages of the runs and fixtures before it
 # written out, so that no checkpoint they started lands in this run
 # (the commits of whichever side ran then would wait for its I/O)
@@ -400,7 +478,7 @@ pg_scripts() {
 
 # --- runs ----------------------------------------------------------------------
 
-declare -A RPS P99 RUNS
+declare -A RPS P99 RUNS P50 ACH CPU_N CPU_P CPU_B CPU_T CPU_L
 
 # "1.23ms" / "456.78us" / "1.01s" -> milliseconds
 to_ms() {
@@ -545,13 +623,164 @@ floor() {
     shape "$key"
 }
 
-# rated KEY FILE_PREFIX: with BENCH_DB_RATE, the scenario (its shape
-# exported) at that fixed rate: bench/http-rate with as many connections as
-# the latency runs, and pgbench -R with its clients; p99 of both
-rated() {
-    local key=$1 prefix=$2 out p99
+# --- the fixed rate: latency and CPU time per request (issue 24) -----------
 
-    [ -n "$RATE" ] && [[ $FLOOR_KEYS == *" $key "* ]] || return 0
+# WRITE_KEYS: the scenarios that commit; they run at BENCH_DB_WRITE_RATE,
+# the others at BENCH_DB_RATE
+WRITE_KEYS=" create create-key create-quota complete upload ack "
+
+rate_of() {
+    if [[ $WRITE_KEYS == *" $1 "* ]]; then
+        echo "$WRITE_RATE"
+    else
+        echo "$RATE"
+    fi
+}
+
+# cpu_snap GROUP PID...: "GROUP PID NS" for each process still there: the
+# scheduler's own count of nanoseconds on a CPU of all its threads
+# (/proc/PID/task/*/schedstat; exact, where the user and system times of
+# /proc/PID/stat are sampled at the clock tick)
+cpu_snap() {
+    local g=$1 p f
+    local -a files=()
+
+    shift
+    for p in "$@"; do
+        for f in /proc/"$p"/task/*/schedstat; do
+            [ -e "$f" ] && files+=("$f")
+        done
+    done
+    [ "${#files[@]}" -gt 0 ] || return 0
+
+    # grep -s: a process that ended since is skipped, not an error
+    grep -s -H '' "${files[@]}" | awk -v g="$g" '
+        { split($0, a, "/"); split($0, b, ":"); split(b[2], v, " ");
+          s[a[3]] += v[1] }
+        END { for (p in s) print g, p, s[p] }'
+}
+
+# the PostgreSQL processes of a kind, by pg_stat_activity (psql's own
+# backend is none of them)
+pg_pids() {
+    case $1 in
+    module)
+        sql "SELECT pid FROM pg_stat_activity
+             WHERE application_name = 'nginx session pool'" ;;
+    listen)
+        sql "SELECT pid FROM pg_stat_activity
+             WHERE application_name = 'nginx session listen'" ;;
+    pgbench)
+        sql "SELECT pid FROM pg_stat_activity
+             WHERE application_name = 'pgbench'" ;;
+    background)
+        sql "SELECT pid FROM pg_stat_activity WHERE backend_type IN
+             ('checkpointer', 'background writer', 'walwriter',
+              'autovacuum launcher')" ;;
+    esac
+}
+
+# cpu_pids SIDE: "GROUP PID" of what serves SIDE (module: nginx's workers,
+# the backends of the module's pool and those of its LISTEN connections;
+# pgbench: pgbench's backends; floor: nginx's workers), and of
+# PostgreSQL's background writers
+cpu_pids() {
+    case $1 in
+    module|floor) pgrep -P "$(cat "$W/nginx.pid")" | sed 's/^/nginx /' ;;
+    esac
+    case $1 in
+    module|pgbench) pg_pids "$1" | sed 's/^/pg /' ;;
+    esac
+    [ "$1" != module ] || pg_pids listen | sed 's/^/pgl /'
+    pg_pids background | sed 's/^/bg /'
+}
+
+# cpu_snapshot PIDS_FILE: the time, then the CPU counts of its processes
+cpu_snapshot() {
+    local g
+    date +%s.%N
+    for g in nginx pg pgl bg; do
+        cpu_snap "$g" $(awk -v g="$g" '$1 == g { print $2 }' "$1")
+    done
+}
+
+# sleep_until EPOCH: sleeps until that time (seconds since the epoch)
+sleep_until() {
+    sleep "$(awk -v t="$1" -v n="$(date +%s.%N)" \
+                 'BEGIN { d = t - n; printf "%.3f", (d > 0 ? d : 0) }')"
+}
+
+# cpu_window SIDE START OUT NAME: the CPU counts from 1 s after START
+# (seconds since the epoch: when the run began) to 0.6 s before its end
+# (BENCH_DURATION after START), kept in $W/cpu-NAME.*; OUT gets "T0 T1
+# NGINX_NS PG_NS BACKGROUND_NS LISTEN_NS" (PG_NS with LISTEN_NS).  The
+# processes are those of the start (pgbench's backends are gone by the
+# end), and for the module also any that came since, counted from their
+# start
+cpu_window() {
+    local side=$1 start=$2 out=$3 snap=$W/cpu-$4
+
+    sleep_until "$(awk -v s="$start" 'BEGIN { printf "%.3f", s + 1 }')"
+    cpu_pids "$side" > "$snap.pids"
+    cpu_snapshot "$snap.pids" > "$snap.0"
+    sleep_until "$(awk -v s="$start" -v d="$(duration_s "$DURATION")" \
+                       'BEGIN { printf "%.3f", s + d - 0.6 }')"
+    if [ "$side" = module ]; then
+        cpu_pids "$side" > "$snap.pids"
+    fi
+    cpu_snapshot "$snap.pids" > "$snap.1"
+    awk 'FNR == 1 { t[FILENAME == ARGV[1]] = $1; next }
+         FILENAME == ARGV[1] { c[$1 " " $2] = $3; next }
+         { d[$1] += $3 - c[$1 " " $2] }
+         END { printf "%s %s %.0f %.0f %.0f %.0f\n", t[1], t[0],
+                      d["nginx"], d["pg"] + d["pgl"], d["bg"], d["pgl"] }' \
+        "$snap.0" "$snap.1" > "$out"
+}
+
+# lat_pcts COLUMN FILE...: "p50 p99" in ms of the latencies in
+# microseconds in COLUMN of the logs, both sides counted alike
+lat_pcts() {
+    local col=$1
+    shift
+    awk -v c="$col" '{ print $c }' "$@" | sort -n | awk '
+        { v[NR] = $1 }
+        END { if (NR == 0) exit 1;
+              k = int(NR * 0.99); if (k < NR * 0.99) k++;
+              printf "%.3f %.3f", v[int(NR / 2) + 1] / 1000, v[k] / 1000 }'
+}
+
+# rate_record NAME ANSWERS_IN_WINDOW ACHIEVED P50 P99: the CPU window of
+# $W/cpu per answer, and the latencies, appended to NAME's lists
+rate_record() {
+    local name=$1 n=$2 t0 t1 ng pg bg pl
+
+    [ "$n" -gt 0 ] || die "$name: no answers in the CPU window"
+    read -r t0 t1 ng pg bg pl < "$W/cpu"
+
+    CPU_N[$name]+="$(per_req "$ng" "$n") "
+    CPU_P[$name]+="$(per_req "$pg" "$n") "
+    CPU_B[$name]+="$(per_req "$bg" "$n") "
+    CPU_L[$name]+="$(per_req "$pl" "$n") "
+    CPU_T[$name]+="$(per_req $((ng + pg)) "$n") "
+    ACH[$name]+="$3 "
+    P50[$name]+="$4 "
+    P99[$name]+="$5 "
+    log "$name: $n answers in" \
+        "$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }') s" \
+        "of CPU window: nginx $ng ns, PostgreSQL $pg ns (LISTEN $pl)," \
+        "background $bg ns; $3/s; p50 $4, p99 $5 ms"
+}
+
+# per_req NS N: microseconds per request
+per_req() {
+    awk -v v="$1" -v n="$2" 'BEGIN { printf "%.1f", v / 1000 / n }'
+}
+
+# rate_http NAME SIDE RATE: bench/http-rate at RATE with the shape in the
+# BENCH_* environment, the CPU counted in the middle of the run
+rate_http() {
+    local name=$1 side=$2 rate=$3 out n sampler
+    local -a args=()
 
     if [ -n "$BENCH_IDS" ]; then
         awk -v p="$BENCH_PATH" '{ s = p; sub(/%s/, $0, s); print s }' \
@@ -560,20 +789,108 @@ rated() {
         echo "$BENCH_PATH" > "$W/rate-paths"
     fi
 
-    settle
-    out=$(client "$W/http-rate" "$PORT" "$RATE" "$(duration_s "$DURATION")" \
-              "$LAT_CONNS" "$(head -1 "$BENCH_KEYS")" "$W/rate-paths") \
-        || die "http-rate failed ($key)"
-    read -r _ _ _ p99 bad <<<"$out"
-    [ "$bad" = 0 ] || die "rate-$key: $bad answers were not 200"
-    P99[rate-$key]+="$p99 "
-    log "rate-$key: $out (answers, s, p50, p99 ms, non-200)"
+    [ "$BENCH_METHOD" = GET ] || args+=(-m "$BENCH_METHOD")
+    [ -z "$BENCH_BODY" ] || args+=(-b "$BENCH_BODY")
+    [ -z "$BENCH_CTYPE" ] || args+=(-t "$BENCH_CTYPE")
+    [ "$(wc -l < "$BENCH_KEYS")" -le 1 ] || args+=(-K "$BENCH_KEYS")
+    [ -z "$BENCH_IDEM" ] || args+=(-i)
+    [ "$BENCH_PICK" != once ] || args+=(-o)
 
-    out=$(pgbench_run "pgrate-$key" "$prefix" -R "$RATE") \
-        || { echo "$out" >&2; die "pgbench -R failed ($key)"; }
-    p99=$(pgbench_p99 3) || die "pgrate-$key: no pgbench transaction log"
-    P99[pgrate-$key]+="$p99 "
-    log "pgrate-$key: p99 $p99 ms"
+    settle
+    rm -f "$W/rate.log" "$W/cpu"
+    ( cpu_window "$side" "$(date +%s.%N)" "$W/cpu" "$name" ) &
+    sampler=$!
+    out=$(client "$W/http-rate" "${args[@]}" -l "$W/rate.log" "$PORT" \
+              "$rate" "$(duration_s "$DURATION")" "$LAT_CONNS" \
+              "$(head -1 "$BENCH_KEYS")" "$W/rate-paths") \
+        || { wait "$sampler" || true; die "http-rate failed ($name)"; }
+    wait "$sampler" || die "$name: no CPU counts"
+
+    read -r _ _ _ _ bad achieved <<<"$out"
+    [ "$bad" = 0 ] || die "$name: $bad answers were not 2xx"
+
+    n=$(awk -v a="$(cut -d' ' -f1 "$W/cpu")" -v b="$(cut -d' ' -f2 "$W/cpu")" \
+            '$1 >= a && $1 < b { n++ } END { print n + 0 }' "$W/rate.log")
+    rate_record "$name" "$n" "$achieved" $(lat_pcts 2 "$W/rate.log")
+}
+
+# rate_pgbench NAME FILE_PREFIX RATE: pgbench -R RATE over the scripts,
+# its backends' CPU counted in the middle of the run (from 1 s after its
+# log files appear)
+rate_pgbench() {
+    local name=$1 prefix=$2 rate=$3 out n tps sampler
+
+    rm -f "$W"/pgb.* "$W/cpu"
+    ( for _ in $(seq 600); do
+          compgen -G "$W/pgb.*" >/dev/null && break
+          sleep 0.05
+      done
+      cpu_window pgbench "$(date +%s.%N)" "$W/cpu" "$name" ) &
+    sampler=$!
+    out=$(pgbench_run "$name" "$prefix" -R "$rate") \
+        || { echo "$out" >&2; wait "$sampler" || true
+             die "pgbench -R failed ($name)"; }
+    wait "$sampler" || die "$name: no CPU counts"
+
+    if grep -Eq '^number of failed transactions: [1-9]' <<<"$out"; then
+        echo "$out" >&2
+        die "$name: pgbench transactions failed"
+    fi
+    tps=$(awk '/^tps = / { printf "%.1f", $3; exit }' <<<"$out")
+
+    # pgbench's log: client, transaction, latency (us, from the scheduled
+    # start under -R), script, end time (s, us), lag
+    n=$(cat "$W"/pgb.* | awk -v a="$(cut -d' ' -f1 "$W/cpu")" \
+            -v b="$(cut -d' ' -f2 "$W/cpu")" \
+            '{ t = $5 + $6 / 1e6 } t >= a && t < b { n++ }
+             END { print n + 0 }')
+    rate_record "$name" "$n" "$tps" $(lat_pcts 3 "$W"/pgb.*)
+    rm -f "$W"/pgb.*
+}
+
+# rated KEY FILE_PREFIX [FIRST]: with BENCH_DB_RATE, the scenario at its
+# fixed rate (rate_of): bench/http-rate with as many connections as the
+# latency runs, and pgbench -R with its clients, FIRST (module or
+# pgbench) first; p50, p99 and CPU time per request of both
+rated() {
+    local key=$1 prefix=$2 first=${3:-module} rate pg
+
+    [ -n "$RATE" ] || return 0
+    rate=$(rate_of "$key")
+
+    # complete and ack change fresh rows on both sides (fresh_pg)
+    case $key in
+    complete|ack) pg=$key-fresh ;;
+    *) pg=$prefix ;;
+    esac
+
+    if [ "$first" = pgbench ]; then
+        [ "$pg" = "$prefix" ] || fresh_pg "$key"
+        rate_pgbench "pgrate-$key" "$pg" "$rate"
+    fi
+
+    # fresh rows for a "once" scenario
+    shape "$key"
+    rate_http "rate-$key" module "$rate"
+
+    if [ "$first" != pgbench ]; then
+        [ "$pg" = "$prefix" ] || fresh_pg "$key"
+        rate_pgbench "pgrate-$key" "$pg" "$rate"
+    fi
+}
+
+# rated_floor: nginx's "return 200" at each rate of the fixed-rate runs,
+# its workers' CPU per request: the floor of the nginx column
+rated_floor() {
+    local r
+
+    [ -n "$RATE" ] || return 0
+
+    for r in $(printf '%s\n' "$RATE" "$WRITE_RATE" | sort -nu); do
+        export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS= BENCH_BODY= \
+               BENCH_CTYPE= BENCH_KEYS="$W/key" BENCH_IDEM= BENCH_PATH=/ok
+        rate_http "floor-ok-$r" floor "$r"
+    done
 }
 
 # the request shape of a scenario, as db-request.lua reads it
@@ -671,27 +988,123 @@ $(nginx_conf_head "$MODULE" "$WORKERS")
 EOF
 }
 
-# with BENCH_DB_RATE: the reads at one fixed rate, both sides
-rate_report() {
-    local s key name rest m a
+# with BENCH_DB_RATE: the fixed-rate table (issue 24), the servers' CPU
+# time per request and the latency of every endpoint at one rate below
+# saturation, beside pgbench -R running the plain statement
+cost_report() {
+    local s key name rest rate r ng pm tot pb bm bp m50 m99 a50 a99
+    local cr lr ok am ap fl short
+    local met=0 all=0
 
     [ -n "$RATE" ] || return 0
 
     echo
-    echo "The reads at a fixed $RATE requests/s (open loop, Poisson arrivals;" \
-         "latency from each request's scheduled time): bench/http-rate with" \
-         "$LAT_CONNS connections, pgbench -R $RATE -c $CLIENTS:"
+    echo "Cost per request at a fixed rate (issue 24): every endpoint at" \
+         "$RATE requests/s (the reads) or $WRITE_RATE (the writes), open" \
+         "loop with Poisson arrivals, bench/http-rate with $LAT_CONNS" \
+         "connections beside pgbench -R at the same rate with $CLIENTS" \
+         "clients running the plain statement, latency from each" \
+         "request's scheduled time. CPU time: the scheduler's count" \
+         "(/proc/PID/task/*/schedstat) over the middle of each run (from" \
+         "1 s in to 0.6 s before its end), over the answers or" \
+         "transactions completed in that stretch; nginx: its workers;" \
+         "PostgreSQL (module): the backends of the module's pool and LISTEN" \
+         "connections (a NOTIFY of a complete or an upload wakes every" \
+         "worker's LISTEN backend); PostgreSQL (pgbench): pgbench's" \
+         "backends; the" \
+         "clients are not counted. Background: PostgreSQL's checkpointer," \
+         "background writer, WAL writer and autovacuum launcher in the" \
+         "same stretch, per request of each side, outside the ratio."
     echo
-    echo "| endpoint | module p99 ms | pgbench p99 ms | ratio |"
-    echo "|---|---:|---:|---:|"
+    echo "| endpoint | rate/s | achieved/s module / pgbench | nginx µs/req | PG µs/req (module) | of which LISTEN | server µs/req | PG µs/tx (pgbench) | CPU ratio (≤ 1.5) | module p50 / p99 ms | pgbench p50 / p99 ms | p99 ratio (≤ 1.5) | goals | background µs module / pgbench |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
 
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r key name rest <<<"$s"
-        [ -n "${P99[rate-$key]:-}" ] || continue
+        [ -n "${CPU_N[rate-$key]:-}" ] || continue
 
-        m=$(median <<<"${P99[rate-$key]}")
-        a=$(median <<<"${P99[pgrate-$key]}")
-        printf '| %s | %s | %s | %s |\n' "$key" "$m" "$a" "$(ratio "$m" "$a")"
+        rate=$(rate_of "$key")
+        ng=$(median <<<"${CPU_N[rate-$key]}")
+        pm=$(median <<<"${CPU_P[rate-$key]}")
+        tot=$(median <<<"${CPU_T[rate-$key]}")
+        pb=$(median <<<"${CPU_P[pgrate-$key]}")
+        bm=$(median <<<"${CPU_B[rate-$key]}")
+        bp=$(median <<<"${CPU_B[pgrate-$key]}")
+        m50=$(median <<<"${P50[rate-$key]}")
+        m99=$(median <<<"${P99[rate-$key]}")
+        a50=$(median <<<"${P50[pgrate-$key]}")
+        a99=$(median <<<"${P99[pgrate-$key]}")
+        am=$(median <<<"${ACH[rate-$key]}")
+        ap=$(median <<<"${ACH[pgrate-$key]}")
+        cr=$(ratio "$tot" "$pb")
+        lr=$(ratio "$m99" "$a99")
+
+        # a side that fell behind its rate measured saturation, not cost
+        short=$(awk -v r="$rate" -v a="$am" -v b="$ap" \
+                    'BEGIN { print (a < 0.9 * r || b < 0.9 * r) ? 1 : 0 }')
+        ok=$(awk -v c="$cr" -v l="$lr" \
+                 'BEGIN { print (c <= 1.5 && l <= 1.5) ? "met" : "NOT met" }')
+        [ "$short" = 0 ] || ok="$ok (below the rate)"
+        all=$((all + 1))
+        [ "$ok" = met ] && met=$((met + 1))
+
+        printf '| %s | %s | %.0f / %.0f | %.1f | %.1f | %.1f | %.1f | %.1f | %s | %.2f / %.2f | %.2f / %.2f | %s | %s | %.1f / %.1f |\n' \
+            "$name" "$rate" "$am" "$ap" "$ng" "$pm" \
+            "$(median <<<"${CPU_L[rate-$key]}")" "$tot" "$pb" "$cr" \
+            "$m50" "$m99" "$a50" "$a99" "$lr" "$ok" "$bm" "$bp"
+    done
+
+    for r in $(printf '%s\n' "$RATE" "$WRITE_RATE" | sort -nu); do
+        [ -n "${CPU_N[floor-ok-$r]:-}" ] || continue
+        fl=$(median <<<"${CPU_N[floor-ok-$r]}")
+        printf '| floor: nginx `return 200` (GET /ok) | %s | %.0f | %.1f | | | %.1f | | | %.2f / %.2f | | | | %.1f |\n' \
+            "$r" "$(median <<<"${ACH[floor-ok-$r]}")" "$fl" "$fl" \
+            "$(median <<<"${P50[floor-ok-$r]}")" \
+            "$(median <<<"${P99[floor-ok-$r]}")" \
+            "$(median <<<"${CPU_B[floor-ok-$r]}")"
+    done
+
+    echo
+    echo "$met of $all endpoints meet both goals at a fixed rate (server CPU" \
+         "per request ≤ 1.5x PostgreSQL's per plain transaction, p99 ≤ 1.5x" \
+         "pgbench's). Medians of $ROUNDS rounds of $DURATION, the module" \
+         "or pgbench first in turn."
+    echo
+    echo "Per core, from the same medians (1 s of CPU over the µs per" \
+         "request): what one core of nginx's workers and one core of" \
+         "PostgreSQL's backends answer at most, the inputs of a capacity" \
+         "plan (docs/benchmarks.md, \"Planning capacity\"):"
+    echo
+    echo "| endpoint | nginx requests/s per core | PostgreSQL requests/s per core (module) | PostgreSQL transactions/s per core (pgbench) | nginx share of the server's CPU |"
+    echo "|---|---:|---:|---:|---:|"
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        [ -n "${CPU_N[rate-$key]:-}" ] || continue
+
+        ng=$(median <<<"${CPU_N[rate-$key]}")
+        pm=$(median <<<"${CPU_P[rate-$key]}")
+        pb=$(median <<<"${CPU_P[pgrate-$key]}")
+        awk -v k="$key" -v n="$ng" -v p="$pm" -v b="$pb" 'BEGIN {
+            printf "| %s | %.0f | %.0f | %.0f | %.0f %% |\n", k,
+                1e6 / n, 1e6 / p, 1e6 / b, 100 * n / (n + p) }'
+    done
+    for r in $(printf '%s\n' "$RATE" "$WRITE_RATE" | sort -nu); do
+        [ -n "${CPU_N[floor-ok-$r]:-}" ] || continue
+        awk -v r="$r" -v n="$(median <<<"${CPU_N[floor-ok-$r]}")" 'BEGIN {
+            printf "| floor: return 200 at %s/s | %.0f | | | |\n", r, 1e6 / n }'
+    done
+
+    echo
+    echo "Runs (µs of server CPU per request, module: nginx + PostgreSQL;" \
+         "pgbench: PostgreSQL; p99 ms), round by round:"
+    echo
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        [ -n "${CPU_N[rate-$key]:-}" ] || continue
+        printf -- '- %s: module %s/ pgbench %s; p99 %s/ %s\n' "$key" \
+            "${CPU_T[rate-$key]}" "${CPU_P[pgrate-$key]}" \
+            "${P99[rate-$key]}" "${P99[pgrate-$key]}"
     done
 }
 
@@ -727,6 +1140,15 @@ floor_report() {
 report() {
     local s key name rest m a rm ra pm pa pb rr rp ok
     local goals_met=0 goals=0
+
+    if [ "$MODE" = cost ]; then
+        cost_report | sed '1{/^$/d;}'
+        echo
+        echo "nginx $WORKERS workers x session_db_connections" \
+             "$DB_CONNS_PER_WORKER, session_db_batch $DB_BATCH;" \
+             "pgbench -M prepared -c $CLIENTS -j $THREADS.${CLIENT_CPUS:+" bench/http-rate and pgbench on CPU $CLIENT_CPUS, nginx and PostgreSQL on the others."}"
+        return 0
+    fi
 
     echo "| endpoint | module req/s (wrk -c$WRK_CONNS) | pgbench TPS | ratio (≥ 0.7) | module p99 ms (wrk -c$LAT_CONNS) | pgbench p99 ms | p99 ratio (≤ 2) | goal | module p99 ms (wrk -c$WRK_CONNS) |"
     echo "|---|---:|---:|---:|---:|---:|---:|---|---:|"
@@ -770,7 +1192,7 @@ report() {
          "$WORKERS workers x session_db_connections $DB_CONNS_PER_WORKER," \
          "session_db_batch $DB_BATCH."
     floor_report
-    rate_report
+    cost_report
 
     echo
     echo "Runs (module at -c$WRK_CONNS / module at -c$LAT_CONNS / pgbench," \
@@ -825,6 +1247,15 @@ inside() {
             IFS='|' read -r key name rest <<<"$s"
             wanted "$key" || continue
 
+            if [ "$MODE" = cost ]; then
+                if [ $((round % 2)) = 1 ]; then
+                    rated "$key" "$rest" module
+                else
+                    rated "$key" "$rest" pgbench
+                fi
+                continue
+            fi
+
             shape "$key"
 
             # the order alternates from round to round; requests/s with
@@ -835,9 +1266,11 @@ inside() {
                 module "lat-$key" "$LAT_CONNS"
                 anchor "pgbench-$key" "$rest"
                 floor "$key"
-                rated "$key" "$rest"
+                rated "$key" "$rest" module
             else
-                rated "$key" "$rest"
+                rated "$key" "$rest" pgbench
+                # fresh rows again: the fixed-rate run used some
+                shape "$key"
                 floor "$key"
                 anchor "pgbench-$key" "$rest"
                 module "lat-$key" "$LAT_CONNS"
@@ -845,6 +1278,7 @@ inside() {
                 module "module-$key" "$WRK_CONNS"
             fi
         done
+        rated_floor
     done
 
     grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \

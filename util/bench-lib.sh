@@ -89,11 +89,16 @@ scratch_cleanup() {
 }
 
 
-# a free loopback port, away from a PostgreSQL socket of the same number
+# a free loopback port, away from a PostgreSQL socket of the same number;
+# BENCH_PORTS ("LOW-HIGH", default 20000-39999) is the range it is drawn
+# from
 free_port() {
+    local range=${BENCH_PORTS:-20000-39999}
+    [[ $range =~ ^([0-9]+)-([0-9]+)$ ]] || die "bad BENCH_PORTS: $range"
     perl -MIO::Socket::INET -e '
+        my ($lo, $hi) = @ARGV;
         for (1 .. 200) {
-            my $p = 20000 + int(rand(20000));
+            my $p = $lo + int(rand($hi - $lo + 1));
             next if -e "/var/run/postgresql/.s.PGSQL.$p"
                     || -e "/tmp/.s.PGSQL.$p";
             my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1",
@@ -103,7 +108,7 @@ free_port() {
             print "$p\n";
             exit 0;
         }
-        exit 1;'
+        exit 1;' "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
 }
 
 

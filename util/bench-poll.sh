@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# The long-poll fan-out benchmark (issue 11), "make bench-poll": N polls
-# wait (N = 1,000 and 10,000), on one session and spread over 1,000
-# sessions, then one upload per session wakes them; and the same fan-out
-# against nchan (Debian libnginx-mod-nchan: a long-poll subscriber
-# location and a publisher location) in the same run, with the same
-# worker count, limits and client.
+# The long-poll fan-out benchmark (issues 11 and 24), "make bench-poll":
+# N polls wait (N = 1,000 and 10,000), on one session and spread over
+# 1,000 sessions, then one upload per session wakes them; and the same
+# fan-out against nchan (Debian libnginx-mod-nchan: a long-poll
+# subscriber location and a publisher location) and against the floor,
+# bench/poll-floor.c (no HTTP server, no database: it holds the
+# connections and writes one prepared answer of the module's size to
+# each, one write a socket), in the same run, with the same worker count,
+# limits and client.  Spread over sessions, the wake-up is also set
+# beside what PostgreSQL needs to commit the uploads: pgbench running the
+# upload's statement once per session with as many clients as the module
+# has connections.
 #
 #   bash util/bench-poll.sh                 a throw-away PostgreSQL
 #   BENCH_SESSION_DB="..." bash util/bench-poll.sh    an existing one
@@ -23,22 +29,32 @@
 # Environment:
 #   BENCH_POLL_SIZES     the N to run (default "1000 10000")
 #   BENCH_POLL_SPREAD    sessions of the "spread" runs (default 1000)
-#   BENCH_POLL_KINDS     the servers (default "module nchan")
+#   BENCH_POLL_KINDS     the servers (default "module nchan floor"; the
+#                        floor's answer is the size of the module's, or
+#                        600 bytes without a module run)
+#   BENCH_POLL_COMMITS   0: no pgbench run beside the spread fan-outs
 #   BENCH_POLL_ROUNDS    rounds; each figure is the median (default 1)
 #   BENCH_POLL_TIMEOUT   seconds a run may take (default 60)
-#   BENCH_WORKERS        worker_processes (default 2)
+#   BENCH_WORKERS        worker_processes, and the floor's processes
+#                        (default 2)
+#   BENCH_DB_CONNECTIONS session_db_connections, and pgbench's clients per
+#                        worker (default 4, the directive's)
 #   BENCH_POLL_TUNED     set: request_pool_size 1k and
 #                        client_header_buffer_size 512 on both servers
 #   BENCH_POLL_OUT       write the Markdown table here (default stdout)
 #   BENCH_POLL_PARK      "off": session_poll_park off (polls keep their
 #                        requests while they wait)
+#   BENCH_POLL_FSYNC     the throw-away cluster's fsync (default on, as a
+#                        real one runs; before issue 24 it ran off,
+#                        pg_virtualenv's default)
 #   BENCH_POLL_SYNC_OFF  set: the module's connections run with
 #                        synchronous_commit off (no fsync wait in an
 #                        upload's commit: shows what the disk costs)
 #   BENCH_POLL_PERF      a path prefix: "perf record -g" of the workers
 #                        for 3 s from just before the uploads, written to
 #                        PREFIX.KIND.N (for "perf report -i"; needs perf)
-#   BENCH_POLL_PORT      nginx's port (default: a free one)
+#   BENCH_POLL_PORT      nginx's port (default: a free one, drawn from
+#                        BENCH_PORTS, LOW-HIGH, default 20000-39999)
 #   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
 #                        one; attempts 2 and 3 take the next ones)
 #   BENCH_KEEP           keep the scratch directory
@@ -55,7 +71,9 @@ NCHAN=/usr/lib/nginx/modules/ngx_nchan_module.so
 SIZES=${BENCH_POLL_SIZES:-1000 10000}
 SPREAD=${BENCH_POLL_SPREAD:-1000}
 PERF_OUT=${BENCH_POLL_PERF:-}
-KINDS=${BENCH_POLL_KINDS:-module nchan}
+KINDS=${BENCH_POLL_KINDS:-module nchan floor}
+COMMITS=${BENCH_POLL_COMMITS:-1}
+DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
 ROUNDS=${BENCH_POLL_ROUNDS:-1}
 TIMEOUT=${BENCH_POLL_TIMEOUT:-60}
 WORKERS=${BENCH_WORKERS:-2}
@@ -95,6 +113,8 @@ deps() {
 
     cc -O2 -Wall -Wextra -o "$W/poll-fanout" "$ROOT/bench/poll-fanout.c" \
         || die "cannot build bench/poll-fanout.c"
+    cc -O2 -Wall -Wextra -o "$W/poll-floor" "$ROOT/bench/poll-floor.c" \
+        || die "cannot build bench/poll-floor.c"
 }
 
 
@@ -131,6 +151,7 @@ conf_module() {
         conf_head "load_module $MODULE;"
         cat <<EOF
     session_db $(nginx_quote "$DB");
+    session_db_connections $DB_CONNS_PER_WORKER;
     session_poll_max_timeout 120s;
     session_poll_park ${BENCH_POLL_PARK:-on};
     server {
@@ -174,6 +195,32 @@ EOF
     } > "$W/nginx.conf"
 }
 
+# the floor: bench/poll-floor with as many processes as nginx has
+# workers, its answer of ANSWER_BYTES; its parent's pid in $W/nginx.pid
+start_floor() {
+    local i
+    rm -f "$W/nginx.pid"
+    "$W/poll-floor" "$PORT" "$WORKERS" "$1" "$W/nginx.pid" \
+        </dev/null >>"$W/error.log" 2>&1 &
+    for i in $(seq 50); do
+        [ -f "$W/nginx.pid" ] \
+            && curl -s -o /dev/null "http://127.0.0.1:$PORT/status" \
+            && return 0
+        sleep 0.1
+    done
+    die "poll-floor does not answer on 127.0.0.1:$PORT"
+}
+
+stop_floor() {
+    local i
+    kill "$(cat "$W/nginx.pid")"
+    for i in $(seq 50); do
+        [ -f "$W/nginx.pid" ] || return 0
+        sleep 0.1
+    done
+    die "poll-floor did not stop"
+}
+
 # the summed VmRSS of the workers, kB
 workers_rss() {
     local master pid sum=0 kb
@@ -209,13 +256,17 @@ if [ "$kind" = module ]; then
         [ \$(( \$(date +%s) - \$(cat "$W/all-waiting") )) -ge 5 ] || exit 1
     fi
 else
-    w=\$(curl -s "http://127.0.0.1:$PORT/status" \\
-         | awk '/^subscribers:/ { print \$2 }')
+    curl -s "http://127.0.0.1:$PORT/status" > "$W/status-ready"
+    w=\$(awk '/^subscribers:/ { print \$2 }' "$W/status-ready")
 fi
 [ "\${w:-0}" -ge $n ] || exit 1
 # what the servers free after a burst (both alike) is not counted
 sleep 1
 workers_rss > "$W/rss-ready"
+# the open files of each worker: how the connections fell to them
+for p in \$(pgrep -P "\$(cat "$W/nginx.pid")"); do
+    ls /proc/\$p/fd | wc -l
+done | paste -sd' ' > "$W/fds-ready"
 if [ -n "$PERF_OUT" ]; then
     # the workers' profile over the wake-up that follows
     pids=\$(pgrep -P "\$(cat "$W/nginx.pid")" | paste -sd, -)
@@ -227,32 +278,47 @@ exit 0
 EOF
 }
 
+# the module's poll and upload requests for $W/ids (the floor gets the
+# same bytes)
+module_requests() {
+    printf 'GET /api/v1/sessions/@ID@/poll?timeout=100 HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer %s\r\n\r\n' \
+        "$KEY" > "$W/sub"
+    {
+        printf 'POST /api/v1/sessions/@ID@/images HTTP/1.1\r\nHost: b\r\n'
+        printf 'Authorization: Bearer %s\r\nContent-Type: image/png\r\n' \
+            "$KEY"
+        printf 'Content-Length: %s\r\nConnection: close\r\n\r\n' \
+            "$(stat -c %s "$W/png")"
+        cat "$W/png"
+    } > "$W/pub"
+}
+
 # run KIND N SESSIONS: one fan-out; appends "key value" lines to $W/run
 run() {
-    local kind=$1 n=$2 nsess=$3 base ready
+    local kind=$1 n=$2 nsess=$3 base ready size
 
-    if [ "$kind" = module ]; then
+    case $kind in
+    module)
         conf_module
         sessions "$nsess" > "$W/ids"
-        printf 'GET /api/v1/sessions/@ID@/poll?timeout=100 HTTP/1.1\r\nHost: b\r\nAuthorization: Bearer %s\r\n\r\n' \
-            "$KEY" > "$W/sub"
-        {
-            printf 'POST /api/v1/sessions/@ID@/images HTTP/1.1\r\nHost: b\r\n'
-            printf 'Authorization: Bearer %s\r\nContent-Type: image/png\r\n' \
-                "$KEY"
-            printf 'Content-Length: %s\r\nConnection: close\r\n\r\n' \
-                "$(stat -c %s "$W/png")"
-            cat "$W/png"
-        } > "$W/pub"
-    else
+        module_requests ;;
+    floor)
+        sessions "$nsess" > "$W/ids"
+        module_requests ;;
+    *)
         conf_nchan
         seq -f "ch%g" "$nsess" > "$W/ids"
         printf 'GET /sub?id=@ID@ HTTP/1.1\r\nHost: b\r\n\r\n' > "$W/sub"
         printf 'POST /pub?id=@ID@ HTTP/1.1\r\nHost: b\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello' \
-            > "$W/pub"
-    fi
+            > "$W/pub" ;;
+    esac
 
-    start_nginx
+    if [ "$kind" = floor ]; then
+        size=$(cat "$W/answer-size.$n.$nsess" 2>/dev/null || echo 600)
+        start_floor "$size"
+    else
+        start_nginx
+    fi
 
     # warmed up: every worker has answered and connected to the database
     local i
@@ -273,15 +339,76 @@ run() {
         || die "poll-fanout failed"
 
     ready=$(cat "$W/rss-ready" 2>/dev/null || echo "$base")
-    stop_nginx
+
+    if [ "$kind" = module ]; then
+        # the size of a woken poll's answer (headers and body): the
+        # session's unacknowledged images, as a poll now finds them
+        curl -s -o /dev/null -w '%{size_header} %{size_download}\n' \
+            -H "Authorization: Bearer $KEY" \
+            "http://127.0.0.1:$PORT/api/v1/sessions/$(head -1 "$W/ids")/poll?timeout=0" \
+            | awk '{ print $1 + $2 }' > "$W/answer-size.$n.$nsess"
+    fi
+
+    log "$kind: open files by worker: $(cat "$W/fds-ready" 2>/dev/null)"
+    if [ "$kind" = floor ]; then
+        stop_floor
+    else
+        stop_nginx
+    fi
 
     {
         cat "$W/out"
         awk -v b="$base" -v r="$ready" -v n="$n" \
             'BEGIN { printf "rss_kb_per_poll %.2f\n", (r - b) / n }'
+        [ "$kind" = nchan ] \
+            || echo "answer_bytes $(cat "$W/answer-size.$n.$nsess" 2>/dev/null || echo 600)"
     } > "$W/run.$kind.$n.$nsess.$ROUND"
 
     log "$kind N=$n sessions=$nsess: $(tr '\n' ' ' < "$W/run.$kind.$n.$nsess.$ROUND")"
+
+    if [ "$kind" = module ] && [ "$nsess" -gt 1 ]; then
+        commits "$n" "$nsess"
+    fi
+}
+
+# commits N SESSIONS: what PostgreSQL needs to commit one upload into
+# each of the sessions of $W/ids, the upload's statement (as
+# util/bench-db.sh's anchor writes it) run by pgbench with as many clients
+# as the module holds connections, each session drawn at random; the
+# time of SESSIONS transactions at pgbench's rate
+commits() {
+    local n=$1 nsess=$2 clients out tps ids
+
+    [ "$COMMITS" != 0 ] || return 0
+    command -v pgbench >/dev/null 2>&1 || { log "no pgbench: no commits"; return 0; }
+
+    clients=$((WORKERS * DB_CONNS_PER_WORKER))
+    ids=$(sed "s/.*/'&'/" "$W/ids" | paste -sd,)
+    cat > "$W/pg-upload.sql" <<EOF
+\set n random(1, $nsess)
+WITH s AS (
+    UPDATE sessions SET image_count = image_count + 1
+    WHERE id = (ARRAY[$ids]::uuid[])[:n] RETURNING id, image_count)
+INSERT INTO images (session_id, sequence, content_type, size, sha256,
+                    content)
+SELECT s.id, s.image_count, 'image/png', octet_length(:body::bytea),
+       sha256(:body::bytea), :body::bytea FROM s
+RETURNING id, session_id, sequence, content_type, size, sha256, created_at,
+          acknowledged_at,
+          pg_notify('session_events', 'uploaded:' || session_id::text);
+EOF
+    out=$(pgbench -n -M prepared -c "$clients" -j 2 \
+              -t $(( (nsess + clients - 1) / clients )) \
+              -D body="\\x$(od -An -v -tx1 "$W/png" | tr -d ' \n')" \
+              -f "$W/pg-upload.sql" "$DB" 2>&1) \
+        || { echo "$out" >&2; die "pgbench (commits) failed"; }
+    tps=$(awk '/^tps = / { print $3; exit }' <<<"$out")
+    [ -n "$tps" ] || { echo "$out" >&2; die "pgbench (commits): no tps"; }
+
+    awk -v t="$tps" -v s="$nsess" \
+        'BEGIN { printf "commits_ms %.2f\ncommits_tps %.0f\n", s / t * 1000, t }' \
+        > "$W/run.commits.$n.$nsess.$ROUND"
+    log "commits of $nsess uploads: $(tr '\n' ' ' < "$W/run.commits.$n.$nsess.$ROUND")"
 }
 
 # N open long_poll sessions of the bench project, their ids
@@ -311,6 +438,52 @@ statuses() {
             if (u) out = out sprintf("%sunanswered x %d", out ? ", " : "", u)
             print out
         }'
+}
+
+# the answer's size, but nchan's (the client does not count it)
+answer_bytes() {
+    [ "$1" = nchan ] && echo - || fig answer_bytes "$2"
+}
+
+# over_floor KIND N SESSIONS: the median over the rounds of KIND's p99 over
+# the floor's p99 in the same round
+over_floor() {
+    local kind=$1 n=$2 s=$3
+    [[ " $KINDS " == *" floor "* ]] && [ "$kind" != floor ] || return 0
+    round_ratios "$kind" floor "$n" "$s" p99_ms | median
+}
+
+# round_ratios A B N SESSIONS KEY: KEY of A over KEY of B, round by round
+# (B "commits": the commits' time)
+round_ratios() {
+    local a=$1 b=$2 n=$3 s=$4 key=$5 bkey=$5 r x y
+    [ "$b" != commits ] || bkey=commits_ms
+    for r in $(seq "$ROUNDS"); do
+        x=$(awk -v k="$key" '$1 == k { print $2 }'                 "$W/run.$a.$n.$s.$r" 2>/dev/null)
+        y=$(awk -v k="$bkey" '$1 == k { print $2 }'                 "$W/run.$b.$n.$s.$r" 2>/dev/null)
+        [ -n "$x" ] && [ -n "$y" ] && ratio "$x" "$y" && echo
+    done
+}
+
+# the goals of issue 24, from the rounds' figures
+goals() {
+    local n r m kb
+
+    [[ " $KINDS " == *" module "* ]] || return 0
+    echo
+    for n in $SIZES; do
+        if [[ " $KINDS " == *" floor "* ]]; then
+            r=$(round_ratios module floor "$n" 1 p99_ms | paste -sd' ')
+            m=$(median <<<"$r")
+            echo "- $n polls on one session: the module's wake-up p99 over the floor's, round by round: $r; median $m ($(awk -v v="$m" 'BEGIN { print (v <= 1.3) ? "goal ≤ 1.3 met" : "goal ≤ 1.3 NOT met" }'))"
+        fi
+        kb=$(fig rss_kb_per_poll "$W/run.module.$n.1.*")
+        echo "- $n polls on one session: $kb KB of worker memory per waiting poll ($(awk -v v="$kb" 'BEGIN { print (v <= 2) ? "goal ≤ 2 KB met" : "goal ≤ 2 KB NOT met" }'))"
+        if ls "$W"/run.commits."$n"."$SPREAD".* >/dev/null 2>&1; then
+            r=$(round_ratios module commits "$n" "$SPREAD" p99_ms | paste -sd' ')
+            echo "- $n polls over $SPREAD sessions: the module's wake-up p99 $(fig p99_ms "$W/run.module.$n.$SPREAD.*") ms and its uploads' answers, the slowest at $(fig publish_max_ms "$W/run.module.$n.$SPREAD.*") ms, beside PostgreSQL committing $SPREAD uploads (their statement from pgbench, $((WORKERS * DB_CONNS_PER_WORKER)) clients) in $(fig commits_ms "$W/run.commits.$n.$SPREAD.*") ms ($(fig commits_tps "$W/run.commits.$n.$SPREAD.*") a second): wake-up p99 over that, round by round: $r"
+        fi
+    done
 }
 
 inside() {
@@ -352,21 +525,25 @@ inside() {
     done
 
     {
-        echo "| waiting polls | sessions | server | answers | p50 ms | p99 ms | max ms | upload (publish) answer p50 ms | KB per waiting poll |"
-        echo "|---|---|---|---|---|---|---|---|---|"
+        echo "| waiting polls | sessions | server | answers | p50 ms | p99 ms | max ms | upload (publish) answer p50 / max ms | KB per waiting poll | answer bytes | p99 over the floor's |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
         for n in $SIZES; do
             for s in 1 "$SPREAD"; do
                 for kind in $KINDS; do
                     pat="$W/run.$kind.$n.$s.*"
-                    printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' \
+                    printf '| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s |\n' \
                         "$n" "$s" "$kind" "$(statuses "$pat")" \
                         "$(fig p50_ms "$pat")" "$(fig p99_ms "$pat")" \
                         "$(fig max_ms "$pat")" \
                         "$(fig publish_p50_ms "$pat")" \
-                        "$(fig rss_kb_per_poll "$pat")"
+                        "$(fig publish_max_ms "$pat")" \
+                        "$(fig rss_kb_per_poll "$pat")" \
+                        "$(answer_bytes "$kind" "$pat")" \
+                        "$(over_floor "$kind" "$n" "$s")"
                 done
             done
         done
+        goals
     } > "$W/table"
 
     if [ "$OUT" = - ]; then
@@ -413,7 +590,10 @@ for attempt in 1 2 3; do
     rm -f "$BENCH_POLL_MARKER"
     export BENCH_POLL_MARKER
     rc=0
-    pg_virtualenv -t -- bash "$ROOT/util/bench-poll.sh" \
+    # fsync on, as a real cluster runs (pg_virtualenv's default is off): an
+    # upload's commit waits for its flush
+    pg_virtualenv -t -o "fsync=${BENCH_POLL_FSYNC:-on}" -- \
+        bash "$ROOT/util/bench-poll.sh" \
         --inside-pg-virtualenv || rc=$?
     if [ "$rc" -eq 0 ] || [ -e "$BENCH_POLL_MARKER" ]; then
         rm -f "$BENCH_POLL_MARKER"

@@ -7,7 +7,9 @@
 #
 # Everything is local and bounded: a throw-away PostgreSQL (pg_virtualenv,
 # as util/test.sh does), nginx on a free loopback port, each wrk run
-# BENCH_DURATION long; the whole run takes about 22 minutes.
+# BENCH_DURATION long; the whole run takes about 27 minutes (the
+# fixed-rate runs of util/bench-db.sh, every endpoint and nginx's
+# "return 200" at a fixed rate beside pgbench -R, about 8 of them).
 #
 # Environment:
 #   BENCH_SESSION_DB     use this (migrated or not) database instead of a
@@ -636,11 +638,22 @@ for both sides, so that neither side's client takes CPU time from what
 it measures (decision (nh); \`BENCH_DB_CLIENT_CPUS=none\` runs them
 unpinned).  Under the table, two more put that p99 in context
 (decision (ne)): the floor, nginx alone serving each read's answer
-from a file to the same wrk, and the reads at one fixed rate below
-saturation (\`bench/http-rate\` beside \`pgbench -R\`).
+from a file to the same wrk, and every endpoint at one fixed rate below
+saturation (\`bench/http-rate\` beside \`pgbench -R\`) with the CPU
+time nginx and PostgreSQL spend per request (issue 24, decision (ya);
+\`BENCH_DB_MODE=cost bash util/bench-db.sh\` runs that part alone, about
+10 minutes; see "Cost per request at a fixed rate" below).
 
 EOT
     cat "$W/db.md"
+
+    # bench/cost.md, kept by hand: the fixed-rate table's method and how
+    # to plan capacity with it
+    if [ -f "$ROOT/bench/cost.md" ] && grep -q '^Cost per request' "$W/db.md"
+    then
+        printf '\n'
+        cat "$ROOT/bench/cost.md"
+    fi
 }
 
 
@@ -836,6 +849,8 @@ $(webhook_notes)
     BENCH_DURATION=10s BENCH_ROUNDS=5 bash util/bench.sh
     BENCH_SESSION_DB="host=... dbname=..." bash util/bench.sh   # an existing database
     bash util/bench-webhook.sh                     # the webhook section alone
+    BENCH_DB_MODE=cost bash util/bench-db.sh       # CPU per request at a fixed rate alone
+    make bench-poll                                # the long poll beside nchan and its floor
 
 \`BENCH_OUT=-\` prints the table without writing this page.
 $(poll_section)
