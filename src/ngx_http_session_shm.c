@@ -389,21 +389,23 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
-    /* a key unknown now is no longer seen valid, however late the news */
-
-    if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
-        ngx_http_session_auth_seen_drop(ctx, p->hash);
-    }
-
-    if (sh->auth_generation != generation) {
-        goto done;
-    }
+    /*
+     * Whether a key is seen valid follows every answer, however late:
+     * an invalidation since (a flush when LISTEN reconnects, a plan's
+     * change) must not leave a key in use refused behind its address's
+     * failures.  A valid answer that crossed the key's deletion marks it
+     * for one lookup more, which finds it gone, counts the failure and
+     * unmarks it.
+     */
 
     if (status == NGX_HTTP_SESSION_AUTH_VALID) {
         ngx_http_session_auth_seen_keep(ctx, p->hash, ttl);
+
+    } else if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
+        ngx_http_session_auth_seen_drop(ctx, p->hash);
     }
 
-    if (ttl == 0) {
+    if (sh->auth_generation != generation || ttl == 0) {
         goto done;
     }
 

@@ -45,11 +45,10 @@ ngx_int_t ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
 
 /*
  * Stores an outcome unless an invalidation arrived since generation was
- * read: the answer from the database may already be stale then.  A valid
- * outcome also marks the key seen valid until ttl and then
- * NGX_HTTP_SESSION_AUTH_SEEN_TIME have passed (even with ttl 0, when
- * nothing is cached); an unknown one (deleted) unmarks it, whatever the
- * generation.
+ * read: the answer from the database may already be stale then.  Whatever
+ * the generation, and with ttl 0 too, a valid outcome marks the key seen
+ * valid until ttl and then NGX_HTTP_SESSION_AUTH_SEEN_TIME have passed,
+ * and an unknown one (deleted) unmarks it.
  */
 void ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
