@@ -33,7 +33,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${FLOOD_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${FLOOD_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 MODE=${FLOOD_MODE:-${1:-flood}}
 if [ "$MODE" = mixed ]; then
