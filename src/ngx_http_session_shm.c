@@ -7,7 +7,8 @@
  * (a budget of their own too), the rate counters, and the count of
  * failed lookups per client address.  Rate counters come first: when the
  * slab is full, unknown keys give way, then known keys, before any
- * counter is evicted; keys seen valid give way only to one another.
+ * counter is evicted.  Keys seen valid give way only to one another: at
+ * most a quarter of the zone is theirs, and nothing else evicts them.
  */
 
 #include "ngx_http_session_shm.h"
@@ -100,7 +101,6 @@ typedef struct {
     /* keys seen valid forgotten for want of room, and those alerted */
     ngx_uint_t                    seen_forgotten;
     ngx_uint_t                    seen_alerted;
-    time_t                        last_seen_alert;
     /* bumped by every auth cache invalidation */
     ngx_uint_t                    auth_generation;
     ngx_uint_t                    evictions;
@@ -147,6 +147,8 @@ static void ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_msec_t ttl);
 static void ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash);
+static ngx_uint_t ngx_http_session_auth_seen_evict(
+    ngx_http_session_zone_ctx_t *ctx);
 
 
 ngx_shm_zone_t *
@@ -477,12 +479,16 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 
 done:
 
-    /* one ALERT a second, counting every key forgotten since the last */
+    /*
+     * One ALERT a second, counting every key forgotten since the last;
+     * the second is shared with the counters' ALERT: one line a second
+     * says the zone is full.
+     */
 
     if (sh->seen_forgotten != sh->seen_alerted
-        && sh->last_seen_alert != ngx_time())
+        && sh->last_full_alert != ngx_time())
     {
-        sh->last_seen_alert = ngx_time();
+        sh->last_full_alert = ngx_time();
         forgotten = sh->seen_forgotten - sh->seen_alerted;
         sh->seen_alerted = sh->seen_forgotten;
     }
@@ -595,21 +601,13 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
 
     } else {
         if (sh->seen.n >= sh->seen_max) {
-            q = ngx_queue_last(&sh->seen.lru);
-            vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
-
-            if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
-                sh->seen_forgotten++;
-            }
-
-            ngx_http_session_shm_delete(ctx, &sh->seen, &vn->sn);
+            (void) ngx_http_session_auth_seen_evict(ctx);
         }
 
         vn = ngx_http_session_auth_alloc(ctx,
                                       sizeof(ngx_http_session_seen_node_t), 1);
 
-        if (vn == NULL && ngx_http_session_shm_evict(ctx, &sh->seen, 1)) {
-            sh->seen_forgotten++;
+        if (vn == NULL && ngx_http_session_auth_seen_evict(ctx)) {
             vn = ngx_slab_alloc_locked(ctx->shpool,
                                        sizeof(ngx_http_session_seen_node_t));
         }
@@ -637,6 +635,34 @@ ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
     if (sn) {
         ngx_http_session_shm_delete(ctx, &ctx->sh->seen, sn);
     }
+}
+
+
+/*
+ * Frees the key found valid least recently, counted as forgotten unless
+ * its hour was over anyway; 0 when there is none.
+ */
+
+static ngx_uint_t
+ngx_http_session_auth_seen_evict(ngx_http_session_zone_ctx_t *ctx)
+{
+    ngx_queue_t                   *q;
+    ngx_http_session_seen_node_t  *vn;
+
+    if (ngx_queue_empty(&ctx->sh->seen.lru)) {
+        return 0;
+    }
+
+    q = ngx_queue_last(&ctx->sh->seen.lru);
+    vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+
+    if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+        ctx->sh->seen_forgotten++;
+    }
+
+    ngx_http_session_shm_delete(ctx, &ctx->sh->seen, &vn->sn);
+
+    return 1;
 }
 
 
@@ -768,7 +794,10 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         rn = ngx_slab_alloc_locked(ctx->shpool,
                                    sizeof(ngx_http_session_rate_node_t));
 
-        /* room is taken from the auth cache first, then from old keys */
+        /*
+         * room is taken from the auth cache first, then from old keys;
+         * never from the keys seen valid, which have a budget of their own
+         */
 
         while (rn == NULL) {
             if (ngx_http_session_shm_evict(ctx, &sh->neg, 16) == 0
