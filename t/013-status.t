@@ -85,6 +85,8 @@ $checks{counters} = sub {
        "$name - no failed statement");
     ok($s1->{zone}{keys} >= 1, "$name - the key has counters");
     ok($s1->{auth_cache}{entries} >= 2, "$name - auth cache entries");
+    ok($s1->{auth_cache}{seen_valid} >= 1, "$name - the key seen valid");
+    is($s1->{auth_cache}{seen_forgotten}, 0, "$name - none forgotten");
 };
 
 my $PROM_LINE = qr/^(?:# (?:HELP|TYPE) session_api_\w+ .+|session_api_\w+(?:\{status="(?:\d{3}|other)"\})? \d+(?:\.\d+)?)$/;
@@ -121,6 +123,7 @@ $checks{prometheus} = sub {
              "$what - the 401 was counted");
         for my $m (qw(rate_limited_total auth_cache_hits_total
                       auth_cache_misses_total auth_cache_entries
+                      auth_seen_valid_keys auth_seen_forgotten_total
                       db_queries_total db_failures_total
                       db_batches_total db_batched_total db_waiting
                       polls_waiting poll_reads_total expiry_sweeps_total sessions_expired_total

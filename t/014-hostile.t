@@ -215,7 +215,8 @@ $checks{variables} = sub {
 };
 
 # session_auth_fail_limit 5: five unknown keys answer 401, then a sixth
-# unknown key, or a known key the cache does not hold, answers 429 with
+# unknown key, or a valid key the node has neither cached nor seen valid
+# within the hour (t/035 has those), answers 429 with
 # Retry-After and no X-RateLimit-*, without asking the database; keys
 # the cache knows (valid or not) answer as usual; another address is not
 # affected.

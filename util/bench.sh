@@ -824,11 +824,14 @@ inserted with SQL, then \`bench/fill-keys.pl\` sends one request per key,
 after each round looks for the zone-full ALERT in the error log; the fill
 starts at the beginning of a minute so that no counter expires while it
 runs.  Each new key also takes an entry in the auth cache, which shares
-the zone; when the slab is full, auth cache entries are evicted first
-(no ALERT), and only then the counters of the least recently used keys,
-with the ALERT.  So the figure is the number of keys whose counters fit
-when the zone holds nothing else: one 128-byte slab chunk per key (all
-three classes), about 10 MiB / 128 B = 81920 minus the slab's own pages.
+the zone, and one among the keys seen valid (128 bytes, at most a
+quarter of the zone, never evicted by counters: decision (ua)); when the
+slab is full, auth cache entries are evicted first (no ALERT), and only
+then the counters of the least recently used keys, with the ALERT.  So
+the figure is the number of keys whose counters fit when the zone holds
+nothing else but its quarter of keys seen valid: one 128-byte slab chunk
+per key (all three classes), about 3/4 x 10 MiB / 128 B = 61440 minus
+the slab's own pages (81920 before issue 26).
 
 - First ALERT in the round that ended with key **$CAP_ALERT**: the zone
   held the counters of at most that many keys, and of more than

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# An unknown-key flood beside a steady client (issue 14, item 1), on
-# loopback and bounded in time:
+# Unknown keys against valid ones, on loopback and bounded in time.
+#
+# bash util/flood.sh: an unknown-key flood beside a steady client (issue
+# 14, item 1):
 #
 #   - a steady client: FLOOD_RATE requests/s (default 100) of
 #     GET /api/v1/sessions/{sid} (a database read each) with a valid key,
@@ -16,7 +18,13 @@
 # per second (statements counted by session_status, less the steady
 # client's), against the bound session_auth_fail_limit x addresses / 60.
 #
-#   bash util/flood.sh
+# bash util/flood.sh mixed: one client on one address (issue 26): wrk
+# with FLOOD_CONNECTIONS connections for FLOOD_SECONDS (15 here unless
+# given), 1 request in 11 with a fresh random unknown key, the other 10
+# with a valid key used once before the run: 4 creates, 2 reads of one
+# session, 2 of its image list, 2 of an image's content.  Reports the
+# valid key's answers by endpoint (from the access log) and the key
+# lookups the database ran (pg_stat_statements).
 #
 # A throw-away PostgreSQL as util/test.sh makes one.  Not part of make test.
 set -euo pipefail
@@ -25,9 +33,14 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${FLOOD_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${FLOOD_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
-SECS=${FLOOD_SECONDS:-10}
+MODE=${FLOOD_MODE:-${1:-flood}}
+if [ "$MODE" = mixed ]; then
+    SECS=${FLOOD_SECONDS:-15}
+else
+    SECS=${FLOOD_SECONDS:-10}
+fi
 RATE=${FLOOD_RATE:-100}
 CONNS=${FLOOD_CONNECTIONS:-32}
 ADDRS=${FLOOD_ADDRESSES:-16}
@@ -113,11 +126,12 @@ inside() {
     DB=$conninfo
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
+    sql "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 
     W=$(mktemp -d /tmp/ngx-session-flood.XXXXXX)
     trap cleanup EXIT
     cp "$MODULE" "$W/ngx_http_session_module.so"
-    PORT=$(free_port) || die "no free port"
+    PORT=${FLOOD_PORT:-$(free_port)} || die "no free port"
 
     local account project
     account=$(ctl account create "flood-$$" --plan unlimited \
@@ -138,6 +152,7 @@ events { worker_connections 4096; }
 http {
     access_log off;
     keepalive_requests 1000000;
+    log_format mix '\$request_method \$uri \$status';
 $(nginx_temp_paths)
     session_db $(nginx_quote "$DB");
     session_auth_fail_limit $LIMIT;
@@ -151,12 +166,22 @@ $(nginx_temp_paths)
             session_api;
             session_limits create=1000000000 list=1000000000
                            other=1000000000;
+            $([ "$MODE" != mixed ] \
+                  || echo "access_log $W/mix.log mix buffer=64k;")
         }
     }
 }
 CONF
     start_nginx
 
+    if [ "$MODE" = mixed ]; then
+        mixed_run "$project"
+    else
+        flood_run
+    fi
+}
+
+flood_run() {
     cat > "$W/flood.lua" <<'LUA'
 local hex = "0123456789abcdef"
 local naddr = tonumber(os.getenv("FLOOD_ADDRESSES") or "16")
@@ -178,14 +203,16 @@ LUA
     read -r n0 ok0 u0 o0 s0 < <(steady)
 
     log "steady client beside the flood (wrk -c$CONNS, $ADDRS addresses)"
-    local q0 q1 wout
+    local q0 q1 k0 k1 wout
     q0=$(queries)
+    k0=$(key_lookups)
     FLOOD_ADDRESSES=$ADDRS wrk -t1 -c"$CONNS" -d"${SECS}s" -s "$W/flood.lua" \
         "http://127.0.0.1:$PORT/" > "$W/wrk.out" 2>&1 &
     local wpid=$!
     read -r n1 ok1 u1 o1 s1 < <(steady)
     wait "$wpid" || true
     q1=$(queries)
+    k1=$(key_lookups)
     wout=$(cat "$W/wrk.out")
 
     local frps ftotal lookups bound
@@ -205,6 +232,8 @@ flood.sh: nginx $WORKERS workers, session_auth_fail_limit $LIMIT, loopback
   ratio                      : $(awk -v a="$n1" -v b="$n0" -v sa="$s1" -v sb="$s0" 'BEGIN { printf "%.2f", (a / sa) / (b / sb) }')
   flood                      : $frps requests/s ($ftotal requests, $ADDRS addresses)
   key lookups in the database: $lookups/s during the flood
+                               ($((k1 - k0)) by pg_stat_statements, the steady
+                               key's included)
   bound (limit x addresses)  : $bound
                                (plus the steady key's own lookups, one per
                                session_auth_cache_ttl, and the sweep)
@@ -213,6 +242,123 @@ REPORT
     if [ "$u1" -ne 0 ]; then
         die "the steady client got $u1 x 503 beside the flood"
     fi
+}
+
+# the key lookups PostgreSQL ran (pg_stat_statements)
+key_lookups() {
+    psql -X -q -At -d "$DB" -c "SELECT coalesce(sum(calls), 0)
+        FROM pg_stat_statements WHERE query LIKE '%FROM api_keys k%'"
+}
+
+# the answers of a run's access log ("METHOD URI STATUS"), by endpoint
+mix_answers() {
+    awk '
+        { if ($2 ~ /nope$/) e = "unknown key"
+          else if ($1 == "POST" && $2 == "/api/v1/sessions") e = "create"
+          else if ($1 != "GET") e = "before the run"
+          else if ($2 ~ /\/content$/) e = "image content"
+          else if ($2 ~ /\/images$/) e = "image list"
+          else if ($2 ~ /^\/api\/v1\/sessions\/[^\/]+$/) e = "read"
+          else e = "before the run"
+          n[e]++
+          if ($3 ~ /^2/) ok[e]++
+          else if ($3 == 429) lim[e]++
+          else if ($3 == 401) inv[e]++
+          else other[e]++
+          if (e != "unknown key" && e != "before the run") {
+              vn++
+              if ($3 ~ /^2/) vok++
+          } }
+        END {
+          m = split("create,read,image list,image content,unknown key," \
+                    "before the run", order, ",")
+          for (i = 1; i <= m; i++) {
+              e = order[i]
+              printf "  %-27s: %d requests, %d 2xx, %d x 429, %d x 401, " \
+                     "%d other\n", e, n[e], ok[e], lim[e], inv[e], other[e]
+          }
+          printf "  %-27s: %d requests, %d 2xx (%.1f %%)\n", "valid key, all",
+                 vn, vok, vn ? 100 * vok / vn : 0
+        }' "$1"
+}
+
+mixed_run() {
+    local project=$1 iid l0 l1 wout rps total
+
+    printf '\x89PNG\r\n\x1a\n' > "$W/image.png"
+    iid=$(curl -s -X POST -H "Authorization: Bearer $KEY" \
+              -H 'Content-Type: image/png' --data-binary @"$W/image.png" \
+              "http://127.0.0.1:$PORT/api/v1/sessions/$SID/images" \
+          | json_field id) || die "no image"
+
+    cat > "$W/mixed.lua" <<'LUA'
+local hex = "0123456789abcdef"
+local key = "Bearer " .. os.getenv("MIX_KEY")
+local sid = "/api/v1/sessions/" .. os.getenv("MIX_SID")
+local auth = { ["Authorization"] = key }
+local json = { ["Authorization"] = key,
+               ["Content-Type"] = "application/json" }
+local valid
+
+-- formatted in init(): wrk knows the Host header only then
+init = function(args)
+    valid = {
+        wrk.format("POST", "/api/v1/sessions", json,
+                   '{"delivery_mode": "long_poll"}'),
+        wrk.format("GET", sid, auth),
+        wrk.format("GET", sid .. "/images", auth),
+        wrk.format("GET", sid .. "/images/" .. os.getenv("MIX_IID")
+                          .. "/content", auth),
+    }
+end
+
+-- 0: an unknown key; 1 create, 2 read, 3 image list, 4 image content
+local cycle = { 0, 1, 2, 1, 3, 1, 4, 1, 2, 3, 4 }
+local n = 0
+math.randomseed(os.time())
+request = function()
+    local c = cycle[n % #cycle + 1]
+    n = n + 1
+    if c > 0 then
+        return valid[c]
+    end
+    local t = {}
+    for i = 1, 32 do
+        local k = math.random(16)
+        t[i] = hex:sub(k, k)
+    end
+    return wrk.format("GET", "/api/v1/nope",
+                      { ["Authorization"] = "Bearer sess_" .. table.concat(t) })
+end
+LUA
+
+    # the valid key in use before the run
+    curl -s -o /dev/null -H "Authorization: Bearer $KEY" \
+        "http://127.0.0.1:$PORT/api/v1/sessions"
+
+    log "mixed: wrk -t1 -c$CONNS -d${SECS}s, 1 request in 11 an unknown key"
+    l0=$(key_lookups)
+    MIX_KEY=$KEY MIX_SID=$SID MIX_IID=$iid \
+        wrk -t1 -c"$CONNS" -d"${SECS}s" -s "$W/mixed.lua" \
+        "http://127.0.0.1:$PORT/" > "$W/wrk.out" 2>&1 || true
+    l1=$(key_lookups)
+    wout=$(cat "$W/wrk.out")
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$wout")
+    total=$(awk '/requests in/ { print $1 }' <<<"$wout")
+
+    # the access log is written out when nginx stops
+    stop_nginx
+
+    cat <<REPORT
+
+flood.sh mixed: nginx $WORKERS workers, session_auth_fail_limit $LIMIT, one address, loopback
+  wrk                        : $rps requests/s ($total requests in ${SECS} s, $CONNS connections)
+$(mix_answers "$W/mix.log")
+  key lookups in the database: $((l1 - l0)) in the run
+  bound for unknown keys     : $LIMIT per minute (session_auth_fail_limit), plus
+                               the valid key's own, about one per
+                               session_auth_cache_ttl and worker
+REPORT
 }
 
 if [ "${1:-}" = --inside ]; then
@@ -234,6 +380,12 @@ if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
 else
     export LC_ALL=C
 fi
-PGPORT=$(free_port) || die "no free port for PostgreSQL"
+case $MODE in
+    flood|mixed) ;;
+    *) die "unknown mode $MODE (flood or mixed)" ;;
+esac
+export FLOOD_MODE=$MODE
+PGPORT=${FLOOD_PGPORT:-$(free_port)} || die "no free port for PostgreSQL"
 export PGPORT
-exec pg_virtualenv -t -- bash "$ROOT/util/flood.sh" --inside
+exec pg_virtualenv -t -o shared_preload_libraries=pg_stat_statements \
+    -- bash "$ROOT/util/flood.sh" --inside

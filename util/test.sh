@@ -177,6 +177,7 @@ weight() {
         011-idempotency.t)  echo 22 ;;
         021-retention.t)    echo 20 ;;
         001-auth.t)         echo 15 ;;
+        035-auth-seen.t)    echo 15 ;;
         023-db-connect.t)   echo 15 ;;
         010-sessionctl.t)   echo 12 ;;
         002-errors.t)       echo 12 ;;

@@ -209,6 +209,17 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         ctx->err = NGX_HTTP_SESSION_ERR_SUSPENDED;
         return NGX_DECLINED;
 
+    case NGX_HTTP_SESSION_AUTH_SEEN:
+
+        /*
+         * Found valid within the hour: looked up again, whatever its
+         * address's failures (API.md section 10), and counted as a
+         * failure only when it turns out deleted.
+         */
+
+        ngx_http_session_stat(auth_misses, 1);
+        return NGX_BUSY;
+
     default:
         ngx_http_session_stat(auth_misses, 1);
         return ngx_http_session_auth_fail_check(r, ctx);
@@ -270,11 +281,12 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
 
 
 /*
- * Stage 1 on a cache miss: a client address at session_auth_fail_limit
- * gets 429 without a lookup.  Starting a lookup counts a failure in
- * advance (given back when the key turns out known), so that however
- * many lookups a client has in flight, it never has more than the limit
- * per minute; joining one that runs costs nothing and counts nothing yet.
+ * Stage 1 on a cache miss of a key not seen valid within the hour: a
+ * client address at session_auth_fail_limit gets 429 without a lookup.
+ * Starting a lookup counts a failure in advance (given back when the key
+ * turns out known), so that however many lookups a client has in flight,
+ * it never has more than the limit per minute; joining one that runs
+ * costs nothing and counts nothing yet.
  */
 
 static ngx_int_t

@@ -410,7 +410,8 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
     p = ngx_sprintf(p,
                    "\"rate_limited\": %uA, "
                    "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
-                   "\"entries\": %ui}, "
+                   "\"entries\": %ui, \"seen_valid\": %ui, "
+                   "\"seen_forgotten\": %ui}, "
                    "\"database\": {\"queries\": %uA, \"failures\": %uA, "
                    "\"batches\": %uA, \"batched\": %uA, \"waiting\": %uA}, "
                    "\"long_poll\": {\"waiting\": %uA, \"parked\": %uA, "
@@ -420,7 +421,8 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                    "\"webhooks\": {\"delivered\": %uA, \"retried\": %uA, "
                    "\"failed\": %uA, \"queue\": ",
                    st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
-                   st->fig.auth_entries, st->s.db_queries, st->s.db_failures,
+                   st->fig.auth_entries, st->fig.seen, st->fig.seen_forgotten,
+                   st->s.db_queries, st->s.db_failures,
                    st->s.db_batches, st->s.db_batched, st->g.db_waiting,
                    st->g.polls_waiting, st->g.polls_parked, st->s.poll_reads,
                    st->s.sweeps,
@@ -488,6 +490,14 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
     p = ngx_http_session_status_metric(p, "auth_cache_entries", "gauge",
                             "Keys in the shared auth cache.",
                             st->fig.auth_entries);
+    p = ngx_http_session_status_metric(p, "auth_seen_valid_keys", "gauge",
+                            "Keys found valid within the last hour, served "
+                            "whatever their address's failures.",
+                            st->fig.seen);
+    p = ngx_http_session_status_metric(p, "auth_seen_forgotten_total",
+                            "counter", "Keys found valid within the last "
+                            "hour that a full zone forgot.",
+                            st->fig.seen_forgotten);
     p = ngx_http_session_status_metric(p, "db_queries_total", "counter",
                             "Statements PostgreSQL answered.",
                             st->s.db_queries);

@@ -3,10 +3,12 @@
  * queue, in the slab pool of session_limit_zone, every access under the
  * pool mutex: the auth cache's known keys (valid or suspended), its
  * unknown keys (a budget of their own, so that a flood of random keys
- * never pushes a known key out), the rate counters, and the count of
+ * never pushes a known key out), the keys seen valid within the hour
+ * (a budget of their own too), the rate counters, and the count of
  * failed lookups per client address.  Rate counters come first: when the
  * slab is full, unknown keys give way, then known keys, before any
- * counter is evicted.
+ * counter is evicted.  Keys seen valid give way only to one another: at
+ * most a quarter of the zone is theirs, and nothing else evicts them.
  */
 
 #include "ngx_http_session_shm.h"
@@ -48,6 +50,19 @@ typedef struct {
 
 
 /*
+ * A key the database found valid (docs/decisions.md, (ua)): kept an hour
+ * past its cached answer, so that the failures of its client address
+ * never refuse it a lookup (API.md section 10).  Only a valid answer
+ * makes one, so a flood of unknown keys can neither add one nor push one
+ * out.  96 bytes, a 128-byte slab chunk.
+ */
+typedef struct {
+    ngx_http_session_shm_node_t   sn;
+    ngx_msec_t                    expires;
+} ngx_http_session_seen_node_t;
+
+
+/*
  * failed lookups of one client address in one minute; sn.hash holds the
  * address (ngx_http_session_auth_fail())
  */
@@ -78,8 +93,14 @@ typedef struct {
     ngx_http_session_shm_tree_t   neg;
     ngx_http_session_shm_tree_t   rate;
     ngx_http_session_shm_tree_t   fail;
+    ngx_http_session_shm_tree_t   seen;
     /* the most unknown keys kept, from the zone's size */
     ngx_uint_t                    neg_max;
+    /* the most keys seen valid kept, from the zone's size */
+    ngx_uint_t                    seen_max;
+    /* keys seen valid forgotten for want of room, and those alerted */
+    ngx_uint_t                    seen_forgotten;
+    ngx_uint_t                    seen_alerted;
     /* bumped by every auth cache invalidation */
     ngx_uint_t                    auth_generation;
     ngx_uint_t                    evictions;
@@ -120,6 +141,14 @@ static void ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
 static void *ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx,
     size_t size, ngx_uint_t known);
+static ngx_int_t ngx_http_session_auth_seen(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash);
+static void ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_msec_t ttl);
+static void ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash);
+static ngx_uint_t ngx_http_session_auth_seen_evict(
+    ngx_http_session_zone_ctx_t *ctx);
 
 
 ngx_shm_zone_t *
@@ -234,9 +263,13 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_session_shm_tree_init(&ctx->sh->neg);
     ngx_http_session_shm_tree_init(&ctx->sh->rate);
     ngx_http_session_shm_tree_init(&ctx->sh->fail);
+    ngx_http_session_shm_tree_init(&ctx->sh->seen);
 
     /* unknown keys: at most an eighth of the zone, in 128-byte chunks */
     ctx->sh->neg_max = ngx_max(shm_zone->shm.size / 8 / 128, 16);
+
+    /* keys seen valid: at most a quarter, in 128-byte chunks */
+    ctx->sh->seen_max = ngx_max(shm_zone->shm.size / 4 / 128, 16);
 
     len = sizeof(" in session_limit_zone \"\"") + shm_zone->shm.name.len;
 
@@ -293,11 +326,11 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
                  ngx_http_session_shm_lookup(&sh->neg, p->hash);
 
         if (nn == NULL) {
-            rc = NGX_DECLINED;
+            rc = ngx_http_session_auth_seen(ctx, p->hash);
 
         } else if ((ngx_msec_int_t) (nn->expires - ngx_current_msec) <= 0) {
             ngx_http_session_shm_delete(ctx, &sh->neg, &nn->sn);
-            rc = NGX_DECLINED;
+            rc = ngx_http_session_auth_seen(ctx, p->hash);
 
         } else {
             ngx_queue_remove(&nn->sn.queue);
@@ -307,7 +340,7 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
 
     } else if ((ngx_msec_int_t) (an->expires - ngx_current_msec) <= 0) {
         ngx_http_session_shm_delete(ctx, &sh->auth, &an->sn);
-        rc = NGX_DECLINED;
+        rc = ngx_http_session_auth_seen(ctx, p->hash);
 
     } else {
         ngx_queue_remove(&an->sn.queue);
@@ -345,22 +378,36 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
     ngx_uint_t generation)
 {
+    ngx_uint_t                     forgotten;
     ngx_http_session_shm_t        *sh;
     ngx_http_session_shm_node_t   *sn;
     ngx_http_session_neg_node_t   *nn;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
-    if (ttl == 0) {
-        return;
-    }
-
     ctx = zone->data;
     sh = ctx->sh;
+    forgotten = 0;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
-    if (sh->auth_generation != generation) {
+    /*
+     * Whether a key is seen valid follows every answer, however late:
+     * an invalidation since (a flush when LISTEN reconnects, a plan's
+     * change) must not leave a key in use refused behind its address's
+     * failures.  A valid answer that crossed the key's deletion marks it
+     * for one lookup more, which finds it gone, counts the failure and
+     * unmarks it.
+     */
+
+    if (status == NGX_HTTP_SESSION_AUTH_VALID) {
+        ngx_http_session_auth_seen_keep(ctx, p->hash, ttl);
+
+    } else if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
+        ngx_http_session_auth_seen_drop(ctx, p->hash);
+    }
+
+    if (sh->auth_generation != generation || ttl == 0) {
         goto done;
     }
 
@@ -432,7 +479,28 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 
 done:
 
+    /*
+     * One ALERT a second, counting every key forgotten since the last;
+     * the second is shared with the counters' ALERT: one line a second
+     * says the zone is full.
+     */
+
+    if (sh->seen_forgotten != sh->seen_alerted
+        && sh->last_full_alert != ngx_time())
+    {
+        sh->last_full_alert = ngx_time();
+        forgotten = sh->seen_forgotten - sh->seen_alerted;
+        sh->seen_alerted = sh->seen_forgotten;
+    }
+
     ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    if (forgotten) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: forgot %ui keys "
+                      "found valid within the last hour, make the zone "
+                      "larger", &zone->shm.name, forgotten);
+    }
 }
 
 
@@ -467,6 +535,137 @@ ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx, size_t size,
 }
 
 
+/*
+ * The keys seen valid.  Their LRU queue is in the order of their last
+ * valid answer, so its cold end is also where they expire first.
+ */
+
+static ngx_int_t
+ngx_http_session_auth_seen(ngx_http_session_zone_ctx_t *ctx, u_char *hash)
+{
+    ngx_http_session_seen_node_t  *vn;
+
+    vn = (ngx_http_session_seen_node_t *)
+             ngx_http_session_shm_lookup(&ctx->sh->seen, hash);
+
+    if (vn == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) <= 0) {
+        ngx_http_session_shm_delete(ctx, &ctx->sh->seen, &vn->sn);
+        return NGX_DECLINED;
+    }
+
+    return NGX_HTTP_SESSION_AUTH_SEEN;
+}
+
+
+/*
+ * Marks a key seen valid, for ttl and an hour.  Room comes from the
+ * budget's oldest key, else from unknown keys and cached answers, else
+ * from the oldest key seen; each key so forgotten is counted for the
+ * ALERT.
+ */
+
+static void
+ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_msec_t ttl)
+{
+    ngx_uint_t                     n;
+    ngx_queue_t                   *q;
+    ngx_http_session_shm_t        *sh;
+    ngx_http_session_seen_node_t  *vn;
+
+    sh = ctx->sh;
+
+    /* keys whose hour is over, a few at a time */
+
+    for (n = 0; n < 2 && !ngx_queue_empty(&sh->seen.lru); n++) {
+        q = ngx_queue_last(&sh->seen.lru);
+        vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+
+        if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+            break;
+        }
+
+        ngx_http_session_shm_delete(ctx, &sh->seen, &vn->sn);
+    }
+
+    vn = (ngx_http_session_seen_node_t *)
+             ngx_http_session_shm_lookup(&sh->seen, hash);
+
+    if (vn) {
+        ngx_queue_remove(&vn->sn.queue);
+        ngx_queue_insert_head(&sh->seen.lru, &vn->sn.queue);
+
+    } else {
+        if (sh->seen.n >= sh->seen_max) {
+            (void) ngx_http_session_auth_seen_evict(ctx);
+        }
+
+        vn = ngx_http_session_auth_alloc(ctx,
+                                      sizeof(ngx_http_session_seen_node_t), 1);
+
+        if (vn == NULL && ngx_http_session_auth_seen_evict(ctx)) {
+            vn = ngx_slab_alloc_locked(ctx->shpool,
+                                       sizeof(ngx_http_session_seen_node_t));
+        }
+
+        if (vn == NULL) {
+            /* this one then: its address's failures refuse it */
+            sh->seen_forgotten++;
+            return;
+        }
+
+        ngx_http_session_shm_insert(&sh->seen, &vn->sn, hash);
+    }
+
+    vn->expires = ngx_current_msec + ttl + NGX_HTTP_SESSION_AUTH_SEEN_TIME;
+}
+
+
+static void
+ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash)
+{
+    ngx_http_session_shm_node_t  *sn;
+
+    sn = ngx_http_session_shm_lookup(&ctx->sh->seen, hash);
+    if (sn) {
+        ngx_http_session_shm_delete(ctx, &ctx->sh->seen, sn);
+    }
+}
+
+
+/*
+ * Frees the key found valid least recently, counted as forgotten unless
+ * its hour was over anyway; 0 when there is none.
+ */
+
+static ngx_uint_t
+ngx_http_session_auth_seen_evict(ngx_http_session_zone_ctx_t *ctx)
+{
+    ngx_queue_t                   *q;
+    ngx_http_session_seen_node_t  *vn;
+
+    if (ngx_queue_empty(&ctx->sh->seen.lru)) {
+        return 0;
+    }
+
+    q = ngx_queue_last(&ctx->sh->seen.lru);
+    vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+
+    if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+        ctx->sh->seen_forgotten++;
+    }
+
+    ngx_http_session_shm_delete(ctx, &ctx->sh->seen, &vn->sn);
+
+    return 1;
+}
+
+
 void
 ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
 {
@@ -490,6 +689,10 @@ ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
     if (sn) {
         ngx_http_session_shm_delete(ctx, &sh->neg, sn);
     }
+
+    /* deleted: its failures count again (API.md section 10) */
+
+    ngx_http_session_auth_seen_drop(ctx, hash);
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
 }
@@ -591,7 +794,10 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         rn = ngx_slab_alloc_locked(ctx->shpool,
                                    sizeof(ngx_http_session_rate_node_t));
 
-        /* room is taken from the auth cache first, then from old keys */
+        /*
+         * room is taken from the auth cache first, then from old keys;
+         * never from the keys seen valid, which have a budget of their own
+         */
 
         while (rn == NULL) {
             if (ngx_http_session_shm_evict(ctx, &sh->neg, 16) == 0
@@ -1024,6 +1230,8 @@ ngx_http_session_shm_figures(ngx_shm_zone_t *zone,
     f->size = ctx->size;
     f->free = ctx->shpool->pfree * ngx_pagesize;
     f->auth_entries = ctx->sh->auth.n + ctx->sh->neg.n;
+    f->seen = ctx->sh->seen.n;
+    f->seen_forgotten = ctx->sh->seen_forgotten;
     f->keys = ctx->sh->rate.n;
     f->evictions = ctx->sh->evictions;
 

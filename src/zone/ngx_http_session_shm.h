@@ -18,16 +18,26 @@
 #define NGX_HTTP_SESSION_AUTH_INVALID    1
 #define NGX_HTTP_SESSION_AUTH_SUSPENDED  2
 
+/*
+ * ngx_http_session_auth_cache_get() only: a miss, but the database found
+ * the key valid within NGX_HTTP_SESSION_AUTH_SEEN_TIME (API.md section 10)
+ */
+#define NGX_HTTP_SESSION_AUTH_SEEN       3
+
+/* how long a key stays "seen valid" after its cached answer ends: 1 h */
+#define NGX_HTTP_SESSION_AUTH_SEEN_TIME  3600000
+
 
 ngx_shm_zone_t *ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name,
     size_t size);
 
 /*
- * NGX_HTTP_SESSION_AUTH_* on a fresh hit, NGX_DECLINED on a miss; in both
- * cases *generation is what ngx_http_session_auth_cache_put() needs.  On
- * a hit that is NGX_HTTP_SESSION_AUTH_VALID, and when take is not NULL,
- * it also does what ngx_http_session_rate_take() does, under the same
- * turn of the mutex; take->rc stays NGX_DECLINED otherwise.
+ * NGX_HTTP_SESSION_AUTH_* on a fresh hit, NGX_HTTP_SESSION_AUTH_SEEN or
+ * NGX_DECLINED on a miss; in every case *generation is what
+ * ngx_http_session_auth_cache_put() needs.  On a hit that is
+ * NGX_HTTP_SESSION_AUTH_VALID, and when take is not NULL, it also does
+ * what ngx_http_session_rate_take() does, under the same turn of the
+ * mutex; take->rc stays NGX_DECLINED otherwise.
  */
 ngx_int_t ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t *generation,
@@ -35,14 +45,22 @@ ngx_int_t ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
 
 /*
  * Stores an outcome unless an invalidation arrived since generation was
- * read: the answer from the database may already be stale then.
+ * read: the answer from the database may already be stale then.  Whatever
+ * the generation, and with ttl 0 too, a valid outcome marks the key seen
+ * valid until ttl and then NGX_HTTP_SESSION_AUTH_SEEN_TIME have passed,
+ * and an unknown one (deleted) unmarks it.
  */
 void ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
     ngx_uint_t generation);
 
+/* forgets the key's cached answer, and that it was seen valid */
 void ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone,
     u_char *hash);
+/*
+ * These two keep the keys seen valid: such a key is looked up again
+ * whenever it has no cached answer, so a change missed is found then.
+ */
 void ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
     u_char *account_id);
 void ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone);
@@ -92,6 +110,9 @@ typedef struct {
     /* bytes in whole free pages */
     size_t                      free;
     ngx_uint_t                  auth_entries;
+    /* keys seen valid within the hour, and those forgotten for room */
+    ngx_uint_t                  seen;
+    ngx_uint_t                  seen_forgotten;
     /* keys with rate counters */
     ngx_uint_t                  keys;
     /* counters evicted to make room since the zone began */

@@ -1,0 +1,287 @@
+# A good key is never locked out by another client's bad keys (issue 26,
+# API.md section 10, "Authentication failures"): once a client address
+# has session_auth_fail_limit failures in the minute, a key the node found
+# valid within the last hour is still looked up when its cached answer is
+# stale (and served), a valid key never seen gets 429, and a key deleted
+# since counts as a failure again.  The memory of keys seen valid has a
+# budget in session_limit_zone: the oldest is forgotten, with an ALERT.
+#
+# Blocks that say "--- check: NAME" run NAME from --- init against the
+# nginx Test::Nginx started for the block; the block's own request then
+# looks at what the check left behind.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use Session;
+use Time::HiRes ();
+use SessionTest qw(:DEFAULT error_body status_json listening check_init
+                    db_http_config error_log);
+
+our $TAG = sprintf 't035-%d-%d', $$, time;
+
+our (%KEY, %KEY_ID, @MANY);
+
+# the fixtures' keys, by role
+{
+    my $f = fixture(plan => 'pro', name => "$TAG-a");
+
+    for my $name (qw(SEEN UNSEEN DEL SILENT OFF)) {
+        my $k = sessionctl_ok('key', 'create', $f->{project_id});
+        $KEY{$name} = $k->{key};
+        $KEY_ID{$name} = $k->{key_id};
+    }
+
+    # 100 more keys of the project, written here: the hash is the SHA-256
+    # of the lower-case key (src/core/ngx_http_session_key.c)
+    @MANY = psql(
+        q{WITH k AS (SELECT 'sess_' || md5(} . sql_quote($TAG)
+        . q{ || i::text) AS key, i FROM generate_series(1, 100) i) }
+        . q{, ins AS (INSERT INTO api_keys (project_id, key_hash, prefix, }
+        . q{hint) SELECT } . sql_quote($f->{project_id})
+        . q{, sha256(convert_to(key, 'UTF8')), 'sess', right(key, 4) }
+        . q{FROM k) SELECT key FROM k ORDER BY i});
+    die "expected 100 keys" unless @MANY == 100;
+}
+
+master_on();
+no_shuffle();
+no_long_string();
+
+our $INVALID = error_body(401, 'Unauthorized', 'API key is invalid');
+our $TOO_MANY = error_body(429, 'Too Many Requests',
+                           'too many failed authentication attempts');
+
+sub api {
+    my ($key) = @_;
+    return http_request('GET', '/api/v1/nope',
+                        { Authorization => "Bearer $key" }, 10);
+}
+
+sub status { api($_[0])->{status} }
+
+# Failures count per UTC minute: a check that counts some must not see
+# the minute change under it.  Late in a minute, wait for the next one.
+sub fresh_minute {
+    my $s = Time::HiRes::time() - 60 * int(time / 60);
+    Time::HiRes::sleep(60.2 - $s) if $s > 40;
+}
+
+# the address at its limit: unknown keys until one gets 429
+sub over_limit {
+    my ($name, $limit) = @_;
+
+    my @st = map { status(random_key('sess')) } 1 .. $limit + 1;
+    is("@st", join(' ', ('401') x $limit, '429'),
+       "$name - $limit unknown keys: 401, then 429");
+}
+
+# Asks with the key until one of its requests was a database lookup (its
+# cached answer had gone stale): the answers until then, and whether one
+# was a lookup.
+sub until_looked_up {
+    my ($key) = @_;
+
+    my @st;
+    my ($ok) = wait_until(10, 0.1, sub {
+        my $m0 = status_json()->{auth_cache}{misses};
+        push @st, status($key);
+        return status_json()->{auth_cache}{misses} > $m0;
+    });
+
+    return ($ok, @st);
+}
+
+my %checks;
+
+# Keys seen valid, then the address over its limit.
+$checks{mixed} = sub {
+    my ($name) = @_;
+
+    fresh_minute();
+    listening(2);
+
+    my $s0 = status_json();
+
+    my @st = map { status($KEY{$_}) } qw(SEEN DEL SILENT);
+    is("@st", '404 404 404', "$name - three valid keys in use");
+    is(status_json()->{auth_cache}{seen_valid}
+       - $s0->{auth_cache}{seen_valid}, 3, "$name - three keys seen valid");
+
+    over_limit($name, 3);
+    is(status_json()->{auth_cache}{seen_valid}
+       - $s0->{auth_cache}{seen_valid}, 3,
+       "$name - no unknown key is seen valid");
+
+    # a key seen valid: its answer, cached or not, is served
+    my $r = api($KEY{SEEN});
+    is($r->{status}, 404, "$name - the key seen valid: 404");
+    ok(defined $r->{headers}{'x-ratelimit-limit'},
+       "$name - counted by stage 2 as usual");
+
+    my ($ok, @seen) = until_looked_up($KEY{SEEN});
+    ok($ok, "$name - the key seen valid was looked up again, its cached "
+            . "answer stale");
+    is("@seen", join(' ', ('404') x @seen),
+       "$name - and served every time (@seen)");
+
+    # a valid key the node has not seen: refused, no lookup
+    my $q0 = status_json()->{database}{queries};
+    my $u = api($KEY{UNSEEN});
+    is($u->{status}, 429, "$name - a valid key never seen: 429");
+    is($u->{content}, $TOO_MANY, "$name - too many failed attempts");
+    is(status_json()->{database}{queries}, $q0,
+       "$name - without a lookup");
+
+    # deleted, with its notice: forgotten at once, refused
+    my $n0 = status_json()->{auth_cache}{seen_valid};
+    sessionctl_ok('key', 'delete', $KEY_ID{DEL});
+    ($ok) = wait_until(10, 0.05, sub {
+        status_json()->{auth_cache}{seen_valid} == $n0 - 1
+    });
+    ok($ok, "$name - the deletion notice forgot the key");
+    is(status($KEY{DEL}), 429, "$name - the deleted key: 429");
+
+    # deleted without a notice: the next lookup finds it gone, counts a
+    # failure and forgets it; then it is refused
+    psql('UPDATE api_keys SET deleted_at = now() WHERE key_hash = '
+         . q{sha256(convert_to('} . lc($KEY{SILENT}) . q{', 'UTF8'))});
+
+    my (@silent, $done);
+    ($done) = wait_until(10, 0.1, sub {
+        push @silent, status($KEY{SILENT});
+        return $silent[-1] == 429;
+    });
+    ok($done, "$name - the key deleted unannounced is refused at last");
+    like("@silent", qr/^(?:404 )*401 (?:401 )*429$/,
+         "$name - served while cached, then looked up: 401, then 429 "
+         . "(@silent)");
+    is(status_json()->{auth_cache}{seen_valid}, $n0 - 2,
+       "$name - and forgotten");
+
+    # the key seen valid is still served
+    ($ok, @seen) = until_looked_up($KEY{SEEN});
+    ok($ok && "@seen" eq join(' ', ('404') x @seen),
+       "$name - the key seen valid, looked up again: 404 (@seen)");
+};
+
+# session_auth_cache_ttl 0: nothing is cached, every request is a lookup,
+# and a key seen valid still is.
+$checks{no_cache} = sub {
+    my ($name) = @_;
+
+    fresh_minute();
+
+    is(status($KEY{OFF}), 404, "$name - a valid key");
+    over_limit($name, 2);
+
+    my @st = map { status($KEY{OFF}) } 1 .. 3;
+    is("@st", '404 404 404', "$name - the key seen valid: 404, each a lookup");
+    is(status($KEY{UNSEEN}), 429, "$name - a valid key never seen: 429");
+};
+
+# The budget of keys seen valid in a 48k zone: 96.  100 keys found valid:
+# the 4 oldest are forgotten, with an ALERT, and refused behind an
+# address over its limit; the newest is served.
+$checks{budget} = sub {
+    my ($name) = @_;
+
+    fresh_minute();
+    listening(1);
+
+    my %st;
+    $st{ status($_) }++ for @MANY;
+    is_deeply(\%st, { 404 => 100 }, "$name - 100 valid keys: 404");
+
+    my $a = status_json()->{auth_cache};
+    is($a->{seen_valid}, 96, "$name - 96 kept");
+    is($a->{seen_forgotten}, 4, "$name - 4 forgotten");
+
+    my $alert = qr/\[alert\] .*session_limit_zone "small" is full: /
+                . qr/forgot \d+ keys found valid within the last hour, /
+                . qr/make the zone larger/;
+    my ($logged) = wait_until(5, 0.1, sub { error_log() =~ $alert });
+    ok($logged, "$name - an ALERT");
+
+    over_limit($name, 1);
+
+    my ($ok, @seen) = until_looked_up($MANY[-1]);
+    ok($ok && "@seen" eq join(' ', ('404') x @seen),
+       "$name - the newest key, looked up again: 404 (@seen)");
+    is(status($MANY[0]), 429, "$name - the oldest, forgotten: 429");
+};
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    workers(defined $block->workers ? $block->workers : 1);
+
+    db_http_config($block);
+
+    if (!defined $block->config) {
+        $block->set_value('config', <<'EOF');
+    location /api/ {
+        session_api;
+    }
+
+    location = /status {
+        session_status;
+    }
+EOF
+    }
+
+    check_init($block, \%checks);
+});
+
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: keys seen valid behind an address over its limit
+--- workers: 2
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 3;
+    session_auth_cache_ttl 1s;
+--- check: mixed
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 2: keys seen valid without the auth cache
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 2;
+    session_auth_cache_ttl 0;
+--- check: no_cache
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 3: a full budget forgets the oldest key seen valid
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_limit_zone small:48k;
+    session_auth_fail_limit 1;
+    session_auth_cache_ttl 1s;
+--- check: budget
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
