@@ -3,10 +3,11 @@
 # "Upgrading"), on loopback, about two minutes:
 #
 # 1. Version skew.  The module of the last commit before the newest
-#    migration (OLD: the parent of `git log -1 -- src/sql`, built under
-#    build/upgrade/) and this tree's (NEW), as two nginx nodes on one
-#    PostgreSQL whose schema is OLD's.  util/upgrade-skew.pl sends mixed
-#    traffic to both for UPGRADE_SKEW_SECONDS (30); at a third of it the
+#    migration (OLD: the parent of the commit that added the newest
+#    src/sql/*.sql, built under build/upgrade/) and this tree's (NEW), as
+#    two nginx nodes on one PostgreSQL whose schema is OLD's.
+#    util/upgrade-skew.pl sends mixed traffic to both for
+#    UPGRADE_SKEW_SECONDS (30); at a third of it the
 #    new sessionctl migrate runs, at two thirds node A goes from OLD to
 #    NEW by a binary upgrade (kill -USR2, then QUIT of its old master),
 #    the rolling upgrade's last step.  No 5xx, every 2xx in the database
@@ -156,9 +157,11 @@ then
                "--unshallow failed): fetch it, or give UPGRADE_OLD_REF"
 fi
 
-MIG_COMMIT=$(git log -1 --format=%H -- src/sql)
+# the commit that added the newest migration (not one that only touched
+# a comment or src/sql/README.md)
+MIG_COMMIT=$(git log -1 --format=%H --diff-filter=A -- 'src/sql/*.sql')
 MIG_FILE=$(git show --format= --name-only --diff-filter=A "$MIG_COMMIT" \
-               -- src/sql | sort | tail -1)
+               -- 'src/sql/*.sql' | sort | tail -1)
 OLD_REF=${UPGRADE_OLD_REF:-$MIG_COMMIT^}
 OLD_SHA=$(git rev-parse --verify -q "$OLD_REF^{commit}") \
     || die "no commit $OLD_REF in this clone (fetch it, or give" \
