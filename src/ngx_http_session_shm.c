@@ -100,12 +100,24 @@ typedef struct {
 } ngx_http_session_shm_t;
 
 
+/*
+ * The memfd behind the zone (handover.c), shared by the configurations
+ * that use the zone: a reload's new one and the old one both hold it
+ * until one of them goes (the old one, or the new one when the reload
+ * fails), so the last one closes it.
+ */
+typedef struct {
+    ngx_fd_t                      fd;
+    ngx_uint_t                    refs;
+} ngx_http_session_zone_fd_t;
+
+
 typedef struct {
     ngx_http_session_shm_t       *sh;
     ngx_slab_pool_t              *shpool;
     size_t                        size;
-    /* the memfd behind the zone (handover.c), NGX_INVALID_FILE: none */
-    ngx_fd_t                      fd;
+    /* NULL: no memfd */
+    ngx_http_session_zone_fd_t   *mfd;
 } ngx_http_session_zone_ctx_t;
 
 
@@ -187,9 +199,8 @@ ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
     }
 
     ctx->size = size;
-    ctx->fd = NGX_INVALID_FILE;
 
-    /* the configuration's end closes the memfd, unless the next took it */
+    /* the configuration's end lets go of the memfd */
 
     cln = ngx_pool_cleanup_add(cf->pool, 0);
     if (cln == NULL) {
@@ -225,6 +236,7 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_session_zone_ctx_t  *octx = data;
 
     size_t                               len;
+    ngx_fd_t                             fd;
     ngx_int_t                            rc;
     ngx_http_session_zone_ctx_t         *ctx;
     ngx_http_session_handover_layout_t   layout;
@@ -240,8 +252,12 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
          */
         ctx->sh = octx->sh;
         ctx->shpool = octx->shpool;
-        ctx->fd = octx->fd;
-        octx->fd = NGX_INVALID_FILE;
+        ctx->mfd = octx->mfd;
+
+        if (ctx->mfd) {
+            ctx->mfd->refs++;
+        }
+
         return NGX_OK;
     }
 
@@ -249,10 +265,22 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 
     ngx_http_session_shm_layout(&layout);
 
-    rc = ngx_http_session_handover_attach(shm_zone, &layout, &ctx->fd);
+    rc = ngx_http_session_handover_attach(shm_zone, &layout, &fd);
 
     if (rc == NGX_ERROR) {
         return NGX_ERROR;
+    }
+
+    if (fd != NGX_INVALID_FILE) {
+        ctx->mfd = ngx_alloc(sizeof(ngx_http_session_zone_fd_t),
+                             shm_zone->shm.log);
+        if (ctx->mfd == NULL) {
+            (void) close(fd);
+            return NGX_ERROR;
+        }
+
+        ctx->mfd->fd = fd;
+        ctx->mfd->refs = 1;
     }
 
     ctx->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
@@ -329,10 +357,12 @@ ngx_http_session_shm_cleanup(void *data)
 {
     ngx_http_session_zone_ctx_t  *ctx = data;
 
-    if (ctx->fd != NGX_INVALID_FILE) {
-        (void) close(ctx->fd);
-        ctx->fd = NGX_INVALID_FILE;
+    if (ctx->mfd && --ctx->mfd->refs == 0) {
+        (void) close(ctx->mfd->fd);
+        ngx_free(ctx->mfd);
     }
+
+    ctx->mfd = NULL;
 }
 
 

@@ -22,6 +22,7 @@ use warnings;
 
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
+use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes ();
 use Session;
@@ -30,7 +31,7 @@ use SessionTest qw(:DEFAULT api_request send_get answered answer burst
 
 our $TAG = sprintf 't037-%d-%d', $$, time;
 
-our @KEYS = map { fixture(plan => 'pro', name => "$TAG-$_")->{key} } 1 .. 6;
+our @KEYS = map { fixture(plan => 'pro', name => "$TAG-$_")->{key} } 1 .. 7;
 
 our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
@@ -168,7 +169,7 @@ $checks{counters} = sub {
        "$name - answered by a worker of the new master");
 
     for my $i (1 .. 2) {
-        $r = nope($KEYS[5]);
+        $r = nope($KEYS[6]);
         is($r->{status}, 404, "$name - a new key after the upgrade, $i");
         is(remaining($r), 100 - $i, "$name - its own count, $i");
     }
@@ -289,6 +290,44 @@ $checks{resized} = sub {
 };
 
 
+# a reload that fails after the zones are made (a listen on a port in
+# use: the sockets come after the shared memory) hands nothing on; the
+# running configuration keeps the zone's memfd, and a USR2 after it still
+# carries the counters on
+$checks{failed_reload} = sub {
+    my ($name) = @_;
+    my $k = $KEYS[5];
+
+    fresh_window(15);
+
+    my $busy = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                     LocalPort => 0, Listen => 1)
+        or die "listen: $!";
+    my $port = $busy->sockport;
+
+    is(remaining(nope($k)), 99 - $_, "$name - request $_") for 0 .. 4;
+
+    my $mark = '# another listen';
+    edit_conf($mark, "listen 127.0.0.1:$port;");
+    kill 'HUP', master_pid() or die "kill HUP: $!";
+
+    my ($refused) = wait_until(15, 0.1, sub {
+        error_log() =~ /\[emerg\] .*still could not bind/;
+    });
+    ok($refused, "$name - the reload failed: the port is taken");
+
+    edit_conf("listen 127.0.0.1:$port;", $mark);
+    close $busy;
+
+    upgrade($name, sub {});
+
+    like(error_log(),
+         qr/\[notice\] .*session_limit_zone "z" is the previous binary's/,
+         "$name - the new master took the old zone over");
+    is(remaining(nope($k)), 94, "$name - the count went on: 94 left");
+};
+
+
 # --- blocks -------------------------------------------------------------
 
 master_on();
@@ -303,6 +342,7 @@ add_block_preprocessor(sub {
     db_http_config($block, "session_limit_zone z:1m;\n");
 
     $block->set_value('config', <<'EOF') unless defined $block->config;
+    # another listen
     location /api/ {
         session_api;
         session_limits other=100;
@@ -382,6 +422,22 @@ GET /api/v1/nope
 --- error_code: 404
 --- response_headers
 X-RateLimit-Remaining: 98
+--- no_error_log
+[error]
+[alert]
+[crit]
+
+
+
+=== TEST 5: a reload that fails keeps the memfd: a USR2 after it still carries the counters on
+--- check: failed_reload
+--- request
+GET /api/v1/nope
+--- more_headers eval
+"Authorization: Bearer $::KEYS[5]\n"
+--- error_code: 404
+--- response_headers
+X-RateLimit-Remaining: 93
 --- no_error_log
 [error]
 [alert]
