@@ -36,6 +36,9 @@
 /* inherited memfds looked at, at most */
 #define NGX_HTTP_SESSION_HANDOVER_MAX    8
 
+#define NGX_HTTP_SESSION_HANDOVER_PREFIX_LEN                                  \
+    (sizeof("/memfd:" NGX_HTTP_SESSION_HANDOVER_MEMFD) - 1)
+
 
 #if (NGX_HTTP_SESSION_HANDOVER)
 
@@ -58,6 +61,10 @@ static ngx_int_t ngx_http_session_handover_adopt(ngx_shm_zone_t *zone,
 static ngx_int_t ngx_http_session_handover_create(ngx_shm_zone_t *zone,
     ngx_http_session_handover_header_t *want, ngx_fd_t *fd);
 
+
+/* what readlink() of /proc/self/fd/N says of such a memfd, at first */
+static u_char      ngx_http_session_handover_prefix[] =
+    "/memfd:" NGX_HTTP_SESSION_HANDOVER_MEMFD;
 
 static ngx_fd_t    ngx_http_session_handover_fds[NGX_HTTP_SESSION_HANDOVER_MAX];
 static ngx_uint_t  ngx_http_session_handover_nfds;
@@ -112,11 +119,9 @@ ngx_http_session_handover_scan(ngx_log_t *log)
 {
     int             n;
     DIR            *dir;
+    u_char          path[64], link[128];
     ngx_fd_t        fd;
     struct dirent  *de;
-    u_char          path[64], link[128];
-
-    static u_char   prefix[] = "/memfd:" NGX_HTTP_SESSION_HANDOVER_MEMFD;
 
     if (ngx_http_session_handover_scanned) {
         return;
@@ -143,8 +148,9 @@ ngx_http_session_handover_scan(ngx_log_t *log)
 
         n = readlink((char *) path, (char *) link, sizeof(link) - 1);
 
-        if (n < (int) sizeof(prefix) - 1
-            || ngx_strncmp(link, prefix, sizeof(prefix) - 1) != 0
+        if (n < (int) NGX_HTTP_SESSION_HANDOVER_PREFIX_LEN
+            || ngx_strncmp(link, ngx_http_session_handover_prefix,
+                           NGX_HTTP_SESSION_HANDOVER_PREFIX_LEN) != 0
             || ngx_http_session_handover_nfds
                == NGX_HTTP_SESSION_HANDOVER_MAX)
         {
