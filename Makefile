@@ -22,6 +22,11 @@
 #   make failover   a primary and a pg_basebackup standby on loopback
 #                   (ports 2420-2422), load, two failovers: the module
 #                   follows the new primary (~25 s; not part of make test)
+#   make upgrade-test  the module before the newest migration and this
+#                   one as two nodes on one database, migrate and a
+#                   rolling upgrade under traffic; a reload and a binary
+#                   upgrade (USR2) under load with 1,000 long polls
+#                   (ports 2430-2434, ~2 min; not part of make test)
 #
 # NGINX_SRC=/path/to/nginx-1.x builds against another nginx source tree.
 
@@ -54,7 +59,7 @@ UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
-        failover sweep
+        failover sweep upgrade-test
 
 all: build
 
@@ -136,6 +141,9 @@ chaos: deps build
 
 failover: deps build
 	@bash util/failover.sh
+
+upgrade-test: deps build
+	@bash util/upgrade.sh
 
 lint:
 	@bash util/lint.sh

@@ -17,6 +17,7 @@
 #include "ngx_http_session_db_hosts.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
+#include "ngx_http_session_handover.h"
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_db_listen.h"
@@ -988,6 +989,8 @@ ngx_http_session_webhook_concurrency_check(ngx_conf_t *cf, void *post,
 static ngx_int_t
 ngx_http_session_init_module(ngx_cycle_t *cycle)
 {
+    ngx_http_session_handover_close_unused(cycle);
+
     return ngx_http_session_log_init_module(cycle);
 }
 

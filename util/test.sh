@@ -187,6 +187,8 @@ weight() {
         026-db-batch.t)     echo 6 ;;
         027-plan-cache.t)   echo 3 ;;
         016-webhook-wakeup.t) echo 1 ;;
+        037-upgrade.t)      echo 20 ;;
+        038-db-gss.t)       echo 3 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
         020-openapi.t)      echo 6 ;;

@@ -177,11 +177,24 @@ ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     const char *host, const char *hostaddr, const char *port)
 {
     ngx_uint_t   n;
-    const char  *keywords[7], *values[7];
-
-    /* the conninfo is expanded first; the keywords given here follow it */
+    const char  *keywords[8], *values[8];
 
     n = 0;
+
+    /*
+     * Before the conninfo, so that a gssencmode in session_db wins: with
+     * libpq's default (prefer) every connect would look for Kerberos
+     * credentials, reading files in the worker (docs/decisions.md (vb)).
+     * GSSAPI only when the operator asks for it: in session_db, or with
+     * PGGSSENCMODE in the workers' environment (the env directive).
+     */
+
+    if (getenv("PGGSSENCMODE") == NULL) {
+        keywords[n] = "gssencmode";
+        values[n++] = "disable";
+    }
+
+    /* the conninfo is expanded here; the keywords given after it follow */
 
     keywords[n] = "dbname";
     values[n++] = dc->conninfo;

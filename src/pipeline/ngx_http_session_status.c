@@ -128,33 +128,51 @@ ngx_http_session_status_init_process(ngx_cycle_t *cycle)
 /*
  * This worker's set of gauges: its slot's, zeroed (what a dead worker of
  * the slot left there goes), and marked with its pid; past the table, the
- * shared last set
+ * shared last set.  During a binary upgrade the old and the new master's
+ * workers share the zone (handover.c) and their slot numbers overlap: a
+ * slot whose worker is alive is left to it, and the next one is tried.
  */
 static void
 ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone)
 {
-    ngx_http_session_gauges_t  *g;
+    ngx_pid_t                   pid;
+    ngx_uint_t                  i, n;
+    ngx_http_session_gauges_t  *g, *all;
 
-    g = ngx_http_session_shm_gauges(zone);
+    all = ngx_http_session_shm_gauges(zone);
 
-    if (ngx_process_slot < 0
-        || ngx_process_slot >= NGX_HTTP_SESSION_GAUGE_SLOTS - 1)
-    {
-        ngx_http_session_gauges = &g[NGX_HTTP_SESSION_GAUGE_SLOTS - 1];
-        return;
+    n = NGX_HTTP_SESSION_GAUGE_SLOTS - 1;
+    g = NULL;
+
+    if (ngx_process_slot >= 0 && ngx_process_slot < (ngx_int_t) n) {
+
+        for (i = 0; i < n; i++) {
+            g = &all[(ngx_process_slot + i) % n];
+            pid = (ngx_pid_t) g->pid;
+
+            /* taken with a compare-and-set: a worker of each binary */
+
+            if ((pid == 0 || pid == ngx_pid
+                 || (kill(pid, 0) == -1 && ngx_errno == NGX_ESRCH))
+                && ngx_atomic_cmp_set(&g->pid, (ngx_atomic_uint_t) pid,
+                                      (ngx_atomic_uint_t) ngx_pid))
+            {
+                break;
+            }
+
+            g = NULL;
+        }
     }
 
-    g = &g[ngx_process_slot];
-
-    g->pid = 0;
-    ngx_memory_barrier();
+    if (g == NULL) {
+        ngx_http_session_gauges = &all[n];
+        return;
+    }
 
     g->polls_waiting = 0;
     g->polls_parked = 0;
     g->db_waiting = 0;
     ngx_memory_barrier();
-
-    g->pid = (ngx_atomic_uint_t) ngx_pid;
 
     ngx_http_session_gauges = g;
 }

@@ -12,7 +12,17 @@
  */
 
 #include "ngx_http_session_shm.h"
+#include "ngx_http_session_handover.h"
 #include "ngx_http_session_window.h"
+
+
+/*
+ * Bump with any change of what the zone holds or of what its contents
+ * mean: a binary upgrade (USR2) shares the zone between the old and the
+ * new binary only when their layouts are equal (see
+ * ngx_http_session_shm_layout() and ngx_http_session_handover.c).
+ */
+#define NGX_HTTP_SESSION_SHM_LAYOUT  1
 
 
 /* what both trees store first */
@@ -111,15 +121,32 @@ typedef struct {
 } ngx_http_session_shm_t;
 
 
+/*
+ * The memfd behind the zone (handover.c), shared by the configurations
+ * that use the zone: a reload's new one and the old one both hold it
+ * until one of them goes (the old one, or the new one when the reload
+ * fails), so the last one closes it.
+ */
+typedef struct {
+    ngx_fd_t                      fd;
+    ngx_uint_t                    refs;
+} ngx_http_session_zone_fd_t;
+
+
 typedef struct {
     ngx_http_session_shm_t       *sh;
     ngx_slab_pool_t              *shpool;
     size_t                        size;
+    /* NULL: no memfd */
+    ngx_http_session_zone_fd_t   *mfd;
 } ngx_http_session_zone_ctx_t;
 
 
 static ngx_int_t ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone,
     void *data);
+static void ngx_http_session_shm_layout(
+    ngx_http_session_handover_layout_t *layout);
+static void ngx_http_session_shm_cleanup(void *data);
 static void ngx_http_session_shm_tree_init(ngx_http_session_shm_tree_t *t);
 static void ngx_http_session_shm_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
@@ -157,6 +184,7 @@ ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
     ngx_uint_t                    i;
     ngx_shm_zone_t               *shm_zone, *oshm_zone;
     ngx_list_part_t              *part;
+    ngx_pool_cleanup_t           *cln;
     ngx_http_session_zone_ctx_t  *ctx;
 
     /*
@@ -201,6 +229,16 @@ ngx_http_session_shm_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
 
     ctx->size = size;
 
+    /* the configuration's end lets go of the memfd */
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_session_shm_cleanup;
+    cln->data = ctx;
+
     shm_zone = ngx_shared_memory_add(cf, name, size,
                                      &ngx_http_session_module);
     if (shm_zone == NULL) {
@@ -226,8 +264,11 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
 {
     ngx_http_session_zone_ctx_t  *octx = data;
 
-    size_t                        len;
-    ngx_http_session_zone_ctx_t  *ctx;
+    size_t                               len;
+    ngx_fd_t                             fd;
+    ngx_int_t                            rc;
+    ngx_http_session_zone_ctx_t         *ctx;
+    ngx_http_session_handover_layout_t   layout;
 
     ctx = shm_zone->data;
 
@@ -240,10 +281,43 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
          */
         ctx->sh = octx->sh;
         ctx->shpool = octx->shpool;
+        ctx->mfd = octx->mfd;
+
+        if (ctx->mfd) {
+            ctx->mfd->refs++;
+        }
+
         return NGX_OK;
     }
 
+    /* the previous binary's zone (USR2), or a new one it can hand on */
+
+    ngx_http_session_shm_layout(&layout);
+
+    rc = ngx_http_session_handover_attach(shm_zone, &layout, &fd);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (fd != NGX_INVALID_FILE) {
+        ctx->mfd = ngx_alloc(sizeof(ngx_http_session_zone_fd_t),
+                             shm_zone->shm.log);
+        if (ctx->mfd == NULL) {
+            (void) close(fd);
+            return NGX_ERROR;
+        }
+
+        ctx->mfd->fd = fd;
+        ctx->mfd->refs = 1;
+    }
+
     ctx->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (rc == NGX_OK) {
+        ctx->sh = ctx->shpool->data;
+        return NGX_OK;
+    }
 
     if (shm_zone->shm.exists) {
         ctx->sh = ctx->shpool->data;
@@ -285,6 +359,43 @@ ngx_http_session_shm_init_zone(ngx_shm_zone_t *shm_zone, void *data)
     ctx->shpool->log_nomem = 0;
 
     return NGX_OK;
+}
+
+
+/* what two binaries must agree on to share the zone */
+
+static void
+ngx_http_session_shm_layout(ngx_http_session_handover_layout_t *layout)
+{
+    ngx_memzero(layout, sizeof(ngx_http_session_handover_layout_t));
+
+    layout->v[0] = NGX_HTTP_SESSION_SHM_LAYOUT;
+    layout->v[1] = sizeof(ngx_http_session_shm_t);
+    layout->v[2] = sizeof(ngx_http_session_auth_node_t);
+    layout->v[3] = sizeof(ngx_http_session_neg_node_t);
+    layout->v[4] = sizeof(ngx_http_session_rate_node_t);
+    layout->v[5] = sizeof(ngx_http_session_fail_node_t);
+    layout->v[6] = sizeof(ngx_http_session_stats_t);
+    layout->v[7] = sizeof(ngx_http_session_gauges_t);
+    layout->v[8] = NGX_HTTP_SESSION_NCLASSES;
+    layout->v[9] = NGX_HTTP_SESSION_GAUGE_SLOTS;
+    layout->v[10] = NGX_HTTP_SESSION_KEY_HASH_LEN;
+    layout->v[11] = NGX_HTTP_SESSION_UUID_LEN;
+    layout->v[12] = NGX_HTTP_SESSION_WINDOW_SECONDS;
+}
+
+
+static void
+ngx_http_session_shm_cleanup(void *data)
+{
+    ngx_http_session_zone_ctx_t  *ctx = data;
+
+    if (ctx->mfd && --ctx->mfd->refs == 0) {
+        (void) close(ctx->mfd->fd);
+        ngx_free(ctx->mfd);
+    }
+
+    ctx->mfd = NULL;
 }
 
 
@@ -1114,6 +1225,13 @@ ngx_http_session_shm_insert(ngx_http_session_shm_tree_t *t,
 {
     ngx_memcpy(sn->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
     sn->node.key = ngx_http_session_key_tree_key(hash);
+
+    /*
+     * The tree may have been made by another program (a binary upgrade
+     * shares the zone): its insert function is this program's, set under
+     * the mutex that every insert holds.
+     */
+    t->rbtree.insert = ngx_http_session_shm_insert_value;
 
     ngx_rbtree_insert(&t->rbtree, &sn->node);
     ngx_queue_insert_head(&t->lru, &sn->queue);
