@@ -23,7 +23,7 @@
 #include "ngx_http_session_db_listen.h"
 #include "ngx_http_session_log.h"
 #include "ngx_http_session_poll.h"
-#include "ngx_http_session_shm.h"
+#include "ngx_http_session_zone.h"
 #include "ngx_http_session_sweep.h"
 #include "ngx_http_session_webhook.h"
 #include "ngx_http_session_variables.h"
@@ -500,7 +500,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     if (smcf->shm_zone == NULL) {
         ngx_str_set(&name, NGX_HTTP_SESSION_DEFAULT_ZONE);
 
-        smcf->shm_zone = ngx_http_session_shm_add(cf, &name,
+        smcf->shm_zone = ngx_http_session_zone_add(cf, &name,
                                            NGX_HTTP_SESSION_DEFAULT_ZONE_SIZE);
         if (smcf->shm_zone == NULL) {
             return NGX_CONF_ERROR;
@@ -805,7 +805,7 @@ ngx_http_session_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    smcf->shm_zone = ngx_http_session_shm_add(cf, &name, size);
+    smcf->shm_zone = ngx_http_session_zone_add(cf, &name, size);
     if (smcf->shm_zone == NULL) {
         return NGX_CONF_ERROR;
     }

@@ -13,7 +13,7 @@
 
 #include "ngx_http_session_db_listen.h"
 #include "ngx_http_session_db_conn.h"
-#include "ngx_http_session_shm.h"
+#include "ngx_http_session_zone_auth.h"
 #include "ngx_http_session_sql.h"
 
 

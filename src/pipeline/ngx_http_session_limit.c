@@ -6,7 +6,7 @@
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_json.h"
-#include "ngx_http_session_shm.h"
+#include "ngx_http_session_zone_rate.h"
 #include "ngx_http_session_stats.h"
 #include "ngx_http_session_window.h"
 

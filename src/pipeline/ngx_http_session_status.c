@@ -8,7 +8,8 @@
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_request.h"
-#include "ngx_http_session_shm.h"
+#include "ngx_http_session_zone.h"
+#include "ngx_http_session_zone_rate.h"
 
 
 #define NGX_HTTP_SESSION_STATUS_JSON        0
@@ -117,7 +118,7 @@ ngx_http_session_status_init_process(ngx_cycle_t *cycle)
     smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
 
     if (smcf && smcf->shm_zone) {
-        ngx_http_session_stats = ngx_http_session_shm_stats(smcf->shm_zone);
+        ngx_http_session_stats = ngx_http_session_zone_stats(smcf->shm_zone);
         ngx_http_session_status_take_gauges(smcf->shm_zone);
     }
 
@@ -139,7 +140,7 @@ ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone)
     ngx_uint_t                  i, n;
     ngx_http_session_gauges_t  *g, *all;
 
-    all = ngx_http_session_shm_gauges(zone);
+    all = ngx_http_session_zone_gauges(zone);
 
     n = NGX_HTTP_SESSION_GAUGE_SLOTS - 1;
     g = NULL;
@@ -355,12 +356,12 @@ ngx_http_session_status_read(ngx_http_request_t *r,
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
     /* each counter read once, though others may move meanwhile */
-    st->s = *ngx_http_session_shm_stats(smcf->shm_zone);
+    st->s = *ngx_http_session_zone_stats(smcf->shm_zone);
     st->zone = smcf->shm_zone->shm.name;
 
     ngx_http_session_status_sum_gauges(smcf->shm_zone, &st->g);
 
-    ngx_http_session_shm_figures(smcf->shm_zone, &st->fig);
+    ngx_http_session_zone_figures(smcf->shm_zone, &st->fig);
 }
 
 
@@ -378,7 +379,7 @@ ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
 
     ngx_memzero(sum, sizeof(ngx_http_session_gauges_t));
 
-    g = ngx_http_session_shm_gauges(zone);
+    g = ngx_http_session_zone_gauges(zone);
 
     for (i = 0; i < NGX_HTTP_SESSION_GAUGE_SLOTS; i++) {
 

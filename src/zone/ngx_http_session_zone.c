@@ -1,0 +1,432 @@
+/*
+ * session_limit_zone: made (or taken over from a reload, or from the
+ * previous binary after a binary upgrade), and the trees that the other
+ * files of this folder keep in it (see ngx_http_session_zone_shm.h).
+ */
+
+#include "ngx_http_session_zone.h"
+#include "ngx_http_session_zone_shm.h"
+#include "ngx_http_session_handover.h"
+#include "ngx_http_session_window.h"
+
+
+static ngx_int_t ngx_http_session_zone_init(ngx_shm_zone_t *shm_zone,
+    void *data);
+static void ngx_http_session_zone_layout(
+    ngx_http_session_handover_layout_t *layout);
+static void ngx_http_session_zone_cleanup(void *data);
+static void ngx_http_session_zone_insert_value(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
+
+
+ngx_shm_zone_t *
+ngx_http_session_zone_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
+{
+    ngx_uint_t                    i;
+    ngx_shm_zone_t               *shm_zone, *oshm_zone;
+    ngx_list_part_t              *part;
+    ngx_pool_cleanup_t           *cln;
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    /*
+     * nginx would silently give a resized zone fresh memory on reload and
+     * every counter would restart at zero: refuse the reload instead.
+     */
+
+    part = &cf->cycle->old_cycle->shared_memory.part;
+    oshm_zone = part->elts;
+
+    for (i = 0; /* void */ ; i++) {
+
+        if (i >= part->nelts) {
+            if (part->next == NULL) {
+                break;
+            }
+
+            part = part->next;
+            oshm_zone = part->elts;
+            i = 0;
+        }
+
+        if (oshm_zone[i].tag == &ngx_http_session_module
+            && oshm_zone[i].shm.name.len == name->len
+            && ngx_strncmp(oshm_zone[i].shm.name.data, name->data, name->len)
+               == 0
+            && oshm_zone[i].shm.size != size)
+        {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "session_limit_zone \"%V\" cannot change "
+                               "size from %uz to %uz on reload, restart "
+                               "nginx to resize it",
+                               name, oshm_zone[i].shm.size, size);
+            return NULL;
+        }
+    }
+
+    ctx = ngx_pcalloc(cf->pool, sizeof(ngx_http_session_zone_ctx_t));
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    ctx->size = size;
+
+    /* the configuration's end lets go of the memfd */
+
+    cln = ngx_pool_cleanup_add(cf->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_session_zone_cleanup;
+    cln->data = ctx;
+
+    shm_zone = ngx_shared_memory_add(cf, name, size,
+                                     &ngx_http_session_module);
+    if (shm_zone == NULL) {
+        return NULL;
+    }
+
+    if (shm_zone->data) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "session_limit_zone \"%V\" is already defined",
+                           name);
+        return NULL;
+    }
+
+    shm_zone->init = ngx_http_session_zone_init;
+    shm_zone->data = ctx;
+
+    return shm_zone;
+}
+
+
+static ngx_int_t
+ngx_http_session_zone_init(ngx_shm_zone_t *shm_zone, void *data)
+{
+    ngx_http_session_zone_ctx_t  *octx = data;
+
+    size_t                               len;
+    ngx_fd_t                             fd;
+    ngx_int_t                            rc;
+    ngx_http_session_zone_ctx_t         *ctx;
+    ngx_http_session_handover_layout_t   layout;
+
+    ctx = shm_zone->data;
+
+    if (octx) {
+        /*
+         * A reload: keep the cache and the counters.  nginx hands over a
+         * zone only to the module that made it (the zone's tag is the
+         * module's address), so the layout is this build's: a rebuilt
+         * module loaded from another path gets a fresh zone.
+         */
+        ctx->sh = octx->sh;
+        ctx->shpool = octx->shpool;
+        ctx->mfd = octx->mfd;
+
+        if (ctx->mfd) {
+            ctx->mfd->refs++;
+        }
+
+        return NGX_OK;
+    }
+
+    /* the previous binary's zone (USR2), or a new one it can hand on */
+
+    ngx_http_session_zone_layout(&layout);
+
+    rc = ngx_http_session_handover_attach(shm_zone, &layout, &fd);
+
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    if (fd != NGX_INVALID_FILE) {
+        ctx->mfd = ngx_alloc(sizeof(ngx_http_session_zone_fd_t),
+                             shm_zone->shm.log);
+        if (ctx->mfd == NULL) {
+            (void) close(fd);
+            return NGX_ERROR;
+        }
+
+        ctx->mfd->fd = fd;
+        ctx->mfd->refs = 1;
+    }
+
+    ctx->shpool = (ngx_slab_pool_t *) shm_zone->shm.addr;
+
+    if (rc == NGX_OK) {
+        ctx->sh = ctx->shpool->data;
+        return NGX_OK;
+    }
+
+    if (shm_zone->shm.exists) {
+        ctx->sh = ctx->shpool->data;
+        return NGX_OK;
+    }
+
+    ctx->sh = ngx_slab_calloc(ctx->shpool, sizeof(ngx_http_session_zone_sh_t));
+    if (ctx->sh == NULL) {
+        return NGX_ERROR;
+    }
+
+    ctx->shpool->data = ctx->sh;
+
+    ctx->sh->stats.started = ngx_time();
+
+    ngx_http_session_zone_tree_init(&ctx->sh->auth);
+    ngx_http_session_zone_tree_init(&ctx->sh->neg);
+    ngx_http_session_zone_tree_init(&ctx->sh->rate);
+    ngx_http_session_zone_tree_init(&ctx->sh->fail);
+    ngx_http_session_zone_tree_init(&ctx->sh->seen);
+
+    /* unknown keys: at most an eighth of the zone, in 128-byte chunks */
+    ctx->sh->neg_max = ngx_max(shm_zone->shm.size / 8 / 128, 16);
+
+    /* keys seen valid: at most a quarter, in 128-byte chunks */
+    ctx->sh->seen_max = ngx_max(shm_zone->shm.size / 4 / 128, 16);
+
+    len = sizeof(" in session_limit_zone \"\"") + shm_zone->shm.name.len;
+
+    ctx->shpool->log_ctx = ngx_slab_alloc(ctx->shpool, len);
+    if (ctx->shpool->log_ctx == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_sprintf(ctx->shpool->log_ctx, " in session_limit_zone \"%V\"%Z",
+                &shm_zone->shm.name);
+
+    /* a full zone is expected and handled: no "ngx_slab_alloc() failed" */
+    ctx->shpool->log_nomem = 0;
+
+    return NGX_OK;
+}
+
+
+/* what two binaries must agree on to share the zone */
+
+static void
+ngx_http_session_zone_layout(ngx_http_session_handover_layout_t *layout)
+{
+    ngx_memzero(layout, sizeof(ngx_http_session_handover_layout_t));
+
+    layout->v[0] = NGX_HTTP_SESSION_ZONE_LAYOUT;
+    layout->v[1] = sizeof(ngx_http_session_zone_sh_t);
+    layout->v[2] = sizeof(ngx_http_session_auth_node_t);
+    layout->v[3] = sizeof(ngx_http_session_neg_node_t);
+    layout->v[4] = sizeof(ngx_http_session_rate_node_t);
+    layout->v[5] = sizeof(ngx_http_session_fail_node_t);
+    layout->v[6] = sizeof(ngx_http_session_stats_t);
+    layout->v[7] = sizeof(ngx_http_session_gauges_t);
+    layout->v[8] = NGX_HTTP_SESSION_NCLASSES;
+    layout->v[9] = NGX_HTTP_SESSION_GAUGE_SLOTS;
+    layout->v[10] = NGX_HTTP_SESSION_KEY_HASH_LEN;
+    layout->v[11] = NGX_HTTP_SESSION_UUID_LEN;
+    layout->v[12] = NGX_HTTP_SESSION_WINDOW_SECONDS;
+}
+
+
+static void
+ngx_http_session_zone_cleanup(void *data)
+{
+    ngx_http_session_zone_ctx_t  *ctx = data;
+
+    if (ctx->mfd && --ctx->mfd->refs == 0) {
+        (void) close(ctx->mfd->fd);
+        ngx_free(ctx->mfd);
+    }
+
+    ctx->mfd = NULL;
+}
+
+
+/* the trees */
+
+void
+ngx_http_session_zone_tree_init(ngx_http_session_zone_tree_t *t)
+{
+    ngx_rbtree_init(&t->rbtree, &t->sentinel,
+                    ngx_http_session_zone_insert_value);
+    ngx_queue_init(&t->lru);
+    t->n = 0;
+}
+
+
+/* the trees */
+
+ngx_http_session_zone_node_t *
+ngx_http_session_zone_lookup(ngx_http_session_zone_tree_t *t, u_char *hash)
+{
+    ngx_int_t                      rc;
+    ngx_rbtree_key_t               key;
+    ngx_rbtree_node_t             *node, *sentinel;
+    ngx_http_session_zone_node_t  *sn;
+
+    key = ngx_http_session_key_tree_key(hash);
+
+    node = t->rbtree.root;
+    sentinel = t->rbtree.sentinel;
+
+    while (node != sentinel) {
+
+        if (key < node->key) {
+            node = node->left;
+            continue;
+        }
+
+        if (key > node->key) {
+            node = node->right;
+            continue;
+        }
+
+        sn = (ngx_http_session_zone_node_t *) node;
+
+        rc = ngx_memcmp(hash, sn->hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+
+        if (rc == 0) {
+            return sn;
+        }
+
+        node = (rc < 0) ? node->left : node->right;
+    }
+
+    return NULL;
+}
+
+
+void
+ngx_http_session_zone_insert(ngx_http_session_zone_tree_t *t,
+    ngx_http_session_zone_node_t *sn, u_char *hash)
+{
+    ngx_memcpy(sn->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+    sn->node.key = ngx_http_session_key_tree_key(hash);
+
+    /*
+     * The tree may have been made by another program (a binary upgrade
+     * shares the zone): its insert function is this program's, set under
+     * the mutex that every insert holds.
+     */
+    t->rbtree.insert = ngx_http_session_zone_insert_value;
+
+    ngx_rbtree_insert(&t->rbtree, &sn->node);
+    ngx_queue_insert_head(&t->lru, &sn->queue);
+    t->n++;
+}
+
+
+static void
+ngx_http_session_zone_insert_value(ngx_rbtree_node_t *temp,
+    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
+{
+    ngx_rbtree_node_t            **p;
+    ngx_http_session_zone_node_t  *sn, *snt;
+
+    for ( ;; ) {
+
+        if (node->key < temp->key) {
+            p = &temp->left;
+
+        } else if (node->key > temp->key) {
+            p = &temp->right;
+
+        } else {
+            sn = (ngx_http_session_zone_node_t *) node;
+            snt = (ngx_http_session_zone_node_t *) temp;
+
+            p = (ngx_memcmp(sn->hash, snt->hash,
+                            NGX_HTTP_SESSION_KEY_HASH_LEN) < 0)
+                ? &temp->left : &temp->right;
+        }
+
+        if (*p == sentinel) {
+            break;
+        }
+
+        temp = *p;
+    }
+
+    *p = node;
+    node->parent = temp;
+    node->left = sentinel;
+    node->right = sentinel;
+    ngx_rbt_red(node);
+}
+
+
+void
+ngx_http_session_zone_delete(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, ngx_http_session_zone_node_t *sn)
+{
+    ngx_queue_remove(&sn->queue);
+    ngx_rbtree_delete(&t->rbtree, &sn->node);
+    ngx_slab_free_locked(ctx->shpool, sn);
+    t->n--;
+}
+
+
+ngx_uint_t
+ngx_http_session_zone_evict(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, ngx_uint_t n)
+{
+    ngx_uint_t                     freed;
+    ngx_queue_t                   *q;
+    ngx_http_session_zone_node_t  *sn;
+
+    freed = 0;
+
+    while (freed < n && !ngx_queue_empty(&t->lru)) {
+        q = ngx_queue_last(&t->lru);
+        sn = ngx_queue_data(q, ngx_http_session_zone_node_t, queue);
+
+        ngx_http_session_zone_delete(ctx, t, sn);
+        freed++;
+    }
+
+    return freed;
+}
+
+
+/* what session_status reads */
+
+ngx_http_session_stats_t *
+ngx_http_session_zone_stats(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    return &ctx->sh->stats;
+}
+
+
+ngx_http_session_gauges_t *
+ngx_http_session_zone_gauges(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    return ctx->sh->gauges;
+}
+
+
+void
+ngx_http_session_zone_figures(ngx_shm_zone_t *zone,
+    ngx_http_session_zone_figures_t *f)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    f->size = ctx->size;
+    f->free = ctx->shpool->pfree * ngx_pagesize;
+    f->auth_entries = ctx->sh->auth.n + ctx->sh->neg.n;
+    f->seen = ctx->sh->seen.n;
+    f->seen_forgotten = ctx->sh->seen_forgotten;
+    f->keys = ctx->sh->rate.n;
+    f->evictions = ctx->sh->evictions;
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}

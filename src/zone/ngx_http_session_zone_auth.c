@@ -1,0 +1,472 @@
+/*
+ * The auth cache: known keys (valid or suspended) and unknown keys, each
+ * tree with its budget, and the keys seen valid within the hour, which
+ * outlive their cached answers (see ngx_http_session_zone_shm.h).
+ */
+
+#include "ngx_http_session_zone_auth.h"
+#include "ngx_http_session_zone_shm.h"
+
+
+static void *ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx,
+    size_t size, ngx_uint_t known);
+static ngx_int_t ngx_http_session_auth_seen(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash);
+static void ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_msec_t ttl);
+static void ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash);
+static ngx_uint_t ngx_http_session_auth_seen_evict(
+    ngx_http_session_zone_ctx_t *ctx);
+
+
+/* the auth cache */
+
+ngx_int_t
+ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
+    ngx_http_session_principal_t *p, ngx_uint_t *generation,
+    ngx_http_session_take_t *take)
+{
+    ngx_int_t                      rc;
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_neg_node_t   *nn;
+    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_auth_node_t  *an;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    *generation = sh->auth_generation;
+
+    an = (ngx_http_session_auth_node_t *)
+             ngx_http_session_zone_lookup(&sh->auth, p->hash);
+
+    if (an == NULL) {
+        nn = (ngx_http_session_neg_node_t *)
+                 ngx_http_session_zone_lookup(&sh->neg, p->hash);
+
+        if (nn == NULL) {
+            rc = ngx_http_session_auth_seen(ctx, p->hash);
+
+        } else if ((ngx_msec_int_t) (nn->expires - ngx_current_msec) <= 0) {
+            ngx_http_session_zone_delete(ctx, &sh->neg, &nn->sn);
+            rc = ngx_http_session_auth_seen(ctx, p->hash);
+
+        } else {
+            ngx_queue_remove(&nn->sn.queue);
+            ngx_queue_insert_head(&sh->neg.lru, &nn->sn.queue);
+            rc = NGX_HTTP_SESSION_AUTH_INVALID;
+        }
+
+    } else if ((ngx_msec_int_t) (an->expires - ngx_current_msec) <= 0) {
+        ngx_http_session_zone_delete(ctx, &sh->auth, &an->sn);
+        rc = ngx_http_session_auth_seen(ctx, p->hash);
+
+    } else {
+        ngx_queue_remove(&an->sn.queue);
+        ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
+
+        rc = an->status;
+
+        /* stage 2 of an admitted key, without a second turn of the mutex */
+
+        if (rc == NGX_HTTP_SESSION_AUTH_VALID && take) {
+            ngx_http_session_rate_take_locked(ctx, p->hash, take);
+        }
+
+        /* refused by stage 2 too: the ids are for the access log */
+
+        ngx_memcpy(p->project_id, an->project_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->account_id, an->account_id, NGX_HTTP_SESSION_UUID_LEN);
+        ngx_memcpy(p->key_id, an->key_id, NGX_HTTP_SESSION_UUID_LEN);
+        p->plan = an->plan;
+        p->quota = an->quota;
+    }
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    if (take && take->rc != NGX_DECLINED) {
+        ngx_http_session_rate_alert(zone, take);
+    }
+
+    return rc;
+}
+
+
+void
+ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
+    ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
+    ngx_uint_t generation)
+{
+    ngx_uint_t                     forgotten;
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_zone_node_t  *sn;
+    ngx_http_session_neg_node_t   *nn;
+    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_auth_node_t  *an;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+    forgotten = 0;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    /*
+     * Whether a key is seen valid follows every answer, however late:
+     * an invalidation since (a flush when LISTEN reconnects, a plan's
+     * change) must not leave a key in use refused behind its address's
+     * failures.  A valid answer that crossed the key's deletion marks it
+     * for one lookup more, which finds it gone, counts the failure and
+     * unmarks it.
+     */
+
+    if (status == NGX_HTTP_SESSION_AUTH_VALID) {
+        ngx_http_session_auth_seen_keep(ctx, p->hash, ttl);
+
+    } else if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
+        ngx_http_session_auth_seen_drop(ctx, p->hash);
+    }
+
+    if (sh->auth_generation != generation || ttl == 0) {
+        goto done;
+    }
+
+    if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
+
+        /* a key that was known and is no more (deleted) */
+
+        sn = ngx_http_session_zone_lookup(&sh->auth, p->hash);
+        if (sn) {
+            ngx_http_session_zone_delete(ctx, &sh->auth, sn);
+        }
+
+        nn = (ngx_http_session_neg_node_t *)
+                 ngx_http_session_zone_lookup(&sh->neg, p->hash);
+
+        if (nn == NULL) {
+            if (sh->neg.n >= sh->neg_max) {
+                (void) ngx_http_session_zone_evict(ctx, &sh->neg, 1);
+            }
+
+            nn = ngx_http_session_auth_alloc(ctx,
+                                       sizeof(ngx_http_session_neg_node_t), 0);
+            if (nn == NULL) {
+                goto done;
+            }
+
+            ngx_http_session_zone_insert(&sh->neg, &nn->sn, p->hash);
+
+        } else {
+            ngx_queue_remove(&nn->sn.queue);
+            ngx_queue_insert_head(&sh->neg.lru, &nn->sn.queue);
+        }
+
+        nn->expires = ngx_current_msec + ttl;
+
+        goto done;
+    }
+
+    sn = ngx_http_session_zone_lookup(&sh->neg, p->hash);
+    if (sn) {
+        ngx_http_session_zone_delete(ctx, &sh->neg, sn);
+    }
+
+    an = (ngx_http_session_auth_node_t *)
+             ngx_http_session_zone_lookup(&sh->auth, p->hash);
+
+    if (an == NULL) {
+        an = ngx_http_session_auth_alloc(ctx,
+                                      sizeof(ngx_http_session_auth_node_t), 1);
+        if (an == NULL) {
+            /* a cache: going without is slower, never wrong */
+            goto done;
+        }
+
+        ngx_http_session_zone_insert(&sh->auth, &an->sn, p->hash);
+
+    } else {
+        ngx_queue_remove(&an->sn.queue);
+        ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
+    }
+
+    an->status = status;
+    an->expires = ngx_current_msec + ttl;
+    ngx_memcpy(an->project_id, p->project_id, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(an->account_id, p->account_id, NGX_HTTP_SESSION_UUID_LEN);
+    ngx_memcpy(an->key_id, p->key_id, NGX_HTTP_SESSION_UUID_LEN);
+    an->plan = p->plan;
+    an->quota = p->quota;
+
+done:
+
+    /*
+     * One ALERT a second, counting every key forgotten since the last;
+     * the second is shared with the counters' ALERT: one line a second
+     * says the zone is full.
+     */
+
+    if (sh->seen_forgotten != sh->seen_alerted
+        && sh->last_full_alert != ngx_time())
+    {
+        sh->last_full_alert = ngx_time();
+        forgotten = sh->seen_forgotten - sh->seen_alerted;
+        sh->seen_alerted = sh->seen_forgotten;
+    }
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    if (forgotten) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: forgot %ui keys "
+                      "found valid within the last hour, make the zone "
+                      "larger", &zone->shm.name, forgotten);
+    }
+}
+
+
+/*
+ * Room for a cache entry: only other cache entries make room, never rate
+ * counters nor failure counts.  Unknown keys give way first; a known key
+ * only to older known keys, an unknown key only to older unknown keys.
+ */
+
+static void *
+ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx, size_t size,
+    ngx_uint_t known)
+{
+    void  *p;
+
+    p = ngx_slab_alloc_locked(ctx->shpool, size);
+
+    if (p == NULL
+        && ngx_http_session_zone_evict(ctx, &ctx->sh->neg, 16) != 0)
+    {
+        p = ngx_slab_alloc_locked(ctx->shpool, size);
+    }
+
+    if (p == NULL
+        && known
+        && ngx_http_session_zone_evict(ctx, &ctx->sh->auth, 16) != 0)
+    {
+        p = ngx_slab_alloc_locked(ctx->shpool, size);
+    }
+
+    return p;
+}
+
+
+/*
+ * The keys seen valid.  Their LRU queue is in the order of their last
+ * valid answer, so its cold end is also where they expire first.
+ */
+
+static ngx_int_t
+ngx_http_session_auth_seen(ngx_http_session_zone_ctx_t *ctx, u_char *hash)
+{
+    ngx_http_session_seen_node_t  *vn;
+
+    vn = (ngx_http_session_seen_node_t *)
+             ngx_http_session_zone_lookup(&ctx->sh->seen, hash);
+
+    if (vn == NULL) {
+        return NGX_DECLINED;
+    }
+
+    if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) <= 0) {
+        ngx_http_session_zone_delete(ctx, &ctx->sh->seen, &vn->sn);
+        return NGX_DECLINED;
+    }
+
+    return NGX_HTTP_SESSION_AUTH_SEEN;
+}
+
+
+/*
+ * Marks a key seen valid, for ttl and an hour.  Room comes from the
+ * budget's oldest key, else from unknown keys and cached answers, else
+ * from the oldest key seen; each key so forgotten is counted for the
+ * ALERT.
+ */
+
+static void
+ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_msec_t ttl)
+{
+    ngx_uint_t                     n;
+    ngx_queue_t                   *q;
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_seen_node_t  *vn;
+
+    sh = ctx->sh;
+
+    /* keys whose hour is over, a few at a time */
+
+    for (n = 0; n < 2 && !ngx_queue_empty(&sh->seen.lru); n++) {
+        q = ngx_queue_last(&sh->seen.lru);
+        vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+
+        if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+            break;
+        }
+
+        ngx_http_session_zone_delete(ctx, &sh->seen, &vn->sn);
+    }
+
+    vn = (ngx_http_session_seen_node_t *)
+             ngx_http_session_zone_lookup(&sh->seen, hash);
+
+    if (vn) {
+        ngx_queue_remove(&vn->sn.queue);
+        ngx_queue_insert_head(&sh->seen.lru, &vn->sn.queue);
+
+    } else {
+        if (sh->seen.n >= sh->seen_max) {
+            (void) ngx_http_session_auth_seen_evict(ctx);
+        }
+
+        vn = ngx_http_session_auth_alloc(ctx,
+                                      sizeof(ngx_http_session_seen_node_t), 1);
+
+        if (vn == NULL && ngx_http_session_auth_seen_evict(ctx)) {
+            vn = ngx_slab_alloc_locked(ctx->shpool,
+                                       sizeof(ngx_http_session_seen_node_t));
+        }
+
+        if (vn == NULL) {
+            /* this one then: its address's failures refuse it */
+            sh->seen_forgotten++;
+            return;
+        }
+
+        ngx_http_session_zone_insert(&sh->seen, &vn->sn, hash);
+    }
+
+    vn->expires = ngx_current_msec + ttl + NGX_HTTP_SESSION_AUTH_SEEN_TIME;
+}
+
+
+static void
+ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash)
+{
+    ngx_http_session_zone_node_t  *sn;
+
+    sn = ngx_http_session_zone_lookup(&ctx->sh->seen, hash);
+    if (sn) {
+        ngx_http_session_zone_delete(ctx, &ctx->sh->seen, sn);
+    }
+}
+
+
+/*
+ * Frees the key found valid least recently, counted as forgotten unless
+ * its hour was over anyway; 0 when there is none.
+ */
+
+static ngx_uint_t
+ngx_http_session_auth_seen_evict(ngx_http_session_zone_ctx_t *ctx)
+{
+    ngx_queue_t                   *q;
+    ngx_http_session_seen_node_t  *vn;
+
+    if (ngx_queue_empty(&ctx->sh->seen.lru)) {
+        return 0;
+    }
+
+    q = ngx_queue_last(&ctx->sh->seen.lru);
+    vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+
+    if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+        ctx->sh->seen_forgotten++;
+    }
+
+    ngx_http_session_zone_delete(ctx, &ctx->sh->seen, &vn->sn);
+
+    return 1;
+}
+
+
+void
+ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
+{
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_zone_node_t  *sn;
+    ngx_http_session_zone_ctx_t   *ctx;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    sh->auth_generation++;
+
+    sn = ngx_http_session_zone_lookup(&sh->auth, hash);
+    if (sn) {
+        ngx_http_session_zone_delete(ctx, &sh->auth, sn);
+    }
+
+    sn = ngx_http_session_zone_lookup(&sh->neg, hash);
+    if (sn) {
+        ngx_http_session_zone_delete(ctx, &sh->neg, sn);
+    }
+
+    /* deleted: its failures count again (API.md section 10) */
+
+    ngx_http_session_auth_seen_drop(ctx, hash);
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}
+
+
+void
+ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
+    u_char *account_id)
+{
+    ngx_queue_t                   *q, *next;
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_auth_node_t  *an;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    sh->auth_generation++;
+
+    for (q = ngx_queue_head(&sh->auth.lru);
+         q != ngx_queue_sentinel(&sh->auth.lru);
+         q = next)
+    {
+        next = ngx_queue_next(q);
+        an = ngx_queue_data(q, ngx_http_session_auth_node_t, sn.queue);
+
+        if (ngx_memcmp(an->account_id, account_id, NGX_HTTP_SESSION_UUID_LEN)
+            == 0)
+        {
+            ngx_http_session_zone_delete(ctx, &sh->auth, &an->sn);
+        }
+    }
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}
+
+
+void
+ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    ctx->sh->auth_generation++;
+
+    (void) ngx_http_session_zone_evict(ctx, &ctx->sh->auth, (ngx_uint_t) -1);
+    (void) ngx_http_session_zone_evict(ctx, &ctx->sh->neg, (ngx_uint_t) -1);
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}

@@ -1,0 +1,136 @@
+/*
+ * Failed lookups per client address and minute: the window moves forward
+ * only, as for rate counters; unknown keys of the auth cache give way
+ * first when the zone is full, then the least recent address.
+ */
+
+#include "ngx_http_session_zone_fail.h"
+#include "ngx_http_session_zone_shm.h"
+#include "ngx_http_session_window.h"
+
+
+/* failed lookups per client address and minute */
+
+ngx_int_t
+ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
+{
+    uint32_t                       remaining;
+    ngx_int_t                      rc;
+    ngx_uint_t                     n;
+    ngx_queue_t                   *q;
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_fail_node_t  *fn;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+    rc = NGX_OK;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    /* addresses whose minute is over, a few at a time */
+
+    for (n = 0; n < 2 && !ngx_queue_empty(&sh->fail.lru); n++) {
+        q = ngx_queue_last(&sh->fail.lru);
+        fn = ngx_queue_data(q, ngx_http_session_fail_node_t, sn.queue);
+
+        if (fn->minute >= f->minute) {
+            break;
+        }
+
+        ngx_http_session_zone_delete(ctx, &sh->fail, &fn->sn);
+    }
+
+    fn = (ngx_http_session_fail_node_t *)
+             ngx_http_session_zone_lookup(&sh->fail, f->key);
+
+    if (fn == NULL) {
+        if (f->op == NGX_HTTP_SESSION_FAIL_CHECK
+            || f->op == NGX_HTTP_SESSION_FAIL_REFUND)
+        {
+            /* no failure this minute */
+            goto done;
+        }
+
+        fn = ngx_slab_alloc_locked(ctx->shpool,
+                                   sizeof(ngx_http_session_fail_node_t));
+
+        /* unknown keys give way first, then the least recent address */
+
+        if (fn == NULL
+            && (ngx_http_session_zone_evict(ctx, &sh->neg, 16) != 0
+                || ngx_http_session_zone_evict(ctx, &sh->fail, 1) != 0))
+        {
+            fn = ngx_slab_alloc_locked(ctx->shpool,
+                                       sizeof(ngx_http_session_fail_node_t));
+        }
+
+        if (fn == NULL) {
+            /*
+             * Too small a zone to count: the lookup goes ahead.  Locking
+             * every client out would be worse than the database's work.
+             */
+            goto done;
+        }
+
+        fn->minute = f->minute;
+        fn->count = 0;
+        ngx_http_session_zone_insert(&sh->fail, &fn->sn, f->key);
+
+    } else {
+        ngx_queue_remove(&fn->sn.queue);
+        ngx_queue_insert_head(&sh->fail.lru, &fn->sn.queue);
+    }
+
+    switch (f->op) {
+
+    case NGX_HTTP_SESSION_FAIL_CHECK:
+        if (fn->minute >= f->minute) {
+            f->minute = fn->minute;
+
+            if (fn->count >= f->limit) {
+                rc = NGX_BUSY;
+            }
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_RESERVE:
+        if (ngx_http_session_window_take(&fn->minute, &fn->count, &f->minute,
+                                         f->limit, &remaining)
+            != 0)
+        {
+            rc = NGX_BUSY;
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_ADD:
+        if (fn->minute < f->minute) {
+            fn->minute = f->minute;
+            fn->count = 0;
+
+        } else {
+            f->minute = fn->minute;
+        }
+
+        if (fn->count < f->limit) {
+            fn->count++;
+        }
+
+        break;
+
+    default: /* NGX_HTTP_SESSION_FAIL_REFUND */
+        if (fn->minute == f->minute && fn->count > 0) {
+            fn->count--;
+        }
+
+        break;
+    }
+
+done:
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    return rc;
+}

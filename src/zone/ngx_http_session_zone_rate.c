@@ -1,0 +1,202 @@
+/*
+ * Rate counters: checked and counted in one locked step, windows aligned
+ * to the UTC minute (see ngx_http_session_zone_shm.h for the room they
+ * take from the auth cache when the zone is full).
+ */
+
+#include "ngx_http_session_zone_rate.h"
+#include "ngx_http_session_zone_shm.h"
+#include "ngx_http_session_window.h"
+
+
+static void ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute);
+
+
+/* rate counters */
+
+ngx_int_t
+ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
+    ngx_http_session_take_t *take)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ngx_http_session_rate_take_locked(ctx, hash, take);
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    ngx_http_session_rate_alert(zone, take);
+
+    return take->rc;
+}
+
+
+void
+ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_http_session_take_t *take)
+{
+    uint32_t                       minute, counted, remaining;
+    ngx_uint_t                     evicted;
+    ngx_http_session_zone_sh_t    *sh;
+    ngx_http_session_counter_t    *c;
+    ngx_http_session_rate_node_t  *rn;
+
+    sh = ctx->sh;
+    minute = (uint32_t) ngx_http_session_window_minute(take->now);
+    evicted = 0;
+    take->evicted = 0;
+
+    ngx_http_session_rate_expire(ctx, minute);
+
+    rn = (ngx_http_session_rate_node_t *)
+             ngx_http_session_zone_lookup(&sh->rate, hash);
+
+    if (rn == NULL) {
+        rn = ngx_slab_alloc_locked(ctx->shpool,
+                                   sizeof(ngx_http_session_rate_node_t));
+
+        /*
+         * room is taken from the auth cache first, then from old keys;
+         * never from the keys seen valid, which have a budget of their own
+         */
+
+        while (rn == NULL) {
+            if (ngx_http_session_zone_evict(ctx, &sh->neg, 16) == 0
+                && ngx_http_session_zone_evict(ctx, &sh->auth, 16) == 0)
+            {
+                if (ngx_http_session_zone_evict(ctx, &sh->rate, 1) == 0) {
+                    break;
+                }
+
+                evicted++;
+            }
+
+            rn = ngx_slab_alloc_locked(ctx->shpool,
+                                       sizeof(ngx_http_session_rate_node_t));
+        }
+
+        if (rn == NULL) {
+            /* never let a key through unlimited */
+            take->remaining = 0;
+            take->rc = NGX_ERROR;
+            return;
+        }
+
+        ngx_memzero(rn->counters, sizeof(rn->counters));
+        ngx_http_session_zone_insert(&sh->rate, &rn->sn, hash);
+
+    } else {
+        ngx_queue_remove(&rn->sn.queue);
+        ngx_queue_insert_head(&sh->rate.lru, &rn->sn.queue);
+    }
+
+    c = &rn->counters[take->cls];
+    counted = minute;
+
+    /*
+     * The window moves forward only: a worker whose cached clock lags
+     * counts in the minute another worker has already begun (and answers
+     * with that window's figures), it never resets it.
+     */
+
+    take->rc = (ngx_http_session_window_take(&c->minute, &c->count,
+                                             &counted, (uint32_t) take->limit,
+                                             &remaining)
+                == 0)
+               ? NGX_OK : NGX_BUSY;
+    take->remaining = remaining;
+
+    if (counted != minute) {
+        take->now = (time_t) counted * NGX_HTTP_SESSION_WINDOW_SECONDS;
+    }
+
+    if (evicted) {
+        sh->evictions += evicted;
+
+        /* one ALERT a second, counting every eviction since the last */
+
+        if (sh->last_full_alert != take->now) {
+            sh->last_full_alert = take->now;
+            take->evicted = sh->evictions - sh->evictions_alerted;
+            sh->evictions_alerted = sh->evictions;
+        }
+    }
+}
+
+
+/* the ALERTs of a take, written once the mutex is released */
+
+void
+ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
+    ngx_http_session_take_t *take)
+{
+    if (take->rc == NGX_ERROR) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is too small to hold "
+                      "one rate counter", &zone->shm.name);
+        return;
+    }
+
+    if (take->evicted) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: evicted the "
+                      "counters of %ui least recently used keys, make the "
+                      "zone larger", &zone->shm.name, take->evicted);
+    }
+}
+
+
+/* drops counters whose windows are all over, a few at a time */
+
+static void
+ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute)
+{
+    ngx_uint_t                     n, i, live;
+    ngx_queue_t                   *q;
+    ngx_http_session_rate_node_t  *rn;
+
+    for (n = 0; n < 2; n++) {
+
+        if (ngx_queue_empty(&ctx->sh->rate.lru)) {
+            return;
+        }
+
+        q = ngx_queue_last(&ctx->sh->rate.lru);
+        rn = ngx_queue_data(q, ngx_http_session_rate_node_t, sn.queue);
+
+        live = 0;
+
+        /* a counter of a later minute (a clock ahead) is live too */
+
+        for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
+            if (rn->counters[i].minute >= minute) {
+                live = 1;
+            }
+        }
+
+        if (live) {
+            return;
+        }
+
+        ngx_http_session_zone_delete(ctx, &ctx->sh->rate, &rn->sn);
+    }
+}
+
+
+ngx_uint_t
+ngx_http_session_rate_keys(ngx_shm_zone_t *zone)
+{
+    ngx_uint_t                    n;
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+    n = ctx->sh->rate.n;
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    return n;
+}

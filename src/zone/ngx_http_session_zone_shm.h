@@ -1,0 +1,175 @@
+/*
+ * What session_limit_zone holds (the folder's own header): rbtrees keyed
+ * by a 32-byte hash, each with its LRU queue, in the slab pool, every
+ * access under the pool mutex.  The auth cache's known keys (valid or
+ * suspended), its unknown keys (a budget of their own, so that a flood
+ * of random keys never pushes a known key out), the keys seen valid
+ * within the hour (a budget of their own too), the rate counters, and
+ * the count of failed lookups per client address.  Rate counters come
+ * first: when the slab is full, unknown keys give way, then known keys,
+ * before any counter is evicted.  Keys seen valid give way only to one
+ * another: at most a quarter of the zone is theirs, and nothing else
+ * evicts them.
+ *
+ * zone.c makes the zone and keeps the trees; zone_auth.c (the auth cache
+ * and the keys seen valid), zone_rate.c (the counters) and zone_fail.c
+ * (failed lookups per address) each keep their own trees.
+ */
+
+#ifndef _NGX_HTTP_SESSION_ZONE_SHM_H_INCLUDED_
+#define _NGX_HTTP_SESSION_ZONE_SHM_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+#include "ngx_http_session_stats.h"
+
+
+/*
+ * Bump with any change of what the zone holds or of what its contents
+ * mean: a binary upgrade (USR2) shares the zone between the old and the
+ * new binary only when their layouts are equal (see
+ * ngx_http_session_zone_layout() and ngx_http_session_handover.c).
+ */
+#define NGX_HTTP_SESSION_ZONE_LAYOUT  1
+
+
+/* what both trees store first */
+typedef struct {
+    ngx_rbtree_node_t             node;
+    ngx_queue_t                   queue;
+    u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+} ngx_http_session_zone_node_t;
+
+
+typedef struct {
+    ngx_http_session_zone_node_t  sn;
+    ngx_msec_t                    expires;
+    ngx_uint_t                    status;
+    u_char                        project_id[NGX_HTTP_SESSION_UUID_LEN];
+    u_char                        account_id[NGX_HTTP_SESSION_UUID_LEN];
+    u_char                        key_id[NGX_HTTP_SESSION_UUID_LEN];
+    ngx_uint_t                    plan;
+    ngx_uint_t                    quota;
+} ngx_http_session_auth_node_t;
+
+
+typedef struct {
+    /* epoch minute of the window the count belongs to */
+    uint32_t                      minute;
+    uint32_t                      count;
+} ngx_http_session_counter_t;
+
+
+/* a key the database does not know: 96 bytes, a 128-byte slab chunk */
+typedef struct {
+    ngx_http_session_zone_node_t  sn;
+    ngx_msec_t                    expires;
+} ngx_http_session_neg_node_t;
+
+
+/*
+ * A key the database found valid (docs/decisions.md, (ua)): kept an hour
+ * past its cached answer, so that the failures of its client address
+ * never refuse it a lookup (API.md section 10).  Only a valid answer
+ * makes one, so a flood of unknown keys can neither add one nor push one
+ * out.  96 bytes, a 128-byte slab chunk.
+ */
+typedef struct {
+    ngx_http_session_zone_node_t  sn;
+    ngx_msec_t                    expires;
+} ngx_http_session_seen_node_t;
+
+
+/*
+ * failed lookups of one client address in one minute; sn.hash holds the
+ * address (ngx_http_session_auth_fail())
+ */
+typedef struct {
+    ngx_http_session_zone_node_t  sn;
+    uint32_t                      minute;
+    uint32_t                      count;
+} ngx_http_session_fail_node_t;
+
+
+/* 112 bytes: a 128-byte slab chunk per key, all classes together */
+typedef struct {
+    ngx_http_session_zone_node_t  sn;
+    ngx_http_session_counter_t    counters[NGX_HTTP_SESSION_NCLASSES];
+} ngx_http_session_rate_node_t;
+
+
+typedef struct {
+    ngx_rbtree_t                  rbtree;
+    ngx_rbtree_node_t             sentinel;
+    ngx_queue_t                   lru;
+    ngx_uint_t                    n;
+} ngx_http_session_zone_tree_t;
+
+
+typedef struct {
+    ngx_http_session_zone_tree_t  auth;
+    ngx_http_session_zone_tree_t  neg;
+    ngx_http_session_zone_tree_t  rate;
+    ngx_http_session_zone_tree_t  fail;
+    ngx_http_session_zone_tree_t  seen;
+    /* the most unknown keys kept, from the zone's size */
+    ngx_uint_t                    neg_max;
+    /* the most keys seen valid kept, from the zone's size */
+    ngx_uint_t                    seen_max;
+    /* keys seen valid forgotten for want of room, and those alerted */
+    ngx_uint_t                    seen_forgotten;
+    ngx_uint_t                    seen_alerted;
+    /* bumped by every auth cache invalidation */
+    ngx_uint_t                    auth_generation;
+    ngx_uint_t                    evictions;
+    ngx_uint_t                    evictions_alerted;
+    time_t                        last_full_alert;
+    ngx_http_session_stats_t      stats;
+    ngx_http_session_gauges_t     gauges[NGX_HTTP_SESSION_GAUGE_SLOTS];
+} ngx_http_session_zone_sh_t;
+
+
+/*
+ * The memfd behind the zone (handover.c), shared by the configurations
+ * that use the zone: a reload's new one and the old one both hold it
+ * until one of them goes (the old one, or the new one when the reload
+ * fails), so the last one closes it.
+ */
+typedef struct {
+    ngx_fd_t                      fd;
+    ngx_uint_t                    refs;
+} ngx_http_session_zone_fd_t;
+
+
+typedef struct {
+    ngx_http_session_zone_sh_t   *sh;
+    ngx_slab_pool_t              *shpool;
+    size_t                        size;
+    /* NULL: no memfd */
+    ngx_http_session_zone_fd_t   *mfd;
+} ngx_http_session_zone_ctx_t;
+
+
+void ngx_http_session_zone_tree_init(ngx_http_session_zone_tree_t *t);
+ngx_http_session_zone_node_t *ngx_http_session_zone_lookup(
+    ngx_http_session_zone_tree_t *t, u_char *hash);
+void ngx_http_session_zone_insert(ngx_http_session_zone_tree_t *t,
+    ngx_http_session_zone_node_t *sn, u_char *hash);
+void ngx_http_session_zone_delete(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, ngx_http_session_zone_node_t *sn);
+/* frees up to n entries from the cold end of a tree; returns how many */
+ngx_uint_t ngx_http_session_zone_evict(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, ngx_uint_t n);
+
+/*
+ * zone_rate.c's step for zone_auth.c, which admits a cached key in the
+ * same turn of the mutex: the counting, under the mutex, and the ALERTs
+ * it asks for, after it
+ */
+void ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_http_session_take_t *take);
+void ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
+    ngx_http_session_take_t *take);
+
+
+#endif /* _NGX_HTTP_SESSION_ZONE_SHM_H_INCLUDED_ */
