@@ -171,6 +171,14 @@ static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
     uint32_t hash, u_char *sid, u_char *project);
 static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
     ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
+static ngx_int_t ngx_http_session_poll_timeout_arg(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+
+
+static const ngx_http_session_arg_t  ngx_http_session_poll_args[] = {
+    { ngx_string("timeout"), ngx_http_session_poll_timeout_arg, 0, 0 },
+    { ngx_null_string, NULL, 0, 0 }
+};
 
 
 static ngx_rbtree_t        ngx_http_session_poll_tree;
@@ -191,18 +199,45 @@ static ngx_queue_t         ngx_http_session_poll_parking;
 static ngx_event_t         ngx_http_session_poll_park_ev;
 
 
+/* "timeout": seconds, from 0 to session_poll_max_timeout */
+
+static ngx_int_t
+ngx_http_session_poll_timeout_arg(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    u_char                        max[NGX_TIME_T_LEN];
+    ngx_str_t                     text;
+    long long                     n;
+    ngx_http_session_loc_conf_t  *slcf;
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+
+    if (ngx_http_session_parse_int(value->data, value->len, 0,
+                                   (long long) slcf->poll_max_timeout, &n)
+        != 0)
+    {
+        text.data = max;
+        text.len = ngx_sprintf(max, "%T", slcf->poll_max_timeout) - max;
+
+        return ngx_http_session_error_value(r, NGX_HTTP_SESSION_ERR_TIMEOUT,
+                                            &text);
+    }
+
+    *(time_t *) field = (time_t) n;
+
+    return NGX_DECLINED;
+}
+
+
 /* GET /api/v1/sessions/{sid}/poll */
 
 ngx_int_t
 ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
-    u_char                       *pos, uuid[16];
-    u_char                        max[NGX_TIME_T_LEN];
+    u_char                        uuid[16];
     u_char                        sid[NGX_HTTP_SESSION_UUID_LEN];
     time_t                        timeout;
     ngx_int_t                     rc;
-    ngx_str_t                     name, value, text;
-    long long                     n;
     ngx_http_cleanup_t           *cln;
     ngx_http_session_poll_t      *p;
     ngx_http_session_loc_conf_t  *slcf;
@@ -212,39 +247,10 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     /* stage 4: the query string */
 
     timeout = slcf->poll_timeout;
-    pos = r->args.data;
 
-    for ( ;; ) {
-        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-
-        if (rc == NGX_DONE) {
-            break;
-        }
-
-        if (rc == NGX_ERROR) {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        if (name.len == 7 && ngx_strncmp(name.data, "timeout", 7) == 0) {
-            if (ngx_http_session_parse_int(value.data, value.len, 0,
-                                           (long long) slcf->poll_max_timeout,
-                                           &n)
-                != 0)
-            {
-                text.data = max;
-                text.len = ngx_sprintf(max, "%T", slcf->poll_max_timeout)
-                           - max;
-
-                return ngx_http_session_error_value(r,
-                                                NGX_HTTP_SESSION_ERR_TIMEOUT,
-                                                &text);
-            }
-
-            timeout = (time_t) n;
-            continue;
-        }
-
-        return ngx_http_session_unknown_arg(r, &name);
+    rc = ngx_http_session_args(r, ngx_http_session_poll_args, &timeout);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* stage 5 starts here: a malformed id is a session that does not exist */

@@ -6,6 +6,7 @@
  */
 
 #include "ngx_http_session_request.h"
+#include "ngx_http_session_body.h"
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
@@ -314,21 +315,57 @@ ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
 
 
 ngx_int_t
-ngx_http_session_no_args(ngx_http_request_t *r)
+ngx_http_session_args(ngx_http_request_t *r,
+    const ngx_http_session_arg_t *table, void *args)
 {
-    u_char     *pos;
-    ngx_int_t   rc;
-    ngx_str_t   name, value;
+    u_char                        *pos;
+    ngx_int_t                      rc;
+    ngx_str_t                      name, value;
+    const ngx_http_session_arg_t  *a;
 
     pos = r->args.data;
 
-    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-    if (rc == NGX_ERROR) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
+    for ( ;; ) {
+        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
 
-    if (rc == NGX_OK) {
-        return ngx_http_session_unknown_arg(r, &name);
+        if (rc == NGX_DONE) {
+            return NGX_DECLINED;
+        }
+
+        if (rc == NGX_ERROR) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        for (a = table; a && a->name.len; a++) {
+            if (a->name.len == name.len
+                && ngx_strncmp(a->name.data, name.data, name.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (a == NULL || a->name.len == 0) {
+            return ngx_http_session_unknown_arg(r, &name);
+        }
+
+        rc = a->read(r, &value, (u_char *) args + a->offset, a->data);
+
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_http_session_arg_limit(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    if (ngx_http_session_parse_int(value->data, value->len, 1,
+                                   (long long) data, (long long *) field)
+        != 0)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_LIMIT);
     }
 
     return NGX_DECLINED;

@@ -85,10 +85,37 @@ ngx_int_t ngx_http_session_work_held(ngx_http_session_db_query_t *q,
     PGresult *res);
 
 /*
- * For endpoints that take no query parameter: NGX_DECLINED when there is
- * none, else the 400 for the first one (what sending it returned).
+ * The query parameters an endpoint takes, as a table ended by a row with
+ * no name: each name with what reads its value into the endpoint's
+ * arguments, at offset.  A reader returns NGX_DECLINED when the value is
+ * good, else what answering its 400 returned.
  */
-ngx_int_t ngx_http_session_no_args(ngx_http_request_t *r);
+typedef ngx_int_t (*ngx_http_session_arg_pt)(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+
+typedef struct {
+    ngx_str_t                   name;
+    ngx_http_session_arg_pt     read;
+    size_t                      offset;
+    /* the reader's own, such as a largest value */
+    ngx_uint_t                  data;
+} ngx_http_session_arg_t;
+
+/*
+ * Stage 4's query string: every parameter read by its row of the table
+ * into args; NGX_DECLINED when all were good, else what answering the
+ * first bad one returned (400 "unknown query parameter: <name>" for one
+ * the table does not name).  A NULL table takes no parameter at all.
+ */
+ngx_int_t ngx_http_session_args(ngx_http_request_t *r,
+    const ngx_http_session_arg_t *table, void *args);
+
+/* a reader: "limit", from 1 to data, into a long long */
+ngx_int_t ngx_http_session_arg_limit(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+
+/* for endpoints that take no query parameter */
+#define ngx_http_session_no_args(r)  ngx_http_session_args(r, NULL, NULL)
 
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,

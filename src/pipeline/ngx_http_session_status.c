@@ -14,6 +14,8 @@
 
 #define NGX_HTTP_SESSION_STATUS_JSON        0
 #define NGX_HTTP_SESSION_STATUS_PROMETHEUS  1
+/* no format parameter: the Accept header decides */
+#define NGX_HTTP_SESSION_STATUS_NONE        2
 
 /* room for one line of output: a name, a label, a 64-bit number */
 #define NGX_HTTP_SESSION_STATUS_LINE        160
@@ -170,6 +172,8 @@ static ngx_int_t ngx_http_session_status_format(ngx_http_request_t *r,
 static void ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone);
 static void ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
     ngx_http_session_gauges_t *sum);
+static ngx_int_t ngx_http_session_status_format_arg(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
 static void ngx_http_session_status_read(ngx_http_request_t *r,
     ngx_http_session_status_t *st);
 static u_char *ngx_http_session_status_json(u_char *p,
@@ -183,6 +187,11 @@ static u_char *ngx_http_session_status_value(u_char *p,
 ngx_http_session_stats_t   *ngx_http_session_stats;
 ngx_http_session_gauges_t  *ngx_http_session_gauges;
 
+
+static const ngx_http_session_arg_t  ngx_http_session_status_args[] = {
+    { ngx_string("format"), ngx_http_session_status_format_arg, 0, 0 },
+    { ngx_null_string, NULL, 0, 0 }
+};
 
 static ngx_uint_t  ngx_http_session_status_codes[] = {
     NGX_HTTP_SESSION_STATUS_CODES
@@ -403,54 +412,22 @@ ngx_http_session_status_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_session_status_format(ngx_http_request_t *r, ngx_uint_t *format)
 {
-    u_char           *pos;
     ngx_int_t         rc;
-    ngx_str_t         name, value, *accept;
-    ngx_uint_t        given;
+    ngx_str_t        *accept;
     ngx_table_elt_t  *h;
 
-    *format = NGX_HTTP_SESSION_STATUS_JSON;
-    given = 0;
-    pos = r->args.data;
+    *format = NGX_HTTP_SESSION_STATUS_NONE;
 
-    for ( ;; ) {
-        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-
-        if (rc == NGX_DONE) {
-            break;
-        }
-
-        if (rc == NGX_ERROR) {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        if (name.len != sizeof("format") - 1
-            || ngx_strncmp(name.data, "format", name.len) != 0)
-        {
-            return ngx_http_session_unknown_arg(r, &name);
-        }
-
-        if (value.len == sizeof("json") - 1
-            && ngx_strncmp(value.data, "json", value.len) == 0)
-        {
-            *format = NGX_HTTP_SESSION_STATUS_JSON;
-
-        } else if (value.len == sizeof("prometheus") - 1
-                   && ngx_strncmp(value.data, "prometheus", value.len) == 0)
-        {
-            *format = NGX_HTTP_SESSION_STATUS_PROMETHEUS;
-
-        } else {
-            return ngx_http_session_error(r,
-                                          NGX_HTTP_SESSION_ERR_STATUS_FORMAT);
-        }
-
-        given = 1;
+    rc = ngx_http_session_args(r, ngx_http_session_status_args, format);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
-    if (given) {
+    if (*format != NGX_HTTP_SESSION_STATUS_NONE) {
         return NGX_DECLINED;
     }
+
+    *format = NGX_HTTP_SESSION_STATUS_JSON;
 
 #if (NGX_HTTP_HEADERS)
 
@@ -475,6 +452,32 @@ ngx_http_session_status_format(ngx_http_request_t *r, ngx_uint_t *format)
     }
 
 #endif
+
+    return NGX_DECLINED;
+}
+
+
+/* "format": json or prometheus */
+
+static ngx_int_t
+ngx_http_session_status_format_arg(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    ngx_uint_t  *format = field;
+
+    if (value->len == sizeof("json") - 1
+        && ngx_strncmp(value->data, "json", value->len) == 0)
+    {
+        *format = NGX_HTTP_SESSION_STATUS_JSON;
+
+    } else if (value->len == sizeof("prometheus") - 1
+               && ngx_strncmp(value->data, "prometheus", value->len) == 0)
+    {
+        *format = NGX_HTTP_SESSION_STATUS_PROMETHEUS;
+
+    } else {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_STATUS_FORMAT);
+    }
 
     return NGX_DECLINED;
 }
