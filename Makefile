@@ -149,7 +149,7 @@ lint:
 	@bash util/lint.sh
 
 openapi: deps
-	@prove t/020-openapi.t
+	@prove t/019-openapi.t
 
 deb:
 	@bash util/install-deps.sh --deb

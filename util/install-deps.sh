@@ -97,7 +97,7 @@ if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
         "$tmp"/libtest-nginx-perl_*.deb
 fi
 
-# The OpenAPI validator of make test (t/020-openapi.t): Redocly CLI from
+# The OpenAPI validator of make test (t/019-openapi.t): Redocly CLI from
 # the npm registry, at the version util/openapi/package-lock.json pins,
 # into util/openapi/node_modules (nothing global).  Node.js and npm come
 # from Debian when the machine has none.
