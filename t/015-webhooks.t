@@ -1,4 +1,4 @@
-# Webhook delivery (API.md sections 7, 8 and 10): events of the outbox
+# Webhook delivery (docs/api.md §7, §8 and §10): events of the outbox
 # reach a receiver on 127.0.0.1, signed the Standard Webhooks way, with
 # retries on the schedule, refusals of private addresses at connect
 # time, and one sender per event at a time.

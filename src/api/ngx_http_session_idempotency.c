@@ -1,5 +1,5 @@
 /*
- * Idempotency-Key (API.md section 6).
+ * Idempotency-Key (docs/api.md §6).
  *
  * A POST that carries the header is handled in three steps, each one
  * statement of src/sql/003_idempotency.sql:

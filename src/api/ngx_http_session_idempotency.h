@@ -1,5 +1,5 @@
 /*
- * Idempotency-Key on POST requests (API.md section 6).
+ * Idempotency-Key on POST requests (docs/api.md §6).
  */
 
 #ifndef _NGX_HTTP_SESSION_IDEMPOTENCY_H_INCLUDED_

@@ -1,5 +1,5 @@
 /*
- * sessionctl: the admin tool of the Session Service (API.md section 9).
+ * sessionctl: the admin tool of the Session Service (docs/api.md §9).
  *
  * A blocking libpq client: parse the command line, connect, run one
  * command, print one answer (text, or one JSON object with --json).
