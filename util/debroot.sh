@@ -77,8 +77,7 @@ root_env() {
     local v
     ENV=(HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive
          PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
-    for v in CI TEST_JOBS TEST_NGINX_PORT PROVE_OPTS TERM NODE_EXTRA_CA_CERTS
-    do
+    for v in CI TEST_JOBS TEST_NGINX_PORT PROVE_OPTS TERM; do
         if [ -n "${!v:-}" ]; then
             ENV+=("$v=${!v}")
         fi

@@ -106,12 +106,12 @@ if cmp -s "$tools/package-lock.json" \
     current=yes
 fi
 missing=""
-command -v node >/dev/null 2>&1 || missing="nodejs"
+command -v node >/dev/null 2>&1 || missing=" nodejs"
 if [ "$current" = no ] && ! command -v npm >/dev/null 2>&1; then
     missing="$missing npm"
 fi
 if [ -n "$missing" ]; then
-    echo "install-deps: installing: $missing"
+    echo "install-deps: installing:$missing"
     $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
     # shellcheck disable=SC2086
     $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
