@@ -4,17 +4,18 @@
 #   bash util/deb.sh build   build/deb/libnginx-mod-http-session_*.deb from
 #                            a copy of the work tree, then lintian (fails
 #                            on any error)                     (make deb)
-#   bash util/deb.sh test    installs that .deb into THIS machine with
-#                            "apt-get install ./file.deb", checks the
-#                            modules-enabled link, "nginx -t" of the
+#   bash util/deb.sh test    installs that .deb into the system it runs
+#                            in with "apt-get install ./file.deb", checks
+#                            the modules-enabled link, "nginx -t" of the
 #                            system's configuration with the module
-#                            loaded, then serves one API request from a
-#                            private nginx and a throw-away PostgreSQL,
-#                            with the packaged sessionctl; purges the
-#                            package again at the end    (make deb-test)
+#                            loaded, then a private nginx and a throw-away
+#                            PostgreSQL with the packaged sessionctl: a
+#                            create, and a long poll that an upload wakes;
+#                            purges the package again at the end
 #
-# "test" changes the system (it is meant for CI or a throw-away machine):
-# it installs nginx and the package with apt, and removes the package.
+# "test" changes the system it runs in: make deb-test and make
+# test-debian13 run it inside a clean Debian root made for it
+# (util/debroot.sh), never on the machine itself.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
