@@ -1123,7 +1123,7 @@ sessionctl_plan_set(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int                rc;
     long               quota;
-    char               quota_text[16], features_text[32], name[80];
+    char               quota_text[24], features_text[32], name[80];
     unsigned           features;
     json_t            *obj, *list;
     PGresult          *res;
