@@ -59,13 +59,24 @@
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
 #                         comm,dso"; needs perf)
+#   SESSION_MODULE        another build of the module (as util/chaos.sh):
+#                         an older one runs on this tree's schema, which
+#                         is how a migration's additivity is exercised and
+#                         how before and after are measured alike
+#
+# With a local PostgreSQL (the throw-away one), each run also counts the
+# CPU time of the servers from /proc: nginx's processes and PostgreSQL's
+# (the postmaster, its children, and the children that exited), divided
+# by the requests (transactions) of the run: CPU per request, in a table
+# of its own, since requests/s alone hides what a request costs when the
+# machine is not otherwise idle.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 
 DURATION=${BENCH_DURATION:-5s}
@@ -143,31 +154,77 @@ pin_setup() {
     log "clients on CPUs $CLIENT_CPUS, nginx and PostgreSQL on $rest"
 }
 
-# pin_cluster: with SERVER_PIN, PostgreSQL's postmaster and the processes
-# it has started there too (its backends to come inherit it): a cluster
-# given by BENCH_SESSION_DB was not started under SERVER_PIN
-pin_cluster() {
-    local backend postmaster p
-
-    [ -n "$SERVER_PIN" ] || return 0
+# POSTMASTER: the pid of the cluster's postmaster on this machine, or
+# empty (a cluster elsewhere)
+find_postmaster() {
+    local backend
 
     # the checkpointer lives as long as the postmaster, its parent
     backend=$(sql "SELECT pid FROM pg_stat_activity
                    WHERE backend_type = 'checkpointer'") || backend=
-    postmaster=
+    POSTMASTER=
     if [ -n "$backend" ]; then
-        postmaster=$(ps -o ppid= -p "$backend" 2>/dev/null || true)
-        postmaster=${postmaster// /}
+        POSTMASTER=$(ps -o ppid= -p "$backend" 2>/dev/null || true)
+        POSTMASTER=${POSTMASTER// /}
     fi
 
-    # a cluster on another machine: no local postmaster of that pid
-    [ -n "$postmaster" ] \
-        && grep -q postgres "/proc/$postmaster/cmdline" 2>/dev/null \
+    [ -n "$POSTMASTER" ] \
+        && grep -q postgres "/proc/$POSTMASTER/cmdline" 2>/dev/null \
+        || POSTMASTER=
+}
+
+# pin_cluster: with SERVER_PIN, PostgreSQL's postmaster and the processes
+# it has started there too (its backends to come inherit it): a cluster
+# given by BENCH_SESSION_DB was not started under SERVER_PIN
+pin_cluster() {
+    local p
+
+    [ -n "$SERVER_PIN" ] || return 0
+
+    [ -n "$POSTMASTER" ] \
         || { log "PostgreSQL's processes not found: left unpinned"; return 0; }
 
-    for p in "$postmaster" $(pgrep -P "$postmaster"); do
+    for p in "$POSTMASTER" $(pgrep -P "$POSTMASTER"); do
         taskset -c -p "$SERVER_CPUS" "$p" >/dev/null 2>&1 || true
     done
+}
+
+# server_ticks: the CPU time (clock ticks) the servers have used so far:
+# nginx's master and workers, and PostgreSQL's postmaster with its live
+# children (utime + stime) and its exited ones (the postmaster's cutime +
+# cstime); empty without a local postmaster
+server_ticks() {
+    local p
+    local -a pids=()
+
+    [ -n "$POSTMASTER" ] || return 0
+
+    if [ -f "$W/nginx.pid" ]; then
+        p=$(cat "$W/nginx.pid")
+        pids+=("$p" $(pgrep -P "$p"))
+    fi
+    pids+=($(pgrep -P "$POSTMASTER"))
+
+    {
+        for p in "${pids[@]}"; do
+            cat "/proc/$p/stat" 2>/dev/null || true
+        done | awk '{ sub(/^.*\) /, ""); print $12 + $13 }'
+        awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' \
+            "/proc/$POSTMASTER/stat"
+    } | awk '{ t += $1 } END { print t + 0 }'
+}
+
+# cpu_note NAME TICKS0 REQUESTS: CPU microseconds a request of the run
+# that started at TICKS0 (server_ticks) to CPU[NAME]
+cpu_note() {
+    local t1 us
+
+    [ -n "$2" ] && [ -n "$3" ] && [ "$3" -gt 0 ] || return 0
+    t1=$(server_ticks)
+    us=$(awk -v a="$2" -v b="$t1" -v n="$3" -v hz="$(getconf CLK_TCK)" \
+             'BEGIN { printf "%.1f", (b - a) * 1e6 / hz / n }')
+    CPU[$1]+="$us "
+    log "$1: $us us of server CPU a request"
 }
 
 # client COMMAND...: a load generator, on BENCH_DB_CLIENT_CPUS if given
@@ -400,7 +457,7 @@ pg_scripts() {
 
 # --- runs ----------------------------------------------------------------------
 
-declare -A RPS P99 RUNS
+declare -A RPS P99 RUNS CPU
 
 # "1.23ms" / "456.78us" / "1.01s" -> milliseconds
 to_ms() {
@@ -434,10 +491,11 @@ profile() {
 # module NAME CONNECTIONS: wrk with the request shape in the BENCH_*
 # environment
 module() {
-    local name=$1 conns=$2 out rps p99 total non2xx
+    local name=$1 conns=$2 out rps p99 total non2xx t0
 
     settle
     profile "$name"
+    t0=$(server_ticks)
     out=$(BENCH_THREADS=$THREADS client wrk -t"$THREADS" -c"$conns" \
               -d"$DURATION" --latency -s "$ROOT/bench/db-request.lua" \
               "http://127.0.0.1:$PORT" 2>&1) \
@@ -453,6 +511,7 @@ module() {
     [ -z "$non2xx" ] \
         || die "$name: $non2xx of $total answers were not 2xx"
 
+    cpu_note "$name" "$t0" "$total"
     p99=$(to_ms "$p99")
     RPS[$name]+="$rps "
     P99[$name]+="$p99 "
@@ -475,7 +534,8 @@ pgbench_p99() {
 
 # pgbench_run NAME FILE_PREFIX [ARGS...]: pgbench over every
 # pg-FILE_PREFIX*.sql with the anchor's clients, threads and duration, its
-# transaction log in $W/pgb.* (see pgbench_p99), ARGS added; its output
+# transaction log in $W/pgb.* (see pgbench_p99), ARGS added; its output.
+# The caller settles first.
 pgbench_run() {
     local name=$1 prefix=$2 f
     local -a files=()
@@ -488,7 +548,6 @@ pgbench_run() {
     [ "${#files[@]}" -gt 0 ] || die "no pgbench script for $name"
 
     rm -f "$W"/pgb.*
-    settle
     profile "$name"
     (cd "$W" && client pgbench -n -M prepared -c "$CLIENTS" \
          -j "$(( THREADS < CLIENTS ? THREADS : CLIENTS ))" \
@@ -498,10 +557,15 @@ pgbench_run() {
 
 # anchor NAME FILE_PREFIX: pgbench over every pg-FILE_PREFIX*.sql
 anchor() {
-    local name=$1 prefix=$2 out tps p99
+    local name=$1 prefix=$2 out tps p99 t0 n
 
+    settle
+    t0=$(server_ticks)
     out=$(pgbench_run "$name" "$prefix") \
         || { echo "$out" >&2; die "pgbench failed ($name)"; }
+    n=$(awk '/^number of transactions actually processed:/ { print $6 }' \
+            <<<"$out")
+    cpu_note "$name" "$t0" "$n"
 
     if grep -Eq '^number of failed transactions: [1-9]' <<<"$out"; then
         echo "$out" >&2
@@ -569,6 +633,7 @@ rated() {
     P99[rate-$key]+="$p99 "
     log "rate-$key: $out (answers, s, p50, p99 ms, non-200)"
 
+    settle
     out=$(pgbench_run "pgrate-$key" "$prefix" -R "$RATE") \
         || { echo "$out" >&2; die "pgbench -R failed ($key)"; }
     p99=$(pgbench_p99 3) || die "pgrate-$key: no pgbench transaction log"
@@ -724,6 +789,47 @@ floor_report() {
     done
 }
 
+# with CPU figures: the servers' CPU a request, each side; and the keyed
+# create beside the plain one when both ran (issue 24)
+cpu_report() {
+    local s key name rest m a r rk rp ck cp
+
+    [ "${#CPU[@]}" -gt 0 ] || return 0
+
+    echo
+    echo "CPU a request of the servers (nginx's processes and PostgreSQL's," \
+         "from /proc, microseconds; pgbench's own CPU not counted):"
+    echo
+    echo "| endpoint | module (wrk -c$WRK_CONNS) | pgbench | ratio |"
+    echo "|---|---:|---:|---:|"
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        [ -n "${CPU[module-$key]:-}" ] || continue
+
+        m=$(median <<<"${CPU[module-$key]}")
+        a=-
+        r=-
+        if [ -n "${CPU[pgbench-$key]:-}" ]; then
+            a=$(median <<<"${CPU[pgbench-$key]}")
+            r=$(ratio "$m" "$a")
+        fi
+        printf '| %s | %s | %s | %s |\n' "$key" "$m" "$a" "$r"
+    done
+
+    [ -n "${CPU[module-create]:-}" ] && [ -n "${CPU[module-create-key]:-}" ] \
+        || return 0
+
+    rk=$(median <<<"${RPS[module-create-key]}")
+    rp=$(median <<<"${RPS[module-create]}")
+    ck=$(median <<<"${CPU[module-create-key]}")
+    cp=$(median <<<"${CPU[module-create]}")
+    echo
+    echo "The create with a new Idempotency-Key each against the plain create," \
+         "same run: requests/s $(ratio "$rk" "$rp") (goal >= 0.7), CPU a" \
+         "request $(ratio "$ck" "$cp") (goal <= 1.4)."
+}
+
 report() {
     local s key name rest m a rm ra pm pa pb rr rp ok
     local goals_met=0 goals=0
@@ -771,6 +877,7 @@ report() {
          "session_db_batch $DB_BATCH."
     floor_report
     rate_report
+    cpu_report
 
     echo
     echo "Runs (module at -c$WRK_CONNS / module at -c$LAT_CONNS / pgbench," \
@@ -793,6 +900,7 @@ inside() {
     chmod 755 "$W"
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
+    find_postmaster
     pin_cluster
 
     log "fixtures ($QUOTA_ACCOUNTS accounts, sessions, images)"
