@@ -189,42 +189,50 @@ pin_cluster() {
     done
 }
 
-# server_ticks: the CPU time (clock ticks) the servers have used so far:
-# nginx's master and workers, and PostgreSQL's postmaster with its live
-# children (utime + stime) and its exited ones (the postmaster's cutime +
-# cstime); empty without a local postmaster
+# server_ticks: the CPU time (clock ticks) the servers have used so far,
+# "NGINX PG": nginx's master and workers, and PostgreSQL's postmaster with
+# its live children (utime + stime) and its exited ones (the postmaster's
+# cutime + cstime); empty without a local postmaster
 server_ticks() {
-    local p
-    local -a pids=()
+    local p n=0 g=0
 
     [ -n "$POSTMASTER" ] || return 0
 
     if [ -f "$W/nginx.pid" ]; then
         p=$(cat "$W/nginx.pid")
-        pids+=("$p" $(pgrep -P "$p"))
+        n=$(for p in "$p" $(pgrep -P "$p"); do
+                cat "/proc/$p/stat" 2>/dev/null || true
+            done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 }
+                        END { print t + 0 }')
     fi
-    pids+=($(pgrep -P "$POSTMASTER"))
 
-    {
-        for p in "${pids[@]}"; do
-            cat "/proc/$p/stat" 2>/dev/null || true
-        done | awk '{ sub(/^.*\) /, ""); print $12 + $13 }'
-        awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' \
-            "/proc/$POSTMASTER/stat"
-    } | awk '{ t += $1 } END { print t + 0 }'
+    g=$({ for p in $(pgrep -P "$POSTMASTER"); do
+              cat "/proc/$p/stat" 2>/dev/null || true
+          done | awk '{ sub(/^.*\) /, ""); print $12 + $13 }'
+          awk '{ sub(/^.*\) /, ""); print $12 + $13 + $14 + $15 }' \
+              "/proc/$POSTMASTER/stat"
+        } | awk '{ t += $1 } END { print t + 0 }')
+
+    echo "$n $g"
 }
 
 # cpu_note NAME TICKS0 REQUESTS: CPU microseconds a request of the run
-# that started at TICKS0 (server_ticks) to CPU[NAME]
+# that started at TICKS0 (server_ticks), nginx's and PostgreSQL's, to
+# CPU[NAME] (their sum), CPUN[NAME] and CPUP[NAME]
 cpu_note() {
-    local t1 us
+    local t1 n p
 
     [ -n "$2" ] && [ -n "$3" ] && [ "$3" -gt 0 ] || return 0
     t1=$(server_ticks)
-    us=$(awk -v a="$2" -v b="$t1" -v n="$3" -v hz="$(getconf CLK_TCK)" \
-             'BEGIN { printf "%.1f", (b - a) * 1e6 / hz / n }')
-    CPU[$1]+="$us "
-    log "$1: $us us of server CPU a request"
+    read -r n p <<<"$(awk -v a="$2" -v b="$t1" -v r="$3" \
+                         -v hz="$(getconf CLK_TCK)" 'BEGIN {
+        split(a, x, " "); split(b, y, " ");
+        printf "%.1f %.1f", (y[1] - x[1]) * 1e6 / hz / r,
+                            (y[2] - x[2]) * 1e6 / hz / r }')"
+    CPU[$1]+="$(awk -v n="$n" -v p="$p" 'BEGIN { printf "%.1f", n + p }') "
+    CPUN[$1]+="$n "
+    CPUP[$1]+="$p "
+    log "$1: $n + $p us of nginx + PostgreSQL CPU a request"
 }
 
 # client COMMAND...: a load generator, on BENCH_DB_CLIENT_CPUS if given
@@ -457,7 +465,7 @@ pg_scripts() {
 
 # --- runs ----------------------------------------------------------------------
 
-declare -A RPS P99 RUNS CPU
+declare -A RPS P99 RUNS CPU CPUN CPUP
 
 # "1.23ms" / "456.78us" / "1.01s" -> milliseconds
 to_ms() {
@@ -800,8 +808,8 @@ cpu_report() {
     echo "CPU a request of the servers (nginx's processes and PostgreSQL's," \
          "from /proc, microseconds; pgbench's own CPU not counted):"
     echo
-    echo "| endpoint | module (wrk -c$WRK_CONNS) | pgbench | ratio |"
-    echo "|---|---:|---:|---:|"
+    echo "| endpoint | module (wrk -c$WRK_CONNS) | nginx | PostgreSQL | pgbench | ratio |"
+    echo "|---|---:|---:|---:|---:|---:|"
 
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r key name rest <<<"$s"
@@ -814,7 +822,9 @@ cpu_report() {
             a=$(median <<<"${CPU[pgbench-$key]}")
             r=$(ratio "$m" "$a")
         fi
-        printf '| %s | %s | %s | %s |\n' "$key" "$m" "$a" "$r"
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$key" "$m" \
+            "$(median <<<"${CPUN[module-$key]}")" \
+            "$(median <<<"${CPUP[module-$key]}")" "$a" "$r"
     done
 
     [ -n "${CPU[module-create]:-}" ] && [ -n "${CPU[module-create-key]:-}" ] \
