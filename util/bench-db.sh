@@ -72,13 +72,17 @@
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
 #                         comm,dso"; needs perf)
+#   SESSION_MODULE        another build of the module (as util/chaos.sh):
+#                         an older one runs on this tree's schema, which
+#                         is how a migration's additivity is exercised and
+#                         how before and after are measured alike
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 
 DURATION=${BENCH_DURATION:-5s}

@@ -307,6 +307,7 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
 {
     size_t                   len;
     u_char                  *p, *sid;
+    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
@@ -314,9 +315,8 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     r = q->request;
     sid = q->data;
 
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 
@@ -583,6 +583,7 @@ static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
     int                      present;
+    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_ctx_t  *ctx;
@@ -591,9 +592,8 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
     r = q->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 

@@ -139,7 +139,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     ngx_str_t                      msg;
     ngx_uint_t                     mode, plan;
     ngx_http_session_ctx_t        *ctx;
-    ngx_http_session_stmt_e        stmt;
+    ngx_http_session_stmt_e        stmt, keyed;
     ngx_http_session_create_t      cr;
     ngx_http_session_db_query_t   *q;
     ngx_http_session_loc_conf_t   *slcf;
@@ -185,15 +185,19 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 
     if (!(plan & mode)) {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED;
 
     } else if (plan & NGX_HTTP_SESSION_PLAN_UNLIMITED) {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE_KEYED;
 
     } else if (plan & NGX_HTTP_SESSION_PLAN_QUOTA) {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED_KEYED;
 
     } else {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED;
     }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -203,9 +207,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
                    : (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED)
                      ? "counted, then the insert" : "with the plan");
 
-    q = ngx_http_session_work_query(r, stmt,
-                                  NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED,
-                                  ngx_http_session_created);
+    q = ngx_http_session_work_query(r, stmt, keyed, ngx_http_session_created);
     if (q == NULL) {
         ngx_http_session_create_free(&cr);
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -253,7 +255,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 
     ngx_http_session_db_param(q, p, 0, 0);
 
-    if (q->stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED) {
+    if (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED) {
         p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1
                                  + NGX_INT_T_LEN + 1);
         if (p == NULL) {
@@ -296,11 +298,16 @@ ngx_http_session_created_send(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res)
 {
     u_char                          *p, project[16];
+    ngx_int_t                        rc;
     ngx_buf_t                       *b;
     ngx_http_session_ctx_t          *ctx;
     ngx_http_session_doc_session_t   s;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        return rc;
+    }
 
     if (res == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
@@ -311,10 +318,6 @@ ngx_http_session_created_send(ngx_http_request_t *r,
         || PQnfields(res) != 4 + ngx_http_session_work_ncols(q))
     {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
     }
 
     if (PQgetisnull(res, 0, 0) || PQgetvalue(res, 0, 0)[0] == 0) {
@@ -443,15 +446,15 @@ ngx_http_session_complete(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 static void
 ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
 
     r = q->request;
 
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 

@@ -10,6 +10,7 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_idempotency.h"
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -96,7 +97,7 @@ ngx_http_session_work_query(ngx_http_request_t *r,
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    return ngx_http_session_db_query_stmt(r, ctx->idem_claim ? keyed : plain,
+    return ngx_http_session_db_query_stmt(r, ctx->idem_key ? keyed : plain,
                                           handler);
 }
 
@@ -108,10 +109,8 @@ ngx_http_session_work_params(ngx_http_session_db_query_t *q)
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    if (ctx->idem_claim) {
-        ngx_http_session_db_param(q, ctx->idem_key, 0, 0);
-        ngx_http_session_db_param(q, ctx->idem_claim,
-                                  NGX_HTTP_SESSION_UUID_BIN_LEN, 1);
+    if (ctx->idem_key) {
+        ngx_http_session_idem_params(q);
     }
 }
 
@@ -123,47 +122,23 @@ ngx_http_session_work_ncols(ngx_http_session_db_query_t *q)
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    return ctx->idem_claim ? 2 : 0;
+    return ctx->idem_key ? NGX_HTTP_SESSION_IDEM_NCOLS : 0;
 }
 
 
 ngx_int_t
-ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res)
+ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_int_t *rc)
 {
-    int                      n;
     ngx_http_session_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    if (ctx->idem_claim == NULL
-        || res == NULL
-        || PQresultStatus(res) != PGRES_TUPLES_OK
-        || PQntuples(res) == 0)
-    {
+    if (ctx->idem_key == NULL) {
         return NGX_OK;
     }
 
-    n = PQnfields(res);
-
-    if (n < 2
-        || PQgetlength(res, 0, n - 2) != 1
-        || PQgetlength(res, 0, n - 1) != 1)
-    {
-        return NGX_OK;
-    }
-
-    if (PQgetvalue(res, 0, n - 2)[0] == 0) {
-        ngx_log_error(NGX_LOG_WARN, q->request->connection->log, 0,
-                      "session idempotency: the claim was taken over "
-                      "before the work, nothing done");
-        return NGX_DECLINED;
-    }
-
-    if (PQgetvalue(res, 0, n - 1)[0]) {
-        ctx->idem_kept = 1;
-    }
-
-    return NGX_OK;
+    return ngx_http_session_idem_worked(q, res, rc);
 }
 
 
