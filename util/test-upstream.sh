@@ -58,7 +58,8 @@ start=$(date +%s)
 rc=0
 {
     make --no-print-directory NGINX_SRC="$ROOT/$OUT/src" BUILD="$OUT" \
-        build &&
+        "$OUT/ngx_http_session_module.so" &&
+    make --no-print-directory build/sessionctl &&
     make --no-print-directory -C "$OUT/nginx" -f objs/Makefile -j2 binary
 } > "$OUT/build.log" 2>&1 || rc=$?
 secs=$(( $(date +%s) - start ))
@@ -77,7 +78,6 @@ start=$(date +%s)
 rc=0
 TEST_NGINX_BINARY=$ROOT/$OUT/nginx/objs/nginx \
 SESSION_MODULE=$ROOT/$OUT/ngx_http_session_module.so \
-SESSIONCTL=$ROOT/$OUT/sessionctl \
     bash util/test.sh "$@" 2>&1 | tee "$OUT/test.log" || rc=$?
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
 secs=$(( $(date +%s) - start ))

@@ -36,8 +36,7 @@ ROOT=$PWD
 NGINX=${TEST_NGINX_BINARY:-/usr/sbin/nginx}
 # SESSION_MODULE: another build of the module (make asan)
 MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
-# SESSIONCTL: another build of it (make test-upstream)
-SESSIONCTL=${SESSIONCTL:-$ROOT/build/sessionctl}
+SESSIONCTL=$ROOT/build/sessionctl
 
 die() {
     echo "test.sh: $*" >&2
