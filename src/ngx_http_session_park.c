@@ -80,9 +80,10 @@ static ngx_uint_t                 ngx_http_session_parked_since;
 
 
 /*
- * Not TLS, not a stream of HTTP/2 (the connection is not the request's
- * alone), no body, nothing read beyond it, its header in the
- * connection's own buffer.
+ * HTTP/1.x, plain or over TLS (not a stream of HTTP/2 or HTTP/3: the
+ * connection is not the request's alone), no body, nothing read beyond
+ * it (nor decrypted and kept by TLS), its header in the connection's own
+ * buffer.
  */
 
 ngx_uint_t
@@ -94,14 +95,18 @@ ngx_http_session_parkable(ngx_http_request_t *r)
     c = r->connection;
     hc = r->http_connection;
 
-#if (NGX_HTTP_SSL)
-    if (c->ssl) {
+    if (r->http_version > NGX_HTTP_VERSION_11) {
+        return 0;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
         return 0;
     }
 #endif
 
-#if (NGX_HTTP_V2)
-    if (r->stream) {
+#if (NGX_HTTP_SSL)
+    if (c->ssl && SSL_pending(c->ssl->connection) > 0) {
         return 0;
     }
 #endif
@@ -257,6 +262,16 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
         b->last = b->start;
     }
 
+#if (NGX_HTTP_SSL)
+
+    /* TLS's own send buffer, as for an idle keepalive connection */
+
+    if (c->ssl) {
+        ngx_ssl_free_buffer(c);
+    }
+
+#endif
+
     rev = c->read;
     wev = c->write;
 
@@ -391,7 +406,11 @@ ngx_http_session_park_read(ngx_event_t *rev)
     n = recv(c->fd, &buf, 1, MSG_PEEK);
 
     if (n > 0) {
-        /* a pipelined request: read after the answer */
+        /*
+         * a pipelined request: read after the answer; over TLS, a record
+         * (a client's close_notify: its FIN that follows sets
+         * pending_eof, or the read fails)
+         */
         return;
     }
 

@@ -185,6 +185,8 @@ weight() {
         022-poll-scale.t)   echo 10 ;;
         026-db-batch.t)     echo 6 ;;
         027-plan-cache.t)   echo 3 ;;
+        030-http2.t)        echo 20 ;;
+        031-http3.t)        echo 15 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
         020-openapi.t)      echo 6 ;;
