@@ -17,8 +17,10 @@
 #
 # Environment:
 #   BENCH_PROTO_N       waiting polls (default 1000; a multiple of 250)
-#   BENCH_PROTOS        default "h1 h1-tls h2 h3" (h3 only where nginx has
-#                       HTTP/3)
+#   BENCH_PROTOS        default "h1 h1-tls h2 h3 tls-idle" (h3 only where
+#                       nginx has HTTP/3; tls-idle: no poll, N idle
+#                       keepalive TLS connections after one request each,
+#                       what TLS alone costs nginx)
 #   BENCH_PROTO_ROUNDS  rounds, each figure the median (default 3)
 #   BENCH_POLL_PARK     "off": session_poll_park off
 #   BENCH_PROTO_PORT    the first of the 2 ports nginx listens on
@@ -34,7 +36,7 @@ MODULE=${BENCH_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 
 N=${BENCH_PROTO_N:-1000}
-PROTOS=${BENCH_PROTOS:-h1 h1-tls h2 h3}
+PROTOS=${BENCH_PROTOS:-h1 h1-tls h2 h3 tls-idle}
 ROUNDS=${BENCH_PROTO_ROUNDS:-3}
 
 die() {
@@ -95,6 +97,8 @@ conf() {
         $listen
         ssl_certificate $W/cert.pem;
         ssl_certificate_key $W/key.pem;
+        keepalive_timeout 300s;
+        location = /ok { return 204; }
         location /api/ {
             session_api;
             session_limits create=100000000 list=100000000
@@ -133,6 +137,26 @@ clients() {
         h1-tls) per=250; url="https://127.0.0.1:$((PORT + 1))$path" ;;
         h2|h3) per=100; url="https://127.0.0.1:$((PORT + 1))$path" ;;
     esac
+
+    if [ "$proto" = tls-idle ]; then
+        # one request each, then the connections stay open
+        python3 -c '
+import socket, ssl, sys, time
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+held = []
+for i in range(int(sys.argv[2])):
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", int(sys.argv[1]))))
+    s.sendall(b"GET /ok HTTP/1.1\r\nHost: b\r\n\r\n")
+    s.recv(4096)
+    held.append(s)
+open(sys.argv[3], "w").close()
+time.sleep(300)
+' "$((PORT + 1))" "$count" "$W/idle-ready" >/dev/null 2>&1 &
+        CLIENTS+=($!)
+        return
+    fi
 
     for ((i = 0; i < count; i += per)); do
         if [ "$proto" = h3 ]; then
@@ -179,9 +203,17 @@ run() {
 
     # warmed up on the protocol: its first connections' allocations
     # (TLS contexts, session cache, HTTP/2 state) are not the polls'
-    clients "$proto" "$([ "$proto" = h1 ] || [ "$proto" = h1-tls ] \
-                         && echo 250 || echo 100)" \
+    rm -f "$W/idle-ready"
+    clients "$proto" "$([ "$proto" = h2 ] || [ "$proto" = h3 ] \
+                         && echo 100 || echo 250)" \
         "/api/v1/sessions/$sid/poll?timeout=1"
+    if [ "$proto" = tls-idle ]; then
+        for _ in $(seq 300); do
+            [ -f "$W/idle-ready" ] && break
+            sleep 0.1
+        done
+        clients_stop
+    fi
     for pid in "${CLIENTS[@]}"; do wait "$pid" || true; done
     CLIENTS=()
     sleep 1
@@ -193,7 +225,13 @@ run() {
     # every poll waits and, unless it has been 5 s since they all did, is
     # parked; then a second for what a burst frees
     t0=
+    rm -f "$W/idle-ready"
     for _ in $(seq 600); do
+        if [ "$proto" = tls-idle ]; then
+            [ -f "$W/idle-ready" ] && { w=$N; p=0; break; }
+            sleep 0.1
+            continue
+        fi
         read -r w p < <(long_poll)
         if [ "${w:-0}" -ge "$N" ]; then
             [ -n "$t0" ] || t0=$(date +%s)
@@ -205,7 +243,7 @@ run() {
     [ "${w:-0}" -ge "$N" ] || die "$proto: only ${w:-0} of $N polls wait"
     sleep 1
     ready=$(workers_rss)
-    read -r w p < <(long_poll)
+    [ "$proto" = tls-idle ] || read -r w p < <(long_poll)
 
     clients_stop
     stop_nginx
