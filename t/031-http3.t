@@ -6,9 +6,9 @@
 # gtlsclient (Debian's ngtcp2-client), with the headers that
 # t/lib/h3-headers.c adds, asks it over QUIC.  Every endpoint answers
 # over HTTP/3; an image goes up and comes back byte for byte; 100 long
-# polls on one QUIC connection wait (with their requests: an HTTP/3
-# stream is not parked), one upload wakes them all, and a client that
-# goes away leaves nothing waiting.
+# polls on one QUIC connection wait, parked (each stream of QUIC is a
+# connection of nginx, parked as an HTTP/1.1 one is), one upload wakes
+# them all, and a client that goes away leaves nothing waiting.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it), gtlsclient,
 # libnghttp3-dev and openssl (make deps).
@@ -188,8 +188,8 @@ $checks{upload} = sub {
     ok($r->{content} eq $png, "$name - the same bytes");
 };
 
-# 100 polls on one QUIC connection wait (with their requests: an HTTP/3
-# stream is not parked); one upload wakes them all with the image
+# 100 polls on one QUIC connection wait, parked; one upload wakes them
+# all with the image
 $checks{fanout} = sub {
     my ($name) = @_;
     my $n = 100;
@@ -201,9 +201,9 @@ $checks{fanout} = sub {
 
     my ($lp) = wait_until(20, 0.05, sub {
         my $s = long_poll();
-        $s->{waiting} == $n && $s->{parked} == 0 ? $s : undef;
+        $s->{waiting} == $n && $s->{parked} == $n ? $s : undef;
     });
-    ok($lp, "$name - $n polls wait, none parked")
+    ok($lp, "$name - $n polls wait, parked")
         or Test::More::diag(Session::encode_json(long_poll()));
 
     my $up = h3('POST', "/api/v1/sessions/$sid/images", png(100),
@@ -218,7 +218,9 @@ $checks{fanout} = sub {
               @$r),
        $n, "$name - each with the image");
 
-    is(long_poll()->{waiting}, 0, "$name - nobody waits after");
+    my $after = long_poll();
+    is($after->{waiting}, 0, "$name - nobody waits after");
+    is($after->{parked}, 0, "$name - nobody parked after");
 };
 
 # the client of 100 polls on one QUIC connection goes away (it closes
@@ -232,13 +234,19 @@ $checks{gone} = sub {
     my $p = h3_parallel($n, 'GET', "/api/v1/sessions/$sid/poll?timeout=30",
                         $KEY);
 
-    my ($lp) = wait_until(20, 0.05, sub { long_poll()->{waiting} == $n });
-    ok($lp, "$name - $n polls wait");
+    my ($lp) = wait_until(20, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == $n && $s->{parked} == $n;
+    });
+    ok($lp, "$name - $n polls wait, parked");
 
     kill 'INT', $p->{pid};
     h3_collect($p);
 
-    my ($gone) = wait_until(10, 0.05, sub { long_poll()->{waiting} == 0 });
+    my ($gone) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 0 && $s->{parked} == 0;
+    });
     ok($gone, "$name - nobody waits once the client is gone");
 
     my $r = h3('GET', "/api/v1/sessions/$sid/poll?timeout=0");
