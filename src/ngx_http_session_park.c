@@ -105,6 +105,8 @@ ngx_http_session_parkable(ngx_http_request_t *r)
         if (r->http_version != NGX_HTTP_VERSION_30) {
             return 0;
         }
+#else
+        return 0;
 #endif
 
     } else if (r->http_version > NGX_HTTP_VERSION_11) {
@@ -286,7 +288,7 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
 
     /* TLS's own send buffer, as for an idle keepalive connection */
 
-    if (c->ssl) {
+    if (c->ssl && !ngx_http_session_park_quic(c)) {
         ngx_ssl_free_buffer(c);
     }
 
