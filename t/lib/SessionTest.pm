@@ -793,6 +793,9 @@ sub run_action {
 
     return unless defined $block->action;
 
+    # skipped (see --- debug_log): its action would fail
+    return if defined $block->debug_log && !nginx_debug();
+
     (my $action = $block->action) =~ s/\s+//g;
     my $code = $actions->{$action} or die "no action $action";
 
