@@ -254,6 +254,7 @@ run() {
 
 inside() {
     W=$(mktemp -d /tmp/ngx-session-bench-proto.XXXXXX)
+    mkdir -p "$W/logs"
     trap 'clients_stop; scratch_cleanup' EXIT
     if [ -n "${BENCH_PROTO_PORT:-}" ]; then
         PORT=$BENCH_PROTO_PORT
