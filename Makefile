@@ -25,6 +25,13 @@
 #   make sweep      raw-socket bad-input sweep (util/sweep.pl) against an
 #                   nginx of t/025-sweep.t: SWEEP_COUNT=5000 requests at
 #                   most, SWEEP_SECONDS=300, SWEEP_SEED=N repeats a run
+#   make test-upstream UPSTREAM_SRC=/path/to/nginx-1.x
+#                   nginx and the module built from upstream nginx's
+#                   source (--with-debug, HTTP/2, HTTP/3), the whole suite
+#                   against it (util/test-upstream.sh; not in CI)
+#   make bench-poll-proto
+#                   memory of a waiting long poll over HTTP/1.1, TLS,
+#                   HTTP/2 and HTTP/3 (util/bench-poll-proto.sh)
 #   make failover   a primary and a pg_basebackup standby on loopback
 #                   (ports 2420-2422), load, two failovers: the module
 #                   follows the new primary (~25 s; not part of make test)
@@ -65,7 +72,8 @@ UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
-        failover sweep upgrade-test test-debian13
+        failover sweep upgrade-test test-debian13 test-upstream \
+        bench-poll-proto
 
 all: build
 
@@ -141,6 +149,14 @@ bench-poll: deps build
 
 bench-cost: deps build
 	@BENCH_DB_MODE=cost bash util/bench-db.sh
+
+bench-poll-proto: deps build
+	@bash util/bench-poll-proto.sh
+
+test-upstream: deps
+	@test -n "$(UPSTREAM_SRC)" \
+	    || { echo "make test-upstream UPSTREAM_SRC=/path/to/nginx-1.x"; exit 1; }
+	@bash util/test-upstream.sh $(UPSTREAM_SRC)
 
 chaos: deps build
 	@bash util/chaos.sh

@@ -69,6 +69,9 @@ sub secrets {
 no_shuffle();
 no_long_string();
 
+# the secrets check of every block reads the debug-level lines too
+debug_log_note('no key in the error log');
+
 add_block_preprocessor(sub {
     my $block = shift;
 
@@ -636,6 +639,7 @@ $::MALFORMED
 
 
 === TEST 36: no key material anywhere in a debug-level error log
+--- debug_log: nginx's debug-level "http header" lines
 --- log_level: debug
 --- request
 GET /api/v1/nope
@@ -650,6 +654,7 @@ qr/http header: "Authorization: Bearer sess_/
 
 
 === TEST 37: no key material in the log after 404 and 405 answers
+--- debug_log: the debug-level lines a key would be in
 --- log_level: debug
 --- pipelined_requests eval
 ["GET /api/v1/nope", "DELETE /api/v1/sessions", "POST /api/v1/sessions/x"]
@@ -663,6 +668,7 @@ qr/http header: "Authorization: Bearer sess_/
 
 
 === TEST 38: a real key sent with a prefix other than the server's is not logged
+--- debug_log: the debug-level lines a key would be in
 --- log_level: debug
 --- request
 GET /api/v1/nope
@@ -675,6 +681,7 @@ $::MALFORMED
 
 
 === TEST 39: the same with session_key_prefix abcd and a sess key
+--- debug_log: the debug-level lines a key would be in
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_key_prefix abcd;

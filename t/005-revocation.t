@@ -144,6 +144,8 @@ my %actions = (
         # each worker empties the auth cache once its LISTEN connection is
         # up: the nginx of TEST 6 is fresh, so wait for both, or the flush
         # could fall between the two requests below
+        need_debug_log('the "session listen: listening" lines') or return;
+
         my ($listening) = wait_until(10, 0.05, sub {
             open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
             local $/;
@@ -293,6 +295,7 @@ GET /api/v1/nope
 
 
 === TEST 7: (control) a deletion made in SQL, without a notification, waits for the TTL
+--- debug_log: the "session listen: listening" lines
 --- action: sql_delete
 --- more_headers eval
 "Authorization: Bearer $::RAW->{key}"

@@ -692,6 +692,9 @@ worker_connections(1024);
 no_shuffle();
 no_long_string();
 
+# the key check of every block reads the debug-level lines too
+debug_log_note('no key in the error log');
+
 add_block_preprocessor(sub {
     my $block = shift;
 

@@ -200,6 +200,7 @@ run_tests();
 __DATA__
 
 === TEST 1: JSON counters: by status, rate-limited, auth cache, database, zone
+--- debug_log: the "session listen: listening" lines
 --- check: counters
 --- request
 GET /status
@@ -228,6 +229,7 @@ Content-Type: text/plain; version=0.0.4; charset=utf-8
 
 
 === TEST 3: two workers count into one zone
+--- debug_log: the "session listen: listening" lines
 --- workers: 2
 --- check: workers
 --- request

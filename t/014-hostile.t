@@ -527,6 +527,7 @@ qr/^\{"data": ?\[\{"id" ?: ?"$::SID"/
 
 
 === TEST 6: session_auth_fail_limit: 429 beyond the limit, no lookup
+--- debug_log: the "session listen: listening" lines
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_auth_fail_limit 5;
@@ -568,6 +569,7 @@ GET /status
 
 
 === TEST 9: concurrent unknown keys: the limit holds
+--- debug_log: the "session listen: listening" lines
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_auth_fail_limit 3;
@@ -581,6 +583,7 @@ GET /status
 
 
 === TEST 10: unknown keys do not evict known ones
+--- debug_log: the "session listen: listening" lines
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_limit_zone small:32k;
@@ -596,6 +599,7 @@ GET /status
 
 
 === TEST 11: concurrent lookups of one key share one query
+--- debug_log: the "session listen: listening" lines
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_auth_cache_ttl 60s;

@@ -535,6 +535,8 @@ our $RESOLVING = qr/session db: resolving "db\.t023\.test"/;
 sub resolved {
     my ($name) = @_;
 
+    need_debug_log('the "session db: resolving" lines') or return;
+
     my ($up) = wait_until(10, 0.1, sub {
         get_status() == 200 && error_log_count($RESOLVING) >= 4
     });
@@ -544,6 +546,8 @@ sub resolved {
 # no lookup in a worker: the names were resolved in the master
 sub not_resolved {
     my ($name) = @_;
+
+    need_debug_log('the "session db: resolving" lines') or return;
 
     my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
     ok($up, "$name - nginx serves");
@@ -691,6 +695,7 @@ epoll_ctl
 
 
 === TEST 6: a host name through the resolver: every request answered
+--- debug_log: the "session db: resolving" lines
 --- db: NAME
 --- resolver
 --- check: resolved
@@ -709,6 +714,7 @@ epoll_ctl
 
 
 === TEST 7: a host name through the resolver, looked up again on every reconnect
+--- debug_log: the "session db: resolving" lines
 --- db: NAME
 --- resolver
 --- check: resolved_again
@@ -725,6 +731,7 @@ epoll_ctl
 
 
 === TEST 8: a name and a literal with a port each: the name's server is down
+--- debug_log: the "session db: resolving" lines
 --- db: NAMES
 --- resolver
 --- check: resolved
@@ -742,6 +749,7 @@ epoll_ctl
 
 
 === TEST 9: a host name without a resolver: resolved at configuration time
+--- debug_log: the "session db: resolving" lines (none must be there)
 --- db: LOCALHOST
 --- check: not_resolved
 --- more_headers eval

@@ -224,6 +224,8 @@ sub get_status {
 sub recovery {
     my ($name) = @_;
 
+    need_debug_log('the "session db: reconnecting in" lines') or return;
+
     my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
     ok($up, "$name - served");
 
@@ -354,6 +356,7 @@ epoll_ctl
 
 
 === TEST 5: verify-full, a name through the resolver: host= checked, hostaddr= used
+--- debug_log: the "session db: resolving" lines
 --- db: VERIFY
 --- resolver
 --- request
@@ -416,6 +419,7 @@ epoll_ctl
 
 
 === TEST 9: the server stops and starts again: served within 0.8 s
+--- debug_log: the "session db: reconnecting in" lines
 --- db: PREFER
 --- check: recovery
 --- request

@@ -91,6 +91,8 @@ sub drained {
 sub read_by_nginx {
     my (@paths) = @_;
 
+    need_debug_log('nginx\'s "http request line" lines') or return 0;
+
     return (wait_until(10, 0.02, sub {
         open my $fh, '<', $Test::Nginx::Util::ErrLogFile or return 0;
         local $/;
@@ -568,6 +570,7 @@ run_tests();
 __DATA__
 
 === TEST 1: waiting reads go in one pipeline, each with its own answer
+--- debug_log: nginx's "http request line" lines
 --- check: batch
 --- request
 GET /api/v1/sessions?limit=1
@@ -578,6 +581,7 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 2: a read that fails in a pipeline fails alone
+--- debug_log: nginx's "http request line" lines
 --- http_config
     session_db "$TEST_NGINX_SESSION_DB options='-c lock_timeout=1500'";
     session_db_connections 1;
@@ -596,6 +600,7 @@ canceling statement due to lock timeout
 
 
 === TEST 3: clients that go away while their reads wait
+--- debug_log: nginx's "http request line" lines
 --- check: gone
 --- request
 GET /api/v1/sessions?limit=1
@@ -606,6 +611,7 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 4: the connection is lost while a pipeline runs
+--- debug_log: nginx's "http request line" lines
 --- check: lost
 --- request
 GET /api/v1/sessions?limit=1
@@ -616,6 +622,7 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 5: a connection that carried 4 MB is replaced, alone or in a pipeline
+--- debug_log: nginx's "http request line" lines
 --- check: recycle
 --- request
 GET /api/v1/sessions?limit=1
@@ -642,6 +649,7 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 7: session_db_batch 1 sends them one by one
+--- debug_log: nginx's "http request line" lines
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_db_connections 1;

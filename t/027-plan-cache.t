@@ -52,6 +52,8 @@ sub create {
 
 # how many creates of each kind nginx's debug log has seen so far
 sub kinds {
+    need_debug_log('the "session create:" lines') or return (0, 0, 0);
+
     my $log = error_log();
 
     my $alone = () = $log =~ /session create: the insert alone/g;
@@ -258,6 +260,7 @@ run_tests();
 __DATA__
 
 === TEST 1: a plan without a quota: the create is the insert alone
+--- debug_log: the "session create:" and "session listen: listening" lines
 --- check: fast
 --- request
 GET /api/v1/sessions?limit=1
@@ -268,6 +271,7 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 2: the plan changes: the next creates follow it at once
+--- debug_log: the "session create:" and "session listen: listening" lines
 --- check: plan_changed
 --- request
 GET /api/v1/sessions?limit=1
@@ -278,6 +282,7 @@ GET /api/v1/sessions?limit=1
 
 
 === TEST 3: the account moves to another plan: its creates follow at once
+--- debug_log: the "session create:" and "session listen: listening" lines
 --- check: account_moved
 --- request
 GET /api/v1/sessions?limit=1

@@ -59,6 +59,25 @@ if [ "$MODE" = --deb ]; then
     exit 0
 fi
 
+# The HTTP/3 client of t/031-http3.t (ngtcp2's gtlsclient, and the
+# headers of libnghttp3 for t/lib/h3-headers.c): only an nginx with
+# HTTP/3 needs it, and t/031 says so and skips without it, so a release
+# without these packages is no failure here.
+h3=""
+for p in ngtcp2-client libnghttp3-dev; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
+         | grep -q "install ok installed"; then
+        h3="$h3 $p"
+    fi
+done
+if [ -n "$h3" ]; then
+    echo "install-deps: installing (for HTTP/3 tests):$h3"
+    # shellcheck disable=SC2086
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends $h3 \
+        || echo "install-deps: no$h3 here: t/031-http3.t will skip"
+fi
+
 # Test::Nginx is in neither bookworm nor trixie; Debian unstable ships it
 # as an arch-all package whose dependencies are in both.  Fetch it from
 # the mirror the machine already uses (util/debian-mirror.sh), through a

@@ -190,6 +190,8 @@ weight() {
         016-webhook-wakeup.t) echo 1 ;;
         037-upgrade.t)      echo 20 ;;
         038-db-gss.t)       echo 3 ;;
+        030-http2.t)        echo 20 ;;
+        031-http3.t)        echo 15 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
         019-openapi.t)      echo 6 ;;

@@ -63,6 +63,10 @@ static ngx_int_t ngx_http_session_unpark_request(ngx_http_request_t *r,
     ngx_http_session_park_t *pk);
 static u_char *ngx_http_session_park_copy(ngx_str_t *dst, ngx_str_t *src,
     u_char *d);
+static ngx_uint_t ngx_http_session_park_quic(ngx_connection_t *c);
+#if (NGX_HTTP_V3)
+static void ngx_http_session_park_v3_cleanup(void *data);
+#endif
 #if (NGX_LINUX && defined __GLIBC__)
 static void ngx_http_session_park_trim(ngx_event_t *ev);
 #endif
@@ -80,9 +84,11 @@ static ngx_uint_t                 ngx_http_session_parked_since;
 
 
 /*
- * Not TLS, not a stream of HTTP/2 (the connection is not the request's
- * alone), no body, nothing read beyond it, its header in the
- * connection's own buffer.
+ * HTTP/1.x, plain or over TLS, or HTTP/3 (each stream of QUIC is a
+ * connection of its own, as an HTTP/1.x connection is); not a stream of
+ * HTTP/2 (nginx keeps the stream's state in the request); no body,
+ * nothing read beyond it (nor decrypted and kept by TLS), its header in
+ * the connection's own buffer.
  */
 
 ngx_uint_t
@@ -94,14 +100,30 @@ ngx_http_session_parkable(ngx_http_request_t *r)
     c = r->connection;
     hc = r->http_connection;
 
-#if (NGX_HTTP_SSL)
-    if (c->ssl) {
+    if (ngx_http_session_park_quic(c)) {
+#if (NGX_HTTP_V3)
+        if (r->http_version != NGX_HTTP_VERSION_30) {
+            return 0;
+        }
+#else
+        return 0;
+#endif
+
+    } else if (r->http_version > NGX_HTTP_VERSION_11) {
+        return 0;
+    }
+
+#if (NGX_HTTP_V2)
+    if (r->stream) {
         return 0;
     }
 #endif
 
-#if (NGX_HTTP_V2)
-    if (r->stream) {
+#if (NGX_HTTP_SSL)
+    if (c->ssl
+        && !ngx_http_session_park_quic(c)
+        && SSL_pending(c->ssl->connection) > 0)
+    {
         return 0;
     }
 #endif
@@ -244,6 +266,11 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
     c->destroyed = 0;
     c->sent = 0;
 
+    if (ngx_http_session_park_quic(c)) {
+        /* HTTP/3's cleanup took the unanswered request for a failure */
+        c->error = 0;
+    }
+
     /* the header buffer too, as for an idle keepalive connection */
 
     b = c->buffer;
@@ -256,6 +283,16 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
         b->pos = b->start;
         b->last = b->start;
     }
+
+#if (NGX_HTTP_SSL)
+
+    /* TLS's own send buffer, as for an idle keepalive connection */
+
+    if (c->ssl && !ngx_http_session_park_quic(c)) {
+        ngx_ssl_free_buffer(c);
+    }
+
+#endif
 
     rev = c->read;
     wev = c->write;
@@ -388,10 +425,23 @@ ngx_http_session_park_read(ngx_event_t *rev)
         goto gone;
     }
 
+    if (ngx_http_session_park_quic(c)) {
+        /* a stream of QUIC: its reset (or the connection's end) */
+        if (rev->error) {
+            goto gone;
+        }
+
+        return;
+    }
+
     n = recv(c->fd, &buf, 1, MSG_PEEK);
 
     if (n > 0) {
-        /* a pipelined request: read after the answer */
+        /*
+         * a pipelined request: read after the answer; over TLS, a record
+         * (a client's close_notify: its FIN that follows sets
+         * pending_eof, or the read fails)
+         */
         return;
     }
 
@@ -532,6 +582,9 @@ ngx_http_session_unpark_request(ngx_http_request_t *r,
     ngx_uint_t               i;
     ngx_table_elt_t         *h;
     ngx_connection_t        *c;
+#if (NGX_HTTP_V3)
+    ngx_pool_cleanup_t      *cln;
+#endif
     ngx_http_session_ctx_t  *ctx;
 
     c = r->connection;
@@ -614,6 +667,24 @@ ngx_http_session_unpark_request(ngx_http_request_t *r,
 
     ngx_http_set_ctx(r, ctx, ngx_http_session_module);
 
+#if (NGX_HTTP_V3)
+
+    /* what HTTP/3 gives each request of a stream (its request body's) */
+
+    if (r->http_version == NGX_HTTP_VERSION_30) {
+        r->v3_parse = ngx_pcalloc(r->pool, sizeof(ngx_http_v3_parse_t));
+        cln = ngx_pool_cleanup_add(r->pool, 0);
+
+        if (r->v3_parse == NULL || cln == NULL) {
+            return NGX_ERROR;
+        }
+
+        cln->handler = ngx_http_session_park_v3_cleanup;
+        cln->data = r;
+    }
+
+#endif
+
     ngx_http_update_location_config(r);
 
     r->read_event_handler = ngx_http_test_reading;
@@ -642,6 +713,36 @@ ngx_http_session_park_copy(ngx_str_t *dst, ngx_str_t *src, u_char *d)
 
     return ngx_cpymem(d, src->data, src->len);
 }
+
+
+/* c is a stream of QUIC (HTTP/3) */
+
+static ngx_uint_t
+ngx_http_session_park_quic(ngx_connection_t *c)
+{
+#if (NGX_QUIC)
+    return (c->quic != NULL);
+#else
+    return 0;
+#endif
+}
+
+
+#if (NGX_HTTP_V3)
+
+/* as nginx's own for a stream's request: an answer not sent resets it */
+
+static void
+ngx_http_session_park_v3_cleanup(void *data)
+{
+    ngx_http_request_t  *r = data;
+
+    if (!r->response_sent) {
+        r->connection->error = 1;
+    }
+}
+
+#endif
 
 
 void *

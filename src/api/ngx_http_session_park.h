@@ -2,8 +2,8 @@
  * A parked request: while the answer of a request waits (a long poll),
  * nginx's request is freed, with its header buffer, and only the client
  * connection and a small record stay; the answer is sent on a request
- * made again from the record.  Plain HTTP/1.x only (see
- * ngx_http_session_parkable()).
+ * made again from the record.  HTTP/1.x, plain or over TLS, and HTTP/3;
+ * not HTTP/2 (see ngx_http_session_parkable()).
  */
 
 #ifndef _NGX_HTTP_SESSION_PARK_H_INCLUDED_
@@ -22,7 +22,7 @@ typedef struct ngx_http_session_park_s  ngx_http_session_park_t;
 typedef void (*ngx_http_session_park_gone_pt)(ngx_http_session_park_t *pk);
 
 
-/* can r go while it waits: plain HTTP/1.x, no body, nothing beyond it */
+/* can r go while it waits: HTTP/1.x or HTTP/3, no body, nothing beyond */
 ngx_uint_t ngx_http_session_parkable(ngx_http_request_t *r);
 
 /*

@@ -46,7 +46,7 @@ use Time::HiRes ();
 our @EXPORT = qw(nginx_quote http_request auth_header wait_until
                  random_key hang_listener conninfo_port
                  relay_start relay_stop relay_db master_pid worker_pids
-                 error_log_count);
+                 error_log_count nginx_debug need_debug_log debug_log_note);
 
 our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
                     burst status_json listening error_log access_log
@@ -72,6 +72,82 @@ if (!defined $ENV{TEST_NGINX_SESSION_DB} || $ENV{TEST_NGINX_SESSION_DB} eq '')
 }
 
 $ENV{TEST_NGINX_SESSION_DB_CONF} = nginx_quote($ENV{TEST_NGINX_SESSION_DB});
+
+
+# --- debug-level lines -----------------------------------------------------
+#
+# Only an nginx built --with-debug writes debug-level lines (the error log
+# of a block is at debug level): Debian's is, an nginx built from source
+# may not be.  What a block learns from such lines (a line that must be
+# there, or a key that must not) it cannot learn from another nginx, so
+# a block that needs them says so:
+#
+#     --- debug_log: the "session db: resolving" lines
+#
+# and is skipped, with that reason, where nginx has no debug log: "ok N
+# # skip NAME - needs <what>: nginx without --with-debug", said on
+# stderr too ("# skipped: ...").  Where nginx has it nothing changes.  The
+# helpers that read such lines (listening(), need_debug_log()) fail when
+# they have none, so that a block that forgot the section fails rather
+# than passing on nothing.
+
+my $NginxDebug;
+
+# nginx_debug(): whether the nginx under test (TEST_NGINX_BINARY) was
+# built --with-debug (nginx -V)
+sub nginx_debug {
+    if (!defined $NginxDebug) {
+        my $nginx = $Test::Nginx::Util::NginxBinary || 'nginx';
+        my $v = `$nginx -V 2>&1`;
+        $NginxDebug = $v =~ /\s--with-debug(?:\s|$)/ ? 1 : 0;
+    }
+
+    return $NginxDebug;
+}
+
+sub debug_skip {
+    my ($why) = @_;
+
+    $why .= ": nginx without --with-debug";
+    Test::More->builder->skip($why);
+    Test::More::diag("skipped: $why");
+}
+
+# the preprocessing of every block (a script's own comes first)
+Test::Nginx::Util::add_block_preprocessor(sub {
+    my ($block) = @_;
+
+    return if !defined $block->debug_log || nginx_debug();
+
+    (my $what = $block->debug_log) =~ s/\s+$//;
+    debug_skip("$0 " . $block->name . " - needs $what");
+    $block->set_value('SKIP', 1);
+});
+
+# need_debug_log(WHAT): true when nginx writes debug-level lines; else a
+# failing test "needs WHAT, which nginx without --with-debug does not
+# write (a --- debug_log block?)" and false.  For a check about to read
+# such lines.
+sub need_debug_log {
+    my ($what) = @_;
+
+    return 1 if nginx_debug();
+
+    Test::More::fail("needs $what, which nginx without --with-debug does"
+                     . " not write (a --- debug_log block?)");
+
+    return 0;
+}
+
+# debug_log_note(WHAT): where nginx writes no debug-level lines, one
+# skipped test that says that WHAT (a check of every block) sees only the
+# lines of the other levels
+sub debug_log_note {
+    my ($what) = @_;
+
+    debug_skip("$0: $what: checked in the lines of other levels only")
+        unless nginx_debug();
+}
 
 
 # "Authorization: Bearer <key>"
@@ -641,6 +717,9 @@ sub status_json {
 sub listening {
     my ($workers) = @_;
 
+    # a debug-level line
+    need_debug_log('"session listen: listening" lines') or return;
+
     my ($ok) = wait_until(10, 0.05, sub {
         my $n = () = error_log() =~ /session listen: listening/g;
         return $n >= $workers;
@@ -713,6 +792,9 @@ sub run_action {
     my ($block, $actions) = @_;
 
     return unless defined $block->action;
+
+    # skipped (see --- debug_log): its action would fail
+    return if defined $block->debug_log && !nginx_debug();
 
     (my $action = $block->action) =~ s/\s+//g;
     my $code = $actions->{$action} or die "no action $action";
