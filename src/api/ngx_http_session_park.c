@@ -72,15 +72,21 @@ static void ngx_http_session_park_trim(ngx_event_t *ev);
 #endif
 
 
-/* the park of each connection, by its index in cycle->connections */
-static ngx_http_session_park_t  **ngx_http_session_parked;
-/* nginx's timer traces print ev->data as a connection's fd */
-static ngx_connection_t           ngx_http_session_park_conn;
+/* the worker's parks */
+typedef struct {
+    /* the park of each connection, by its index in cycle->connections */
+    ngx_http_session_park_t     **parked;
+    /* nginx's timer traces print ev->data as a connection's fd */
+    ngx_connection_t              dummy;
 #if (NGX_LINUX && defined __GLIBC__)
-static ngx_event_t                ngx_http_session_park_trim_ev;
-/* parks since the last trim */
-static ngx_uint_t                 ngx_http_session_parked_since;
+    ngx_event_t                   trim_ev;
+    /* parks since the last trim */
+    ngx_uint_t                    since;
 #endif
+} ngx_http_session_park_worker_t;
+
+
+static ngx_http_session_park_worker_t  ngx_http_session_park_worker;
 
 
 /*
@@ -252,7 +258,7 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
 
     c = r->connection;
 
-    ngx_http_session_parked[c - ngx_cycle->connections] = pk;
+    ngx_http_session_park_worker.parked[c - ngx_cycle->connections] = pk;
     ngx_http_session_gauge(polls_parked, 1);
 
     /* the request goes (its line is logged with the answer) */
@@ -321,10 +327,10 @@ ngx_http_session_park_request(ngx_http_session_park_t *pk,
      * burst's peak for good.
      */
 
-    if (++ngx_http_session_parked_since >= NGX_HTTP_SESSION_PARK_TRIM_BURST
-        && !ngx_http_session_park_trim_ev.timer_set)
+    if (++ngx_http_session_park_worker.since >= NGX_HTTP_SESSION_PARK_TRIM_BURST
+        && !ngx_http_session_park_worker.trim_ev.timer_set)
     {
-        ngx_add_timer(&ngx_http_session_park_trim_ev,
+        ngx_add_timer(&ngx_http_session_park_worker.trim_ev,
                       NGX_HTTP_SESSION_PARK_TRIM_AFTER);
     }
 
@@ -414,7 +420,7 @@ ngx_http_session_park_read(ngx_event_t *rev)
     ngx_http_session_park_t  *pk;
 
     c = rev->data;
-    pk = ngx_http_session_parked[c - ngx_cycle->connections];
+    pk = ngx_http_session_park_worker.parked[c - ngx_cycle->connections];
 
     if (pk == NULL) {
         ngx_http_close_connection(c);
@@ -509,7 +515,7 @@ ngx_http_session_unpark(ngx_http_session_park_t *pk)
 
     c = pk->connection;
 
-    ngx_http_session_parked[c - ngx_cycle->connections] = NULL;
+    ngx_http_session_park_worker.parked[c - ngx_cycle->connections] = NULL;
     ngx_http_session_gauge(polls_parked, -1);
 
     /* a keepalive connection's buffer is whole when its request ends */
@@ -755,7 +761,8 @@ ngx_http_session_park_data(ngx_http_session_park_t *pk)
 void
 ngx_http_session_park_free(ngx_http_session_park_t *pk)
 {
-    ngx_http_session_parked[pk->connection - ngx_cycle->connections] = NULL;
+    ngx_http_session_park_worker.parked[pk->connection
+                                        - ngx_cycle->connections] = NULL;
     ngx_http_session_gauge(polls_parked, -1);
     ngx_free(pk);
 }
@@ -766,7 +773,7 @@ ngx_http_session_park_free(ngx_http_session_park_t *pk)
 static void
 ngx_http_session_park_trim(ngx_event_t *ev)
 {
-    ngx_http_session_parked_since = 0;
+    ngx_http_session_park_worker.since = 0;
 
     (void) malloc_trim(0);
 }
@@ -777,20 +784,23 @@ ngx_http_session_park_trim(ngx_event_t *ev)
 ngx_int_t
 ngx_http_session_park_init_process(ngx_cycle_t *cycle)
 {
+    ngx_http_session_park_worker_t  *w;
+
+    w = &ngx_http_session_park_worker;
+
     /* untouched pages cost nothing: memory grows with the parks */
-    ngx_http_session_parked = ngx_calloc(cycle->connection_n
-                                         * sizeof(ngx_http_session_park_t *),
-                                         cycle->log);
-    if (ngx_http_session_parked == NULL) {
+    w->parked = ngx_calloc(cycle->connection_n
+                           * sizeof(ngx_http_session_park_t *), cycle->log);
+    if (w->parked == NULL) {
         return NGX_ERROR;
     }
 
 #if (NGX_LINUX && defined __GLIBC__)
-    ngx_http_session_park_conn.fd = (ngx_socket_t) -1;
-    ngx_http_session_park_trim_ev.handler = ngx_http_session_park_trim;
-    ngx_http_session_park_trim_ev.data = &ngx_http_session_park_conn;
-    ngx_http_session_park_trim_ev.log = cycle->log;
-    ngx_http_session_park_trim_ev.cancelable = 1;
+    w->dummy.fd = (ngx_socket_t) -1;
+    w->trim_ev.handler = ngx_http_session_park_trim;
+    w->trim_ev.data = &w->dummy;
+    w->trim_ev.log = cycle->log;
+    w->trim_ev.cancelable = 1;
 #endif
 
     return NGX_OK;
@@ -801,11 +811,11 @@ void
 ngx_http_session_park_exit_process(ngx_cycle_t *cycle)
 {
 #if (NGX_LINUX && defined __GLIBC__)
-    if (ngx_http_session_park_trim_ev.timer_set) {
-        ngx_del_timer(&ngx_http_session_park_trim_ev);
+    if (ngx_http_session_park_worker.trim_ev.timer_set) {
+        ngx_del_timer(&ngx_http_session_park_worker.trim_ev);
     }
 #endif
 
-    ngx_free(ngx_http_session_parked);
-    ngx_http_session_parked = NULL;
+    ngx_free(ngx_http_session_park_worker.parked);
+    ngx_http_session_park_worker.parked = NULL;
 }
