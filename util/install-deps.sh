@@ -12,7 +12,7 @@ PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
       postgresql postgresql-contrib postgresql-common check pkg-config wrk
       curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
       libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
-      openssl ca-certificates libio-socket-ssl-perl"
+      openssl ca-certificates libio-socket-ssl-perl pgbouncer"
 
 if [ "$MODE" = --deb ]; then
     # debian/control's Build-Depends, and the tools of util/deb.sh

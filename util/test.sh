@@ -189,6 +189,8 @@ weight() {
         016-webhook-wakeup.t) echo 1 ;;
         037-upgrade.t)      echo 20 ;;
         038-db-gss.t)       echo 3 ;;
+        048-pgbouncer.t)    echo 15 ;;
+        049-pooler.t)       echo 10 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
         020-openapi.t)      echo 6 ;;
