@@ -125,6 +125,14 @@ $checks{found} = sub {
 
     like(error_log(), qr/\[warn\] .*session db: a connection pooler stands/,
          "$name - the pooler is said");
+
+    # sessionctl migrate's advisory lock would not hold through it
+    my ($code, undef, $err) =
+        Session::_run(Session::sessionctl_path(), '-d', $PGB->{conninfo},
+                      'migrate');
+    is($code, 1, "$name - sessionctl migrate through the pooler: refused");
+    like($err, qr/^sessionctl: migrate needs a connection to PostgreSQL itself/,
+         "$name - its message");
     unlike(error_log(), qr/preparing the statements failed/,
            "$name - nothing was prepared");
 };
