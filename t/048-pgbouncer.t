@@ -183,11 +183,11 @@ sub server_pids {
            pgbouncer_admin($PGB, 'SHOW SERVERS');
 }
 
-# the backends of the LISTEN connections, straight from nginx
+# the backends of the LISTEN connections that are not PgBouncer's
 sub listen_backends {
     return psql(q{SELECT count(*) FROM pg_stat_activity}
                 . q{ WHERE application_name = 'nginx session listen'}
-                . q{ AND query LIKE 'LISTEN %'});
+                . q{ AND pid NOT IN (} . join(',', server_pids(), 0) . q{)});
 }
 
 # the webhook requests the receiver got for session $sid
@@ -232,6 +232,8 @@ $checks{endpoints} = sub {
     # the first would have failed to
     unlike(error_log(), qr/preparing the statements failed/,
            "$name - nothing is prepared");
+    unlike(error_log(), qr/the statements are prepared/,
+           "$name - nothing is prepared (the debug log)");
     unlike(error_log(), qr/statement_timeout is/,
            "$name - the server's statement_timeout is PgBouncer's");
     unlike(error_log(), qr/connection pooler/,

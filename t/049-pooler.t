@@ -25,7 +25,7 @@ use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Session qw(:DEFAULT);
 use SessionTest qw(:DEFAULT api_request check_init run_action error_log
-                   listening);
+                   listening send_get answer status_json);
 use Pgbouncer;
 
 BEGIN {
@@ -39,6 +39,11 @@ our $TAG = sprintf 't049-%d-%d', $$, time;
 
 our $PGB = pgbouncer_start(pool_mode => 'transaction', pool_size => 1,
                            ignore => 'options');
+
+# and one in session mode, which refuses "options"
+our $SESS = pgbouncer_start(pool_mode => 'session', pool_size => 4,
+                            port => ($ENV{TEST_NGINX_PORT} || 1984) + 6);
+$ENV{TEST_NGINX_PGB_SESSION_CONF} = nginx_quote($SESS->{conninfo});
 
 $ENV{TEST_NGINX_PGB_CONF} = nginx_quote($PGB->{conninfo});
 $ENV{TEST_NGINX_PGB_OPTIONS_CONF} =
@@ -143,10 +148,41 @@ $checks{listen_own} = sub {
 
     my ($ok) = wait_until(10, 0.05, sub {
         psql(q{SELECT count(*) FROM pg_stat_activity}
-             . q{ WHERE application_name = 't049-listen'}
-             . q{ AND query LIKE 'LISTEN %'}) == 1;
+             . q{ WHERE application_name = 't049-listen'}) == 1;
     });
     ok($ok, "$name - LISTEN runs on the connection of session_db_listen");
+};
+
+# session_db_pooler session through PgBouncer in session mode, LISTEN
+# too: the statements are prepared, nothing is said, a poll is woken
+$checks{session_mode} = sub {
+    my ($name) = @_;
+
+    listening(1);
+
+    is_deeply(statements(), [201, 200, 200, 201, 200],
+              "$name - every statement runs");
+
+    like(error_log(), qr/session db: the statements are prepared/,
+         "$name - the statements are prepared");
+    unlike(error_log(), qr/connection pooler/, "$name - nothing is said");
+
+    my $r = api('POST', '/api/v1/sessions', { delivery_mode => 'long_poll' });
+    my $sid = $r->{json}{id} // 'none';
+    my $poll = send_get("/api/v1/sessions/$sid/poll?timeout=30", $F->{key});
+
+    my ($waits) = wait_until(10, 0.02, sub {
+        status_json()->{long_poll}{waiting} > 0;
+    });
+    ok($waits, "$name - the poll waits");
+
+    api('POST', "/api/v1/sessions/$sid/images", $PNG,
+        { 'Content-Type' => 'image/png' });
+
+    my $a = answer($poll, 30);
+    is($a->{status}, 200, "$name - the poll: 200");
+    ok($a->{elapsed} < 10, "$name - woken through LISTEN, at once")
+        or diag("after $a->{elapsed} s");
 };
 
 # session_db_pooler transaction straight to PostgreSQL: unnamed
@@ -160,6 +196,8 @@ $checks{direct} = sub {
               "$name - every statement runs");
 
     unlike(error_log(), qr/connection pooler/, "$name - no pooler found");
+    unlike(error_log(), qr/the statements are prepared/,
+           "$name - nothing is prepared");
 };
 
 
@@ -177,6 +215,9 @@ my $CONFIG = <<'EOF';
     }
     location = /ping {
         return 200 "pong\n";
+    }
+    location = /status {
+        session_status;
     }
 EOF
 
@@ -231,17 +272,17 @@ qr/\[emerg\] .*"session_db_pooler transaction" in \S+nginx\.conf:\d+ needs "sess
     session_db_listen $TEST_NGINX_SESSION_DB_CONF;
 --- must_die
 --- error_log eval
-qr/\[emerg\] .*"session_db" has options=, which a pooler in transaction mode does not pass on to PostgreSQL \("session_db_pooler transaction" in \S+nginx\.conf:\d+\): set them on the role or the database/
+qr/\[emerg\] .*"session_db" has options=, which a pooler does not pass on to PostgreSQL \("session_db_pooler" in \S+nginx\.conf:\d+\): set them on the role or the database/
 
 
 
 === TEST 3: session_db_pooler with an unknown value
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_db_pooler session;
+    session_db_pooler statement;
 --- must_die
 --- error_log eval
-qr/\[emerg\] .*invalid value "session" in "session_db_pooler", expected "off" or "transaction" in \S+nginx\.conf:\d+/
+qr/\[emerg\] .*invalid value "statement" in "session_db_pooler", expected "off", "session" or "transaction" in \S+nginx\.conf:\d+/
 
 
 
@@ -343,5 +384,17 @@ qr/\[warn\] .*session db: statement_timeout is 0 ms on the server behind the poo
     session_db_listen $TEST_NGINX_SESSION_DB_CONF;
     session_auth_cache_ttl 1h;
 --- check: direct
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: session_db_pooler session through PgBouncer in session mode
+--- http_config
+    session_db $TEST_NGINX_PGB_SESSION_CONF;
+    session_db_pooler session;
+    session_db_connections 1;
+    session_auth_cache_ttl 1h;
+--- check: session_mode
 --- no_error_log
 [error]

@@ -12,8 +12,10 @@
  * connection is free (PgBouncer's pool_mode = transaction): nothing of a
  * session survives from one statement to the next there.  The pool then
  * sends no startup options and prepares nothing (db_query.c), and the
- * configuration is refused unless LISTEN has a connection of its own,
- * and unless session_db's options could reach the server.
+ * configuration is refused unless LISTEN has a connection of its own.
+ * session_db_pooler session: a pooler that keeps a server connection for
+ * each client connection; the statements are prepared as usual.  Behind
+ * either, session_db must not have options, which no pooler passes on.
  */
 
 #include "ngx_http_session_db_conf.h"
@@ -30,6 +32,7 @@ static char *ngx_http_session_db_conninfo(ngx_conf_t *cf,
 
 static ngx_conf_enum_t  ngx_http_session_db_poolers[] = {
     { ngx_string("off"), NGX_HTTP_SESSION_POOLER_OFF },
+    { ngx_string("session"), NGX_HTTP_SESSION_POOLER_SESSION },
     { ngx_string("transaction"), NGX_HTTP_SESSION_POOLER_TRANSACTION },
     { ngx_null_string, 0 }
 };
@@ -94,7 +97,7 @@ ngx_http_session_db_pooler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
     ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                        "invalid value \"%V\" in \"%V\", "
-                       "expected \"off\" or \"transaction\"",
+                       "expected \"off\", \"session\" or \"transaction\"",
                        &value[1], &cmd->name);
 
     return NGX_CONF_ERROR;
@@ -205,19 +208,20 @@ ngx_http_session_db_init_conf(ngx_conf_t *cf,
                           smcf->db_pooler_line);
             return NGX_ERROR;
         }
+    }
 
-        /* PgBouncer refuses the startup parameter, or drops it */
+    /* PgBouncer refuses the startup parameter, or drops it */
 
-        if (smcf->db_options.len) {
-            ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "\"session_db\" has options=, which a pooler in "
-                          "transaction mode does not pass on to "
-                          "PostgreSQL (\"session_db_pooler transaction\" "
-                          "in %V:%ui): set them on the role or the "
-                          "database (ALTER ROLE ... SET)",
-                          &smcf->db_pooler_file, smcf->db_pooler_line);
-            return NGX_ERROR;
-        }
+    if (smcf->db_pooler != NGX_HTTP_SESSION_POOLER_OFF
+        && smcf->db_options.len)
+    {
+        ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
+                      "\"session_db\" has options=, which a pooler does "
+                      "not pass on to PostgreSQL (\"session_db_pooler\" "
+                      "in %V:%ui): set them on the role or the database "
+                      "(ALTER ROLE ... SET)",
+                      &smcf->db_pooler_file, smcf->db_pooler_line);
+        return NGX_ERROR;
     }
 
     if (ngx_http_session_dbhost_init_conf(cf, smcf->db_hosts) != NGX_OK) {

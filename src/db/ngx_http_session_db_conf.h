@@ -18,7 +18,7 @@ char *ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 char *ngx_http_session_db_listen(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 
-/* session_db_pooler off | transaction; */
+/* session_db_pooler off | session | transaction; */
 char *ngx_http_session_db_pooler(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 

@@ -67,15 +67,25 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
         dc->options = ngx_http_session_db_options(cycle,
                                                   &smcf->listen_options);
 
+        if (dc->options == NULL) {
+            return NGX_ERROR;
+        }
+
     } else {
         dc->conninfo = (const char *) smcf->db_conninfo.data;
         dc->hosts = smcf->db_hosts;
-        dc->options = ngx_http_session_db_options(cycle, &smcf->db_options);
+
+        /* through a pooler that session_db_pooler names: none */
+
+        if (smcf->db_pooler == NGX_HTTP_SESSION_POOLER_OFF) {
+            dc->options = ngx_http_session_db_options(cycle,
+                                                      &smcf->db_options);
+            if (dc->options == NULL) {
+                return NGX_ERROR;
+            }
+        }
     }
 
-    if (dc->options == NULL) {
-        return NGX_ERROR;
-    }
     dc->timeout = smcf->db_timeout;
     dc->check = smcf->db_idle_check;
     dc->ready = ngx_http_session_listen_ready;
@@ -113,12 +123,12 @@ ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc)
      * A pooler in session mode keeps LISTEN; one in transaction mode
      * runs it on a server connection that it then hands to others, and
      * no notification comes back.  Which mode it is it does not say:
-     * the module listens all the same, and says so at every connect; an
-     * error where session_db_pooler says that the pooler pools
-     * transactions (session_db_listen should pass it by).
+     * the module listens all the same, and says so at every connect
+     * unless session_db_pooler says "session"; an error where it says
+     * "transaction" (session_db_listen should pass the pooler by).
      */
 
-    if (dc->pooled) {
+    if (dc->pooled && smcf->db_pooler != NGX_HTTP_SESSION_POOLER_SESSION) {
         level = (smcf->db_pooler == NGX_HTTP_SESSION_POOLER_OFF)
                 ? NGX_LOG_WARN : NGX_LOG_ERR;
 

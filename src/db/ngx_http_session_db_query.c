@@ -159,23 +159,25 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     ngx_http_session_db_pool = pool;
 
     /*
-     * Through a pooler in transaction mode nothing of a session lasts
-     * beyond its transaction: no startup options (PgBouncer refuses
-     * them), no statement prepared on one server connection to be run on
-     * another; each statement goes with its text, unnamed (Parse, Bind
-     * and Execute in one round trip, planned every time)
+     * No pooler passes startup options on (PgBouncer refuses them).
+     * Through one in transaction mode nothing of a session lasts beyond
+     * its transaction: no statement prepared on one server connection to
+     * be run on another; each statement goes with its text, unnamed
+     * (Parse, Bind and Execute in one round trip, planned every time)
      */
 
     options = NULL;
 
     if (pool->pooler == NGX_HTTP_SESSION_POOLER_OFF) {
-        pool->prepare = ngx_http_session_db_stmt_init(cycle);
-        if (pool->prepare == NULL) {
-            return NGX_ERROR;
-        }
-
         options = ngx_http_session_db_options(cycle, &smcf->db_options);
         if (options == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (pool->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
+        pool->prepare = ngx_http_session_db_stmt_init(cycle);
+        if (pool->prepare == NULL) {
             return NGX_ERROR;
         }
     }
@@ -250,7 +252,9 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
 
     /* the statements first: queries wait for them like for a busy one */
 
-    if (pool && pool->prepare && !dc->pooled && !dc->prepared) {
+    if (pool && pool->prepare && !dc->prepared
+        && !(dc->pooled && pool->pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    {
         dc->preparing = 1;
 
         if (ngx_http_session_db_conn_send(dc, pool->prepare) != NGX_OK) {
@@ -271,7 +275,7 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
  * no PREPARE (the statements would be on one server connection and the
  * queries on any); the pool still sends startup options to it and runs
  * LISTEN through session_db, which holds only if it pools sessions.
- * Behind a pooler in transaction mode the module sends no
+ * Behind a pooler that session_db_pooler names the module sends no
  * statement_timeout: the server's own is the one that ends a statement
  * the module gave up on.
  */
@@ -294,7 +298,7 @@ ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
                       "transaction\" and \"session_db_listen\"");
     }
 
-    if (pool->pooler == NGX_HTTP_SESSION_POOLER_TRANSACTION
+    if (pool->pooler != NGX_HTTP_SESSION_POOLER_OFF
         && !pool->said_timeout
         && (dc->server_timeout == 0
             || dc->server_timeout > (ngx_int_t) pool->timeout))
@@ -344,6 +348,9 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
                               "session db: preparing the statements failed, "
                               "they are sent as text on this connection");
             }
+
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                           "session db: the statements are prepared");
         }
 
         /* the PREPARE, or a query that went away meanwhile */
