@@ -347,10 +347,11 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
                 ngx_log_error(NGX_LOG_WARN, dc->log, 0,
                               "session db: preparing the statements failed, "
                               "they are sent as text on this connection");
-            }
 
-            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
-                           "session db: the statements are prepared");
+            } else {
+                ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                               "session db: the statements are prepared");
+            }
         }
 
         /* the PREPARE, or a query that went away meanwhile */
