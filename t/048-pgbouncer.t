@@ -250,8 +250,10 @@ $checks{reconnect} = sub {
 
     all_ok("$name - before", every_statement("$name-before"));
 
-    my @before = server_pids();
-    is(scalar @before, 1, "$name - one server connection");
+    # (one, or two for a moment: a connection of the block before that
+    # PgBouncer closes once it is released)
+    my %before = map { $_ => 1 } server_pids();
+    ok(%before, "$name - PgBouncer has a server connection");
 
     pgbouncer_admin($PGB, 'RECONNECT pooled');
 
@@ -259,7 +261,7 @@ $checks{reconnect} = sub {
     my ($new) = wait_until(10, 0.05, sub {
         api('GET', '/api/v1/sessions?limit=1');
         my @now = server_pids();
-        return @now == 1 && $now[0] != $before[0];
+        return @now && !grep { $before{$_} } @now;
     });
     ok($new, "$name - PgBouncer has a new server connection");
 
@@ -411,8 +413,16 @@ $checks{pipeline} = sub {
 
     my @req = map { send_get($_->[0], $F->{key}) } @want;
 
+    # nginx has read every request (its debug log says so; the handler
+    # queues the read in the same turn of the loop), and they wait (the
+    # sweep's and the webhook queue's statements may wait beside them)
     my ($waiting) = wait_until(10, 0.02, sub {
-        status_json()->{database}{waiting} >= @want;
+        my $log = error_log();
+        for my $w (@want) {
+            return 0 if index($log, qq{http request line: "GET $w->[0] })
+                        < 0;
+        }
+        return status_json()->{database}{waiting} >= @want;
     });
     ok($waiting, "$name - the reads wait for the connection");
 
