@@ -138,6 +138,20 @@ $checks{found} = sub {
     is($code, 1, "$name - sessionctl migrate through the pooler: refused");
     like($err, qr/^sessionctl: migrate needs a connection to PostgreSQL itself/,
          "$name - its message");
+
+    # the other commands, in transactions of their own, go through it
+    my @ctl = (Session::sessionctl_path(), '--json', '-d', $PGB->{conninfo});
+    my $acct = "$TAG-through";
+    ($code, my $out) = Session::_run(@ctl, 'account', 'create', $acct,
+                                     '--plan', 'pro');
+    is($code, 0, "$name - sessionctl account create through the pooler");
+    my $id = eval { Session::decode_json($out)->{account_id} } // 'none';
+    for my $cmd (qw(suspend activate)) {
+        ($code) = Session::_run(@ctl, 'account', $cmd, $id);
+        is($code, 0, "$name - sessionctl account $cmd through the pooler");
+    }
+    is(psql("SELECT status FROM accounts WHERE id = '$id'"), 'active',
+       "$name - the account is active again");
     unlike(error_log(), qr/preparing the statements failed/,
            "$name - nothing was prepared");
 };
