@@ -9,9 +9,15 @@
 #   make bench-cost CPU time per request at a fixed rate beside pgbench -R
 #   make lint       80 columns, no tabs, cppcheck
 #   make openapi    validate docs/openapi.yaml (part of make test too)
-#   make deb        build/deb/libnginx-mod-http-session_*.deb (+ lintian)
-#   make deb-test   install that package into this machine, nginx -t, one
-#                   request (changes the system: for CI or a throwaway box)
+#   make deb        build/deb/libnginx-mod-http-session_*.deb for this
+#                   machine's Debian release (+ that release's lintian)
+#   make deb-test   that package installed into a clean root of this
+#                   machine's release (debootstrap, build/roots/): nginx -t,
+#                   a create and a long poll against its PostgreSQL
+#   make test-debian13  make test in a Debian 13 root (its nginx 1.26.3,
+#                   PostgreSQL 17, OpenSSL 3.5), then its package
+#                   (build/deb-trixie/) tested as by make deb-test in a
+#                   clean Debian 13 root (needs root; util/debroot.sh)
 #   make fuzz       libFuzzer harnesses of src/core, ASan + UBSan, bounded
 #                   (FUZZ_SECONDS=60 each); not part of make test
 #   make asan       unit tests, nginx and the module under ASan + UBSan +
@@ -59,7 +65,7 @@ UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
-        failover sweep upgrade-test
+        failover sweep upgrade-test test-debian13
 
 all: build
 
@@ -149,14 +155,18 @@ lint:
 	@bash util/lint.sh
 
 openapi: deps
-	@prove t/020-openapi.t
+	@prove t/019-openapi.t
 
 deb:
 	@bash util/install-deps.sh --deb
 	@bash util/deb.sh build
 
 deb-test: deb
-	@bash util/deb.sh test
+	@bash util/debroot.sh deb-test
+
+test-debian13:
+	@bash util/debroot.sh test-debian13
+
 sanitizer-deps:
 	@bash util/install-sanitizer-deps.sh
 

@@ -815,7 +815,7 @@ ngx_http_session_db_batch_check(ngx_conf_t *cf, void *post, void *data)
 /*
  * At least a second, so that many workers and nodes do not keep the
  * database busy; at most 30 s, so that with the jitter a session still
- * expires "within 60 s" (API.md section 10) with room to spare.
+ * expires "within 60 s" (docs/api.md §10) with room to spare.
  */
 
 static char *

@@ -1,5 +1,5 @@
 /*
- * The long-poll fan-out client of util/bench-poll.sh (issue 11).
+ * The long-poll fan-out client of util/bench-poll.sh.
  *
  *   poll-fanout PORT N IDS SUB PUB READY TIMEOUT
  *

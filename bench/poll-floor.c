@@ -1,5 +1,5 @@
 /*
- * The floor of the long-poll benchmark (util/bench-poll.sh, issue 24):
+ * The floor of the long-poll benchmark (util/bench-poll.sh):
  * the least a server can do to wake N waiting polls.  No HTTP server, no
  * database: it holds the connections that have sent a poll request and,
  * when a publish request for their id comes, writes to each one prepared

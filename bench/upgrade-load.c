@@ -1,6 +1,6 @@
 /*
  * The load of make upgrade-test's reload and binary-upgrade run
- * (util/upgrade.sh, issue 26).
+ * (util/upgrade.sh).
  *
  *   upgrade-load PORT KEY IDS POLLS CONNS RATE SECONDS POLL_TIMEOUT
  *

@@ -206,12 +206,11 @@ struct ngx_http_session_ctx_s {
     /* a POST with an Idempotency-Key */
     ngx_http_session_idem_t      *idem;
     /*
-     * the key (NUL-terminated) and the claim (16 bytes) once the request
-     * holds it: the endpoints that do work then send their keyed
-     * statements, which store the answer with the work
+     * the key (NUL-terminated) once the body is read: the endpoints that
+     * do work then send their keyed statements, which keep the answer
+     * with the work
      */
     u_char                       *idem_key;
-    u_char                       *idem_claim;
     /* a long poll */
     ngx_http_session_poll_t      *poll;
 

@@ -1,4 +1,4 @@
-# Stage 1 of the request pipeline (API.md sections 1, 2, 3): the
+# Stage 1 of the request pipeline (docs/api.md §1, §2, §3): the
 # Authorization header, the key syntax, unknown / deleted keys, suspended
 # accounts, the configurable key prefix, and that no key reaches the log.
 #

@@ -1,4 +1,4 @@
-# Error answers (API.md sections 1 and 2, routing rules of section 10):
+# Error answers (docs/api.md §1 and §2, routing rules of section 10):
 # 404 on unknown routes, 405 with the exact Allow of each route shape,
 # HEAD, and the errors nginx raises itself (400, 494, 413, 414), which are
 # JSON in a server with a session_api location and nginx's HTML elsewhere.
@@ -578,7 +578,7 @@ $::URI_TOO_LONG
 
 === TEST 37: body over client_max_body_size in a server with session_api: 413 JSON
 (In the session_api location itself the module raises the limit to
-session_image_max_size, API.md section 10, so the limit is set on another
+session_image_max_size, docs/api.md §10, so the limit is set on another
 location of the same server.)
 --- config
     location /api/ {

@@ -1,4 +1,4 @@
-# Configuration (API.md section 8 and "Configuration" in section 10): a bad
+# Configuration (docs/api.md §8 and "Configuration" in section 10): a bad
 # value in any directive stops nginx with a message naming the directive
 # and the file:line; session_db is required only with session_api; nginx -t
 # never connects to the database.

@@ -1,4 +1,4 @@
-# The database goes away (API.md section 2): 503 "database unavailable"
+# The database goes away (docs/api.md §2): 503 "database unavailable"
 # with Retry-After: 1 within session_db_timeout, nginx keeps serving
 # everything else, and the module reconnects by itself once the database is
 # back, without a reload.  Then a query that hangs (a table lock) and a

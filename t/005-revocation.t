@@ -1,4 +1,4 @@
-# Revocation (API.md sections 8 and 9): auth answers are cached in shared
+# Revocation (docs/api.md §8 and §9): auth answers are cached in shared
 # memory for session_auth_cache_ttl (default 5s), yet "sessionctl key
 # delete" and "account suspend|activate" take effect at once, by
 # notification: here within one second, on every worker.

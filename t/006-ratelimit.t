@@ -1,4 +1,4 @@
-# Stage 2 of the request pipeline (API.md sections 1, 8 and 10): per key,
+# Stage 2 of the request pipeline (docs/api.md §1, §8 and §10): per key,
 # per class, fixed one-minute windows aligned to the UTC minute, kept in
 # session_limit_zone.
 #

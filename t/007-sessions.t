@@ -1,4 +1,4 @@
-# The sessions endpoints (API.md sections 1, 4, 5 and 10):
+# The sessions endpoints (docs/api.md §1, §4, §5 and §10):
 #
 #     POST /api/v1/sessions                     create: 415, 413, 400 in the
 #                                               order of the table, plan 403,

@@ -1,4 +1,4 @@
-# The image endpoints (API.md sections 1, 4, 5 and 10):
+# The image endpoints (docs/api.md §1, §4, §5 and §10):
 #
 #     POST /api/v1/sessions/{sid}/images              upload: 415, 400 query,
 #                                                     400 empty, 413, 400

@@ -1,4 +1,4 @@
-# The expiry sweep (API.md sections 7 and 10, docs/operations.md):
+# The expiry sweep (docs/api.md §7 and §10, docs/operations.md):
 # every worker runs session_sweep() every session_expiry_sweep_interval
 # (+-25%), one sweep at a time across workers and nodes; it records
 # status 'expired' in the row, sends NOTIFY 'expired:<id>' on

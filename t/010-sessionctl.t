@@ -1,4 +1,4 @@
-# sessionctl, the admin tool (API.md section 9 and section 10): every
+# sessionctl, the admin tool (docs/api.md §9 and §10): every
 # command, every --json field, exit codes 0/1/2/3, --help of every
 # command, what lands in the database
 # and the NOTIFYs that revoke cached auth answers.

@@ -1,4 +1,4 @@
-# Idempotency-Key on POST requests (API.md section 6):
+# Idempotency-Key on POST requests (docs/api.md §6):
 #
 #     malformed key                       400 before anything else of stage 4
 #     a repeat of the same request        the first answer again, with

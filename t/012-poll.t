@@ -1,4 +1,4 @@
-# The long poll, GET /api/v1/sessions/{sid}/poll (API.md section 5):
+# The long poll, GET /api/v1/sessions/{sid}/poll (docs/api.md §5):
 # validation of "timeout", the session's state, answers at once when
 # unacknowledged images wait, 410 once a completed session has every
 # image acknowledged, and otherwise a wait that an upload, a completion,

@@ -1,4 +1,4 @@
-# session_status (API.md section 8): the node's counters and the zone's
+# session_status (docs/api.md §8): the node's counters and the zone's
 # figures, as JSON or in Prometheus's text format, no key needed.
 #
 # Blocks that say "--- check: NAME" run NAME from --- init against the

@@ -1,6 +1,6 @@
-# Hostile input (issue 14): forged list cursors, floods of unknown keys
-# (session_auth_fail_limit, API.md sections 8 and 10, "Authentication
-# failures"), and the access-log variables of issue 15.
+# Hostile input: forged list cursors, floods of unknown keys
+# (session_auth_fail_limit, docs/api.md §8 and §10, "Authentication
+# failures"), and the access-log variables.
 #
 # Blocks that say "--- check: NAME" run NAME from --- init against the
 # nginx Test::Nginx started for the block; the block's own request then

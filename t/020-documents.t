@@ -1,4 +1,4 @@
-# The documents of API.md sections 4 and 5 are written by the worker
+# The documents of docs/api.md §4 and §5 are written by the worker
 # (src/core/ngx_http_session_doc.c) from rows; the webhook payloads that
 # the outbox keeps are still written by PostgreSQL (session_json(),
 # image_json()).  These checks hold the two writers to one shape, and

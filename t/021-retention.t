@@ -1,4 +1,4 @@
-# session_retention (API.md sections 8 and 10, docs/directives.md): the
+# session_retention (docs/api.md §8 and §10, docs/directives.md): the
 # expiry sweep deletes, in small batches, sessions whose expires_at is
 # older than the retention, with their images, webhook events and the
 # Idempotency-Key rows of requests about them; afterwards their ids

@@ -1,4 +1,4 @@
-# The long poll at scale (issue 11, DESIGN.md "Long polls"): the polls of
+# The long poll at scale (docs/decisions.md, "Long poll at scale"): the polls of
 # one session share the worker's reads of it (one statement per wake-up,
 # however many wait), a poll ends when its session expires, a burst of
 # requests waits for the one database connection instead of being

@@ -1,4 +1,4 @@
-# TLS against a real PostgreSQL (issue 13, item 1; docs/operations.md,
+# TLS against a real PostgreSQL (docs/operations.md,
 # "Managed and HA PostgreSQL"): the script starts a server of its own
 # (initdb and pg_ctl under a temporary directory, on port 9 of its lane,
 # stopped and removed when the script ends, whatever happens), with

@@ -1,8 +1,8 @@
-# The raw-socket bad-input sweep (issue 14, item 6; util/sweep.pl)
+# The raw-socket bad-input sweep (util/sweep.pl)
 # against this nginx: random and malformed request lines, headers,
 # methods, paths, query strings, bodies and chunked encodings, truncated
 # and oversized requests, slow and stalled clients.  Every answer is a
-# JSON error of API.md section 2 (or a success where the random request
+# JSON error of docs/api.md §2 (or a success where the random request
 # happened to be valid), or a closed connection; the error log shows no
 # [alert], no [crit], no worker exit.
 #

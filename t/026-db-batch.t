@@ -1,5 +1,5 @@
 # Reads that wait for a database connection go to PostgreSQL together
-# (issue 10, docs/decisions.md (ma)): pipeline mode, one Sync for up to
+# (docs/decisions.md (na)): pipeline mode, one Sync for up to
 # session_db_batch of them.  Each request still gets its own answer; a
 # read that fails does not take the others down with it; a request that
 # goes away while its read waits or runs harms nobody.

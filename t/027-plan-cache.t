@@ -1,4 +1,4 @@
-# The create of a key whose plan has no quota (issue 10, docs/decisions.md
+# The create of a key whose plan has no quota (docs/decisions.md
 # (nc)): the auth cache keeps, with each key, its account's plan's
 # monthly quota (or none) and the delivery modes it allows; a create that
 # needs neither the plan nor the usage row is the insert alone, and on

@@ -1,5 +1,4 @@
-# A good key is never locked out by another client's bad keys (issue 26,
-# API.md section 10, "Authentication failures"): once a client address
+# A good key is never locked out by another client's bad keys (docs/api.md §10, "Authentication failures"): once a client address
 # has session_auth_fail_limit failures in the minute, a key the node found
 # valid within the last hour is still looked up when its cached answer is
 # stale (and served), a valid key never seen gets 429, and a key deleted

@@ -1,4 +1,4 @@
-# A binary upgrade (kill -USR2, then QUIT of the old master; issue 26,
+# A binary upgrade (kill -USR2, then QUIT of the old master;
 # docs/operations.md "Upgrading", decision (va)): the new master maps the
 # old one's session_limit_zone (a memfd it inherits), so the counters
 # carry on, and while both binaries serve they count in one zone.  A zone

@@ -1,4 +1,4 @@
-# GSSAPI only when asked for (issue 26, decision (vb)): with libpq's
+# GSSAPI only when asked for (decision (vb)): with libpq's
 # default gssencmode=prefer, every connect looks for Kerberos credentials
 # and reads files in the worker (/etc/krb5.conf, /etc/gss/mech.d, the
 # credential cache).  The module passes gssencmode=disable unless

@@ -1,4 +1,4 @@
-# Through PgBouncer in transaction mode (issue 25, docs/decisions.md
+# Through PgBouncer in transaction mode (docs/decisions.md
 # (pa)): the query pool points at a PgBouncer that the script starts
 # (pool_mode = transaction, one server connection for everyone:
 # default_pool_size = 1), "session_db_pooler transaction" says so, and

@@ -1,4 +1,4 @@
-# session_db_pooler and session_db_listen (issue 25, docs/decisions.md
+# session_db_pooler and session_db_listen (docs/decisions.md
 # (pa), (pb)): what "nginx -t" refuses, and what the module finds out by
 # itself about a pooler in front of it.
 #

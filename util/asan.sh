@@ -10,7 +10,7 @@
 #      built with the sanitizers and NGX_DEBUG_PALLOC (every pool
 #      allocation its own malloc, so that ASan sees overruns inside
 #      pools), in build/asan/;
-#   3. every Test::Nginx script but t/020-openapi.t (which starts no
+#   3. every Test::Nginx script but t/019-openapi.t (which starts no
 #      nginx) against that nginx, through util/test.sh with its own
 #      throw-away PostgreSQL (ASAN_TESTS="t/001-auth.t ..." for some);
 #   4. a summary: scripts run, tests passed, sanitizer reports found
@@ -147,11 +147,11 @@ mv -f "$OUT/ngx_http_session_module.so.tmp" "$OUT/ngx_http_session_module.so"
 
 # 3. Test::Nginx
 
-# every script of t/ by default; t/020-openapi.t checks a document and
+# every script of t/ by default; t/019-openapi.t checks a document and
 # starts no nginx
 tests=${ASAN_TESTS:-all}
 if [ "$tests" = all ]; then
-    tests=$(ls t/*.t | grep -v '^t/020-openapi\.t$' | tr '\n' ' ')
+    tests=$(ls t/*.t | grep -v '^t/019-openapi\.t$' | tr '\n' ' ')
 fi
 
 # Sanitizer reports go to files of their own (log_path: one file per

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The database paths against their anchor (issue 10): every endpoint that
+# The database paths against their anchor: every endpoint that
 # touches PostgreSQL, driven by wrk, beside pgbench running the plainest
 # statement that does the same database work, with as many clients as
 # the module holds connections (worker_processes x
@@ -47,7 +47,7 @@
 #   BENCH_DB_RATE         requests/s: every endpoint also runs at a fixed
 #                         rate, bench/http-rate against "pgbench -R", the
 #                         p50, p99 and the servers' CPU time per request
-#                         of both at the same load (issue 24); the reads
+#                         of both at the same load; the reads
 #                         at this rate (default 5000, a fifth of what the
 #                         module does at 8 connections; 0: no fixed-rate
 #                         runs)
@@ -72,13 +72,17 @@
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
 #                         comm,dso"; needs perf)
+#   SESSION_MODULE        another build of the module (as util/chaos.sh):
+#                         an older one runs on this tree's schema, which
+#                         is how a migration's additivity is exercised and
+#                         how before and after are measured alike
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 
 DURATION=${BENCH_DURATION:-5s}
@@ -623,7 +627,7 @@ floor() {
     shape "$key"
 }
 
-# --- the fixed rate: latency and CPU time per request (issue 24) -----------
+# --- the fixed rate: latency and CPU time per request -----------
 
 # WRITE_KEYS: the scenarios that commit; they run at BENCH_DB_WRITE_RATE,
 # the others at BENCH_DB_RATE
@@ -988,7 +992,7 @@ $(nginx_conf_head "$MODULE" "$WORKERS")
 EOF
 }
 
-# with BENCH_DB_RATE: the fixed-rate table (issue 24), the servers' CPU
+# with BENCH_DB_RATE: the fixed-rate table, the servers' CPU
 # time per request and the latency of every endpoint at one rate below
 # saturation, beside pgbench -R running the plain statement
 cost_report() {
@@ -999,7 +1003,7 @@ cost_report() {
     [ -n "$RATE" ] || return 0
 
     echo
-    echo "Cost per request at a fixed rate (issue 24): every endpoint at" \
+    echo "Cost per request at a fixed rate: every endpoint at" \
          "$RATE requests/s (the reads) or $WRITE_RATE (the writes), open" \
          "loop with Poisson arrivals, bench/http-rate with $LAT_CONNS" \
          "connections beside pgbench -R at the same rate with $CLIENTS" \
@@ -1168,7 +1172,7 @@ report() {
         ok=$(awk -v r="$rr" -v p="$rp" \
                  'BEGIN { print (r >= 0.7 && p <= 2) ? "met" : "NOT met" }')
         if [ "$key" = create-key ]; then
-            # not one of issue 10's rows: what a key costs, shown
+            # not one of the database-paths goal rows: what a key costs, shown
             ok="(no goal: ${ok})"
         else
             goals=$((goals + 1))

@@ -45,7 +45,7 @@
 #   BENCH_POLL_PARK      "off": session_poll_park off (polls keep their
 #                        requests while they wait)
 #   BENCH_POLL_FSYNC     the throw-away cluster's fsync (default on, as a
-#                        real one runs; before issue 24 it ran off,
+#                        real one runs; before decision (yc) it ran off,
 #                        pg_virtualenv's default)
 #   BENCH_POLL_SYNC_OFF  set: the module's connections run with
 #                        synchronous_commit off (no fsync wait in an
@@ -465,7 +465,7 @@ round_ratios() {
     done
 }
 
-# the goals of issue 24, from the rounds' figures
+# the goals (docs/benchmarks.md), from the rounds' figures
 goals() {
     local n r m kb
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What a transaction pooler costs (issue 25, docs/decisions.md (pc)): a
+# What a transaction pooler costs (docs/decisions.md (pc)): a
 # few endpoints driven by wrk against the module in three set-ups, on one
 # throw-away PostgreSQL, rounds alternating in order:
 #

@@ -590,7 +590,7 @@ EOT
     cat "$W/ir.md"
     cat <<'EOT'
 
-How "the limiter's overhead on an admitted request" (issue 3, goal ≤ 5 %)
+How "the limiter's overhead on an admitted request" (goal ≤ 5 %)
 is read: the stage cannot be switched off (the contract puts the three
 X-RateLimit headers on every answer from stage 2 on), and with a limit
 that never trips it does exactly the work it does with any other limit
@@ -613,7 +613,7 @@ EOT
 
 # the page's section on the database scenarios
 db_section() {
-    echo "## The database: every endpoint against the plain statement (issue 10)"
+    echo "## The database: every endpoint against the plain statement"
     echo
     if [ ! -f "$W/db.md" ]; then
         echo "Not measured in this run (BENCH_PGBENCH=0)."
@@ -640,7 +640,7 @@ unpinned).  Under the table, two more put that p99 in context
 (decision (ne)): the floor, nginx alone serving each read's answer
 from a file to the same wrk, and every endpoint at one fixed rate below
 saturation (\`bench/http-rate\` beside \`pgbench -R\`) with the CPU
-time nginx and PostgreSQL spend per request (issue 24, decision (ya);
+time nginx and PostgreSQL spend per request (decision (ya);
 \`BENCH_DB_MODE=cost bash util/bench-db.sh\` runs that part alone, about
 10 minutes; see "Cost per request at a fixed rate" below).
 
@@ -831,7 +831,7 @@ then the counters of the least recently used keys, with the ALERT.  So
 the figure is the number of keys whose counters fit when the zone holds
 nothing else but its quarter of keys seen valid: one 128-byte slab chunk
 per key (all three classes), about 3/4 x 10 MiB / 128 B = 61440 minus
-the slab's own pages (81920 before issue 26).
+the slab's own pages (81920 before decision (ua)).
 
 - First ALERT in the round that ended with key **$CAP_ALERT**: the zone
   held the counters of at most that many keys, and of more than

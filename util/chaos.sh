@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # "make chaos": load with Idempotency-Keys while PostgreSQL is stopped and
-# started again and nginx is reloaded (issue 13, item 6).
+# started again and nginx is reloaded.
 #
 # A throw-away PostgreSQL (pg_virtualenv), nginx with the built module on
 # 127.0.0.1, and CHAOS_CLIENTS clients that each, in a loop, create a
@@ -46,7 +46,7 @@ UP=${CHAOS_UP:-15}
 # session_db_connections; fewer connections, fewer reconnect timers: the
 # backoff shows more in the recovery time
 CONNECTIONS=${CHAOS_CONNECTIONS:-4}
-# the service is back within this long of PostgreSQL (issue 13)
+# the service is back within this long of PostgreSQL
 RECOVERY_GOAL=2
 
 W=

@@ -4,17 +4,18 @@
 #   bash util/deb.sh build   build/deb/libnginx-mod-http-session_*.deb from
 #                            a copy of the work tree, then lintian (fails
 #                            on any error)                     (make deb)
-#   bash util/deb.sh test    installs that .deb into THIS machine with
-#                            "apt-get install ./file.deb", checks the
-#                            modules-enabled link, "nginx -t" of the
+#   bash util/deb.sh test    installs that .deb into the system it runs
+#                            in with "apt-get install ./file.deb", checks
+#                            the modules-enabled link, "nginx -t" of the
 #                            system's configuration with the module
-#                            loaded, then serves one API request from a
-#                            private nginx and a throw-away PostgreSQL,
-#                            with the packaged sessionctl; purges the
-#                            package again at the end    (make deb-test)
+#                            loaded, then a private nginx and a throw-away
+#                            PostgreSQL with the packaged sessionctl: a
+#                            create, and a long poll that an upload wakes;
+#                            purges the package again at the end
 #
-# "test" changes the system (it is meant for CI or a throw-away machine):
-# it installs nginx and the package with apt, and removes the package.
+# "test" changes the system it runs in: make deb-test and make
+# test-debian13 run it inside a clean Debian root made for it
+# (util/debroot.sh), never on the machine itself.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -89,10 +90,13 @@ free_port() {
 }
 
 # inside pg_virtualenv: the packaged sessionctl makes the schema and a
-# key, a private nginx that loads the packaged module through the
-# package's modules-enabled link serves one request
+# key; a private nginx that loads the packaged module through the
+# package's modules-enabled link creates a session, then answers a long
+# poll on it that an upload wakes (the LISTEN/NOTIFY path, through this
+# release's libpq and PostgreSQL)
 serve_one() {
-    local dir=$1 port conninfo key project account code
+    local dir=$1 port conninfo key project account code sid waiting pid
+    local api
 
     conninfo="host=$PGHOST port=$PGPORT dbname=$PGDATABASE user=$PGUSER"
     conninfo+=" password=$PGPASSWORD"
@@ -107,6 +111,7 @@ serve_one() {
           | sed 's/.*"key": *"\([^"]*\)".*/\1/')
 
     port=$(free_port) || die "no free port"
+    api=http://127.0.0.1:$port/api/v1
     mkdir -p "$dir/logs"
     cat > "$dir/nginx.conf" <<EOF
 include /etc/nginx/modules-enabled/*.conf;
@@ -124,6 +129,7 @@ http {
     server {
         listen 127.0.0.1:$port;
         location /api/ { session_api; }
+        location = /status { session_status; }
     }
 }
 EOF
@@ -131,26 +137,60 @@ EOF
     # load_module line resolves as it does for the system's nginx
     /usr/sbin/nginx -p /usr/share/nginx/ -c "$dir/nginx.conf" -t
     /usr/sbin/nginx -p /usr/share/nginx/ -c "$dir/nginx.conf"
+    # stopped however this ends (pg_virtualenv drops the cluster after)
+    # shellcheck disable=SC2064 # $dir now: it is a local
+    trap "/usr/sbin/nginx -p /usr/share/nginx/ -c '$dir/nginx.conf' \
+              -s quit 2>/dev/null || true" EXIT
 
     code=""
     for _ in $(seq 1 50); do
-        code=$(curl -s -o "$dir/body.json" -w '%{http_code}' --max-time 5 \
-               -H "Authorization: Bearer $key" \
+        code=$(curl -s -o "$dir/create.json" -w '%{http_code}' \
+               --max-time 5 -H "Authorization: Bearer $key" \
                -H 'Content-Type: application/json' \
                --data '{"delivery_mode": "long_poll"}' \
-               "http://127.0.0.1:$port/api/v1/sessions" || true)
+               "$api/sessions" || true)
         [ "$code" = 000 ] || break
         sleep 0.1
     done
 
-    /usr/sbin/nginx -p /usr/share/nginx/ -c "$dir/nginx.conf" -s quit \
-        || true
-
-    echo "deb.sh: POST /api/v1/sessions -> $code $(cat "$dir/body.json")"
+    echo "deb.sh: POST /api/v1/sessions -> $code $(cat "$dir/create.json")"
     [ "$code" = 201 ] || { cat "$dir/logs/error.log"; \
                            die "expected 201 from the packaged module"; }
-    grep -q '"status" *: *"open"' "$dir/body.json" \
+    grep -q '"status" *: *"open"' "$dir/create.json" \
         || die "the answer is not an open session"
+    sid=$(sed 's/^{"id": *"\([^"]*\)".*/\1/' "$dir/create.json")
+
+    # the poll waits (the node's gauge says so) until the upload wakes it
+    curl -s -o "$dir/poll.json" -w '%{http_code}' --max-time 30 \
+        -H "Authorization: Bearer $key" \
+        "$api/sessions/$sid/poll?timeout=25" > "$dir/poll.code" &
+    pid=$!
+    waiting=""
+    for _ in $(seq 1 100); do
+        waiting=$(curl -s --max-time 5 \
+                  "http://127.0.0.1:$port/status?format=prometheus" \
+                  | awk '$1 == "session_api_polls_waiting" { print $2 }')
+        [ "$waiting" = 1 ] && break
+        sleep 0.1
+    done
+    [ "$waiting" = 1 ] || { kill "$pid" 2>/dev/null; \
+                            die "the long poll is not waiting"; }
+    # the PNG signature is all the module checks of an image
+    printf '\x89PNG\r\n\x1a\n' > "$dir/image.png"
+    code=$(curl -s -o "$dir/image.json" -w '%{http_code}' --max-time 5 \
+           -H "Authorization: Bearer $key" -H 'Content-Type: image/png' \
+           --data-binary @"$dir/image.png" "$api/sessions/$sid/images")
+    [ "$code" = 201 ] || die "upload: $code $(cat "$dir/image.json")"
+    wait "$pid" || die "the long poll's curl failed"
+
+    echo "deb.sh: GET .../poll -> $(cat "$dir/poll.code")" \
+         "$(cat "$dir/poll.json")"
+    [ "$(cat "$dir/poll.code")" = 200 ] \
+        || die "expected 200 from the long poll"
+    grep -q "\"images\": *\[{\"id\": *\"[^\"]*\", *\"session_id\": *\"$sid\"" \
+         "$dir/poll.json" \
+        || die "the long poll did not answer with the uploaded image"
+
     if grep -q '\[error\]\|\[alert\]\|\[emerg\]' "$dir/logs/error.log"; then
         cat "$dir/logs/error.log"
         die "errors in nginx's log"

@@ -18,7 +18,7 @@
 # per second (statements counted by session_status, less the steady
 # client's), against the bound session_auth_fail_limit x addresses / 60.
 #
-# bash util/flood.sh mixed: one client on one address (issue 26): wrk
+# bash util/flood.sh mixed: one client on one address: wrk
 # with FLOOD_CONNECTIONS connections for FLOOD_SECONDS (15 here unless
 # given), 1 request in 11 with a fresh random unknown key, the other 10
 # with a valid key used once before the run: 4 creates, 2 reads of one

@@ -2,23 +2,34 @@
 # Installs every package the build, the local stack and the tests need.
 # Non-interactive; a no-op when everything is present.
 #
-#   bash util/install-deps.sh          build, local stack, tests (make deps)
-#   bash util/install-deps.sh --deb    what "make deb" needs, nothing else
+#   bash util/install-deps.sh            build, local stack, tests (make deps)
+#   bash util/install-deps.sh --deb      what "make deb" needs, nothing else
+#   bash util/install-deps.sh --packages the Debian packages of both, one a
+#                                        line, installing nothing (for
+#                                        util/debroot.sh)
 set -euo pipefail
 
 MODE=${1:-all}
 
-PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
-      postgresql postgresql-contrib postgresql-common check pkg-config wrk
-      curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
-      libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
-      openssl ca-certificates libio-socket-ssl-perl pgbouncer"
+ALL_PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
+          postgresql postgresql-common check pkg-config wrk
+          curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
+          libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
+          openssl ca-certificates libio-socket-ssl-perl pgbouncer"
 
-if [ "$MODE" = --deb ]; then
-    # debian/control's Build-Depends, and the tools of util/deb.sh
-    PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
+# debian/control's Build-Depends, and the tools of util/deb.sh
+DEB_PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
           pkg-config debhelper dpkg-dev lintian rsync"
-fi
+
+case $MODE in
+    --deb) PKGS=$DEB_PKGS ;;
+    --packages)
+        # shellcheck disable=SC2086
+        printf '%s\n' $ALL_PKGS $DEB_PKGS nodejs | sort -u
+        exit 0
+        ;;
+    *) PKGS=$ALL_PKGS ;;
+esac
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
@@ -48,28 +59,13 @@ if [ "$MODE" = --deb ]; then
     exit 0
 fi
 
-# Test::Nginx is not in bookworm; Debian unstable ships it as an arch-all
-# package whose dependencies are in bookworm.  Fetch it from the mirror the
-# machine already uses, through a private apt configuration.
+# Test::Nginx is in neither bookworm nor trixie; Debian unstable ships it
+# as an arch-all package whose dependencies are in both.  Fetch it from
+# the mirror the machine already uses (util/debian-mirror.sh), through a
+# private apt configuration.
 if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
      | grep -q "install ok installed"; then
-    uri=""
-    for f in /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] || continue
-        u=$(awk '/^URIs:/ { for (i = 2; i <= NF; i++) print $i }' "$f" \
-            | grep -v security | head -1 || true)
-        if [ -n "$u" ]; then uri="$u"; break; fi
-    done
-    if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-        uri=$(awk '$1 == "deb" && $0 !~ /security/ {
-                   for (i = 2; i <= NF; i++)
-                       if ($i ~ /^(https?|file):/) { print $i; exit } }' \
-              /etc/apt/sources.list)
-    fi
-    if [ -z "$uri" ]; then
-        echo "install-deps: cannot find the Debian mirror in apt sources" >&2
-        exit 1
-    fi
+    uri=$(bash "$(dirname "$0")/debian-mirror.sh") || exit 1
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
     mkdir -p "$tmp/lists/partial" "$tmp/archives/partial" "$tmp/etc"
@@ -97,21 +93,31 @@ if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
         "$tmp"/libtest-nginx-perl_*.deb
 fi
 
-# The OpenAPI validator of make test (t/020-openapi.t): Redocly CLI from
+# The OpenAPI validator of make test (t/019-openapi.t): Redocly CLI from
 # the npm registry, at the version util/openapi/package-lock.json pins,
-# into util/openapi/node_modules (nothing global).  Node.js and npm come
-# from Debian when the machine has none.
-if ! command -v npm >/dev/null 2>&1 || ! command -v node >/dev/null 2>&1
-then
-    echo "install-deps: installing: nodejs npm"
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-        --no-install-recommends nodejs npm
-fi
+# into util/openapi/node_modules (nothing global).  Node.js, and npm when
+# that directory must be (re)made, come from Debian when the machine has
+# none.
 tools="$(cd "$(dirname "$0")" && pwd)/openapi"
-if ! cmp -s "$tools/package-lock.json" \
-        "$tools/node_modules/.installed-lock.json" \
-   || [ ! -x "$tools/node_modules/.bin/redocly" ]; then
+current=no
+if cmp -s "$tools/package-lock.json" \
+       "$tools/node_modules/.installed-lock.json" \
+   && [ -x "$tools/node_modules/.bin/redocly" ]; then
+    current=yes
+fi
+missing=""
+command -v node >/dev/null 2>&1 || missing=" nodejs"
+if [ "$current" = no ] && ! command -v npm >/dev/null 2>&1; then
+    missing="$missing npm"
+fi
+if [ -n "$missing" ]; then
+    echo "install-deps: installing:$missing"
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
+        --no-install-recommends $missing
+fi
+if [ "$current" = no ]; then
     echo "install-deps: installing Redocly CLI into $tools/node_modules"
     (cd "$tools" && npm ci --no-audit --no-fund --ignore-scripts \
         --loglevel=error)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make lint: the layout rules of DESIGN.md (no tabs, at most 80 columns)
+# make lint: the layout rules of docs/development.md (no tabs, at most 80 columns)
 # for every *.c and *.h outside build/ and .run/, then cppcheck.
 #
 # cppcheck findings that are false positives are silenced where they

@@ -1,5 +1,5 @@
 #!/usr/bin/env perl
-# A raw-socket bad-input sweep (issue 14, item 6) against a running nginx
+# A raw-socket bad-input sweep against a running nginx
 # with the module, on 127.0.0.1 only, bounded in count and time.
 #
 #   perl util/sweep.pl --port 8080 [--seed N] [--count N] [--seconds S]
@@ -13,7 +13,7 @@
 # runs).  Every request is made from one seeded PRNG (srand): the same
 # seed gives the same requests, and --only I sends request I alone.
 #
-# Every answer must be a JSON error of API.md section 2, the status line's
+# Every answer must be a JSON error of docs/api.md §2, the status line's
 # status and reason in statusCode and error, Content-Type
 # application/json, or a closed connection, or a success (2xx/304) where
 # the random request happened to be valid.  With --error-log the log must

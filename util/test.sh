@@ -171,12 +171,13 @@ weight() {
         006-ratelimit.t)    echo 75 ;;
         007-sessions.t)     echo 45 ;;
         012-poll.t)         echo 40 ;;
-        014-webhooks.t)     echo 40 ;;
+        015-webhooks.t)     echo 40 ;;
         009-expiry.t)       echo 30 ;;
         008-images.t)       echo 30 ;;
         011-idempotency.t)  echo 22 ;;
         021-retention.t)    echo 20 ;;
         001-auth.t)         echo 15 ;;
+        000-layout.t)       echo 1 ;;
         035-auth-seen.t)    echo 15 ;;
         023-db-connect.t)   echo 15 ;;
         010-sessionctl.t)   echo 12 ;;
@@ -193,7 +194,7 @@ weight() {
         049-pooler.t)       echo 10 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
-        020-openapi.t)      echo 6 ;;
+        019-openapi.t)      echo 6 ;;
         003-config.t)       echo 4 ;;
         013-status.t)       echo 4 ;;
         005-revocation.t)   echo 4 ;;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# make upgrade-test: upgrades without downtime (issue 26; docs/operations.md
+# make upgrade-test: upgrades without downtime (docs/operations.md
 # "Upgrading"), on loopback, about two minutes:
 #
 # 1. Version skew.  The module of the last commit before the newest

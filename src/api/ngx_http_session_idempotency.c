@@ -1,29 +1,34 @@
 /*
- * Idempotency-Key (API.md section 6).
+ * Idempotency-Key (docs/api.md §6).
  *
- * A POST that carries the header is handled in three steps, each one
- * statement of src/sql/003_idempotency.sql:
+ * A POST that carries the header reads its body first (its SHA-256 is
+ * part of the request's fingerprint: method, the normalised path with
+ * the query as received, the body), then runs the endpoint with the key
+ * (decisions (xa)-(xe), src/sql/012_idempotent_commit.sql):
  *
- *   1. claim: (project, key) with the request's fingerprint (method, the
- *      normalised path with the query as received, SHA-256 of the body).
- *      A new claim runs the endpoint; an existing key answers at once:
- *      the stored answer again (Idempotent-Replayed: true), 409 while the
- *      first request runs, 422 for another request under the same key;
- *   2. the endpoint runs as it would without the header, except that an
- *      endpoint that does work (create, complete, upload, ack) sends the
- *      keyed variant of its statement: the work is done only while the
- *      claim is still this request's, and its answer (status, Location,
- *      the resource as answered) is stored by the same statement, so
- *      that the work and its answer commit together or not at all,
- *      whatever happens to the worker or the connection afterwards;
- *   3. any other answer is stored (2xx and 4xx but 429) or the claim
- *      given up (429, 5xx: a retry runs again) before it is sent, so that
- *      a client that saw an answer finds it kept.  Those answers did no
- *      work: losing one (the worker dies first) only makes the retry run
- *      again.
+ *   1. an endpoint that does work (create, complete, upload, ack) sends
+ *      the keyed variant of its statement: in that one statement, so in
+ *      one transaction with one commit, the key's advisory lock is tried
+ *      (held until the commit: a repeat meanwhile answers 409 at once),
+ *      the key's row is read (a kept answer: replayed with
+ *      Idempotent-Replayed: true; another request under the key: 422),
+ *      and otherwise the work is done and its answer (status, Location,
+ *      the resource as answered) inserted as the key's row.  The work
+ *      and its answer commit together or not at all, whatever happens
+ *      to the worker or the connection: a worker that dies, or a 503
+ *      after the module gave up on the statement, leaves either nothing
+ *      (the retry runs once) or the answer (the retry replays it);
+ *   2. an answer that did no work (a 4xx but 429, before any statement
+ *      or from the keyed one: 400, 404, 409, 410, 403 ...) is kept
+ *      before it is sent, by one statement of the same shape, which
+ *      answers the kept answer instead when there is one;
+ *   3. 429 and 5xx are sent as they are: there is no claim to give up,
+ *      so a retry runs again.
  *
  * A replay sends the stored body, or renders the stored resource again
- * with the code that rendered it the first time.
+ * with the code that rendered it the first time.  Nothing is claimed
+ * before the work any more: a claim row (status NULL) is only ever one
+ * of a node of the previous version, honoured until its lease ends.
  */
 
 #include "ngx_http_session_idempotency.h"
@@ -36,37 +41,40 @@
 
 
 /*
- * A claim whose request never answered is free again after its lease:
- * twice session_db_timeout (the endpoint's statement waits for a
- * connection and runs within those), at least this long.  Taking a claim
- * over early is safe: the keyed statements work only for the claim's
- * holder, so the request that lost it does nothing (and answers 409).
+ * A claim of a node of the previous version whose request never answered
+ * is free again after its lease: twice session_db_timeout, at least this
+ * long (decision (hc); the same lease those nodes use).
  */
 #define NGX_HTTP_SESSION_IDEM_LEASE_MIN   1
 
-/*
- * The claim's columns: outcome, claim, status, location, body, then the
- * session and the image of an answer of work
- */
-#define NGX_HTTP_SESSION_IDEM_COL_SESSION  5
-#define NGX_HTTP_SESSION_IDEM_COL_IMAGE                                       \
-    (NGX_HTTP_SESSION_IDEM_COL_SESSION + NGX_HTTP_SESSION_SESSION_NCOLS)
-#define NGX_HTTP_SESSION_IDEM_NCOLS                                           \
-    (NGX_HTTP_SESSION_IDEM_COL_IMAGE + NGX_HTTP_SESSION_IMAGE_NCOLS)
-
 #define NGX_HTTP_SESSION_IDEM_READ_CHUNK  65536
+
+/* the SQLSTATE of idempotency_conflict(): serialization_failure */
+#define NGX_HTTP_SESSION_IDEM_CONFLICT    "40001"
+
+/* the columns of NGX_HTTP_SESSION_SQL_IDEM_READ */
+#define NGX_HTTP_SESSION_IDEM_R_OUTCOME   0
+#define NGX_HTTP_SESSION_IDEM_R_STATUS    1
+#define NGX_HTTP_SESSION_IDEM_R_LOCATION  2
+#define NGX_HTTP_SESSION_IDEM_R_BODY      3
+#define NGX_HTTP_SESSION_IDEM_R_SESSION   4
+#define NGX_HTTP_SESSION_IDEM_R_IMAGE                                         \
+    (NGX_HTTP_SESSION_IDEM_R_SESSION + NGX_HTTP_SESSION_SESSION_NCOLS)
+#define NGX_HTTP_SESSION_IDEM_R_NCOLS                                         \
+    (NGX_HTTP_SESSION_IDEM_R_IMAGE + NGX_HTTP_SESSION_IMAGE_NCOLS)
 
 
 struct ngx_http_session_idem_s {
-    /* the header's value, NUL-terminated for the query */
+    /* the header's value, the path with its query, the lease: parameters */
     u_char                     *key;
-    u_char                      claim[16];
+    u_char                     *path;
+    u_char                     *lease;
 
-    /* the answer held back while it is stored */
+    /* the answer held back while it is kept */
     ngx_uint_t                  status;
     ngx_buf_t                  *answer;
 
-    /* the stage the claim wraps: the endpoint */
+    /* the stage the key wraps: the endpoint */
     ngx_http_session_next_pt    next;
 };
 
@@ -74,16 +82,20 @@ struct ngx_http_session_idem_s {
 static ngx_table_elt_t *ngx_http_session_idem_find(ngx_list_t *headers,
     ngx_str_t *name, ngx_uint_t *n);
 static void ngx_http_session_idem_body(ngx_http_request_t *r);
-static ngx_int_t ngx_http_session_idem_claim(ngx_http_request_t *r,
+static ngx_int_t ngx_http_session_idem_start(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
-static void ngx_http_session_idem_claimed(ngx_http_session_db_query_t *q,
+static ngx_int_t ngx_http_session_idem_outcome(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, char *outcome);
+static void ngx_http_session_idem_read(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_idem_replay(ngx_http_request_t *r,
-    PGresult *res);
+    ngx_http_session_db_query_t *q, PGresult *res);
 static ngx_int_t ngx_http_session_idem_answer(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b);
 static void ngx_http_session_idem_settled(ngx_http_session_db_query_t *q,
     PGresult *res);
+static ngx_int_t ngx_http_session_idem_settle(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q, PGresult *res);
 
 
 static ngx_str_t  ngx_http_session_idem_key = ngx_string("Idempotency-Key");
@@ -118,7 +130,7 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
     /*
      * The body is read here, before the endpoint, under the endpoint's
      * limit.  One announced over it is not read at all: the endpoint
-     * answers 413 without a claim (the same request always gets it).
+     * answers 413 without the key (the same request always gets it).
      */
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
@@ -205,28 +217,25 @@ ngx_http_session_idem_body(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    ngx_http_finalize_request(r, ngx_http_session_idem_claim(r, ctx));
+    ngx_http_finalize_request(r, ngx_http_session_idem_start(r, ctx));
 }
 
 
+/* the fingerprint's parameters, then the endpoint under the key */
+
 static ngx_int_t
-ngx_http_session_idem_claim(ngx_http_request_t *r,
+ngx_http_session_idem_start(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx)
 {
     size_t                         len;
-    u_char                        *hash, *path, *p, *lease;
-    ngx_msec_t                     lease_sec;
+    u_char                        *p;
+    ngx_msec_t                     lease;
     ngx_http_session_idem_t       *idem;
-    ngx_http_session_db_query_t   *q;
     ngx_http_session_main_conf_t  *smcf;
 
     idem = ctx->idem;
 
-    /* until the claim is ours, an answer is sent as it is */
-
-    hash = ctx->body_sha256;
-
-    if (ngx_http_session_body_sha256(r, hash) != NGX_OK) {
+    if (ngx_http_session_body_sha256(r, ctx->body_sha256) != NGX_OK) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
@@ -241,16 +250,17 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
                                                 r->args.len);
     }
 
-    path = ngx_pnalloc(r->pool, len + 1);
-    lease = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
+    idem->path = ngx_pnalloc(r->pool, len + 1);
+    idem->lease = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
 
-    if (path == NULL || lease == NULL
+    if (idem->path == NULL || idem->lease == NULL
         || ngx_http_session_project(r, ctx) == NULL)
     {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    p = path + ngx_http_session_idem_escape(path, r->uri.data, r->uri.len);
+    p = idem->path + ngx_http_session_idem_escape(idem->path, r->uri.data,
+                                                  r->uri.len);
 
     if (r->args.len) {
         *p++ = '?';
@@ -261,112 +271,201 @@ ngx_http_session_idem_claim(ngx_http_request_t *r,
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
-    lease_sec = (smcf->db_timeout * 2 + 999) / 1000;
-    if (lease_sec < NGX_HTTP_SESSION_IDEM_LEASE_MIN) {
-        lease_sec = NGX_HTTP_SESSION_IDEM_LEASE_MIN;
+    lease = (smcf->db_timeout * 2 + 999) / 1000;
+    if (lease < NGX_HTTP_SESSION_IDEM_LEASE_MIN) {
+        lease = NGX_HTTP_SESSION_IDEM_LEASE_MIN;
     }
 
-    *ngx_sprintf(lease, "%M", lease_sec) = '\0';
+    *ngx_sprintf(idem->lease, "%M", lease) = '\0';
 
-    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_CLAIM,
-                                       ngx_http_session_idem_claimed);
+    /* the endpoints that do work send their keyed statements */
+    ctx->idem_key = idem->key;
+
+    /* any other answer is kept for the key first, then sent */
+    ctx->answer_hook = ngx_http_session_idem_answer;
+
+    return idem->next(r, ctx);
+}
+
+
+void
+ngx_http_session_idem_params(ngx_http_session_db_query_t *q)
+{
+    ngx_http_session_ctx_t   *ctx;
+    ngx_http_session_idem_t  *idem;
+
+    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
+    idem = ctx->idem;
+
+    ngx_http_session_db_param(q, idem->key, 0, 0);
+    ngx_http_session_db_param(q, idem->path, 0, 0);
+    ngx_http_session_db_param(q, ctx->body_sha256, 32, 1);
+    ngx_http_session_db_param(q, idem->lease, 0, 0);
+}
+
+
+ngx_int_t
+ngx_http_session_idem_worked(ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_int_t *rc)
+{
+    int                      col;
+    char                    *state, *outcome;
+    ngx_http_request_t      *r;
+    ngx_http_session_ctx_t  *ctx;
+
+    r = q->request;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (res == NULL) {
+        return NGX_OK;
+    }
+
+    if (PQresultStatus(res) == PGRES_FATAL_ERROR) {
+        state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+        if (state == NULL
+            || ngx_strcmp(state, NGX_HTTP_SESSION_IDEM_CONFLICT) != 0)
+        {
+            return NGX_OK;
+        }
+
+        /* idempotency_conflict(): the work was undone */
+
+        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+                      "session idempotency: another request with the key "
+                      "answered first, nothing done");
+
+        ctx->answer_hook = NULL;
+        *rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
+
+        return NGX_DONE;
+    }
+
+    if (PQresultStatus(res) != PGRES_TUPLES_OK
+        || PQntuples(res) != 1
+        || PQnfields(res) < NGX_HTTP_SESSION_IDEM_NCOLS)
+    {
+        /* the endpoint's checks refuse it */
+        return NGX_OK;
+    }
+
+    col = PQnfields(res) - NGX_HTTP_SESSION_IDEM_NCOLS;
+    outcome = PQgetvalue(res, 0, col + NGX_HTTP_SESSION_IDEM_COL_OUTCOME);
+
+    *rc = ngx_http_session_idem_outcome(r, ctx, outcome);
+
+    if (*rc != NGX_DECLINED) {
+        return NGX_DONE;
+    }
+
+    if (PQgetlength(res, 0, col + NGX_HTTP_SESSION_IDEM_COL_KEPT) == 1
+        && PQgetvalue(res, 0, col + NGX_HTTP_SESSION_IDEM_COL_KEPT)[0])
+    {
+        /* the answer of the work is the key's row: sent as it is */
+        ctx->idem_kept = 1;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * The outcome of a keyed statement: NGX_DECLINED when the request went
+ * on ("new"), else the key answers: the first answer again (read first),
+ * 409, 422; what to finalize the request with
+ */
+
+static ngx_int_t
+ngx_http_session_idem_outcome(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, char *outcome)
+{
+    ngx_http_session_db_query_t  *q;
+
+    if (ngx_strcmp(outcome, "new") == 0) {
+        return NGX_DECLINED;
+    }
+
+    /* none of these is the request's own answer: nothing to keep */
+    ctx->answer_hook = NULL;
+
+    if (ngx_strcmp(outcome, "running") == 0) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
+    }
+
+    if (ngx_strcmp(outcome, "mismatch") == 0) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_MISMATCH);
+    }
+
+    if (ngx_strcmp(outcome, "replay") != 0) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    /* the kept answer is read on its own: a replay is rare */
+
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_READ,
+                                       ngx_http_session_idem_read);
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
-    ngx_http_session_db_param(q, idem->key, 0, 0);
-    ngx_http_session_db_param(q, "POST", 0, 0);
-    ngx_http_session_db_param(q, path, 0, 0);
-    ngx_http_session_db_param(q, hash, 32, 1);
-    ngx_http_session_db_param(q, lease, 0, 0);
-
-    /* prepared, so results come in binary: the stored body as its bytes */
+    ngx_http_session_db_param(q, ctx->project, 0, 0);
+    ngx_http_session_idem_params(q);
 
     return ngx_http_session_run(r, q);
 }
 
 
 static void
-ngx_http_session_idem_claimed(ngx_http_session_db_query_t *q, PGresult *res)
+ngx_http_session_idem_read(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    char                     *outcome;
-    ngx_int_t                 rc;
-    ngx_http_request_t       *r;
-    ngx_http_session_ctx_t   *ctx;
-    ngx_http_session_idem_t  *idem;
+    ngx_http_request_t  *r;
 
     r = q->request;
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-    idem = ctx->idem;
 
-    if (res == NULL) {
-        rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
-        goto done;
-    }
-
-    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
-        || PQntuples(res) != 1
-        || PQnfields(res) != NGX_HTTP_SESSION_IDEM_NCOLS)
-    {
-        rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        goto done;
-    }
-
-    outcome = PQgetvalue(res, 0, 0);
-
-    if (ngx_strcmp(outcome, "new") == 0) {
-
-        if (PQgetlength(res, 0, 1) != 16) {
-            rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-            goto done;
-        }
-
-        ngx_memcpy(idem->claim, PQgetvalue(res, 0, 1), 16);
-
-        /* the endpoint's statement works under the claim */
-        ctx->idem_key = idem->key;
-        ctx->idem_claim = idem->claim;
-
-        /* the endpoint's answer is kept for the key first, then sent */
-        ctx->answer_hook = ngx_http_session_idem_answer;
-
-        rc = idem->next(r, ctx);
-
-    } else if (ngx_strcmp(outcome, "replay") == 0) {
-        rc = ngx_http_session_idem_replay(r, res);
-
-    } else if (ngx_strcmp(outcome, "running") == 0) {
-        rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
-
-    } else if (ngx_strcmp(outcome, "mismatch") == 0) {
-        rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_MISMATCH);
-
-    } else {
-        rc = ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-done:
-
-    ngx_http_finalize_request(r, rc);
+    ngx_http_finalize_request(r, ngx_http_session_idem_replay(r, q, res));
 }
 
 
 /* the first request's answer, again */
 
 static ngx_int_t
-ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
+ngx_http_session_idem_replay(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q, PGresult *res)
 {
-    int          len;
+    int          len, c;
+    char        *outcome;
     u_char      *p;
     uint32_t     status;
     ngx_buf_t   *b;
 
-    if (PQgetlength(res, 0, 2) != 4) {
+    if (res == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
+    }
+
+    if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || PQntuples(res) != 1
+        || PQnfields(res) != NGX_HTTP_SESSION_IDEM_R_NCOLS)
+    {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    p = (u_char *) PQgetvalue(res, 0, 2);
+    outcome = PQgetvalue(res, 0, NGX_HTTP_SESSION_IDEM_R_OUTCOME);
+
+    if (ngx_strcmp(outcome, "replay") != 0) {
+        /* changed since the statement saw it: gone (409), or taken */
+        return ngx_http_session_error(r,
+                                   (ngx_strcmp(outcome, "mismatch") == 0)
+                                   ? NGX_HTTP_SESSION_ERR_IDEM_MISMATCH
+                                   : NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
+    }
+
+    c = NGX_HTTP_SESSION_IDEM_R_STATUS;
+
+    if (PQgetlength(res, 0, c) != 4) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    p = (u_char *) PQgetvalue(res, 0, c);
     status = ((uint32_t) p[0] << 24) | ((uint32_t) p[1] << 16)
              | ((uint32_t) p[2] << 8) | p[3];
 
@@ -374,15 +473,17 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    if (!PQgetisnull(res, 0, 3)) {
-        len = PQgetlength(res, 0, 3);
+    c = NGX_HTTP_SESSION_IDEM_R_LOCATION;
+
+    if (!PQgetisnull(res, 0, c)) {
+        len = PQgetlength(res, 0, c);
 
         p = ngx_pnalloc(r->pool, len);
         if (p == NULL) {
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
 
-        ngx_memcpy(p, PQgetvalue(res, 0, 3), len);
+        ngx_memcpy(p, PQgetvalue(res, 0, c), len);
 
         if (ngx_http_session_header_add(r, &ngx_http_session_location, p,
                                         len)
@@ -399,24 +500,26 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    if (!PQgetisnull(res, 0, 4)) {
-        len = PQgetlength(res, 0, 4);
+    c = NGX_HTTP_SESSION_IDEM_R_BODY;
+
+    if (!PQgetisnull(res, 0, c)) {
+        len = PQgetlength(res, 0, c);
 
         b = ngx_create_temp_buf(r->pool, len ? len : 1);
         if (b == NULL) {
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
 
-        b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, 4), len);
+        b->last = ngx_cpymem(b->last, PQgetvalue(res, 0, c), len);
 
-    } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_IDEM_COL_SESSION)) {
+    } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_IDEM_R_SESSION)) {
         /* the answer of work: the resource as it was answered */
         b = ngx_http_session_render_session(r, res, 0,
-                                            NGX_HTTP_SESSION_IDEM_COL_SESSION);
+                                            NGX_HTTP_SESSION_IDEM_R_SESSION);
 
-    } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_IDEM_COL_IMAGE)) {
+    } else if (!PQgetisnull(res, 0, NGX_HTTP_SESSION_IDEM_R_IMAGE)) {
         b = ngx_http_session_render_image(r, res, 0,
-                                          NGX_HTTP_SESSION_IDEM_COL_IMAGE);
+                                          NGX_HTTP_SESSION_IDEM_R_IMAGE);
 
     } else {
         b = NULL;
@@ -431,9 +534,9 @@ ngx_http_session_idem_replay(ngx_http_request_t *r, PGresult *res)
 
 
 /*
- * The answer hook of a claimed key (set above, called once by the
- * response room): keeps the answer (or, for 429 and 5xx, gives the
- * claim up), then sends it.
+ * The answer hook of a keyed request (set above, called once by the
+ * response room): an answer that did no work is kept for the key (2xx,
+ * 4xx but 429), then sent; the answer of work was kept with it.
  */
 
 static ngx_int_t
@@ -441,63 +544,56 @@ ngx_http_session_idem_answer(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b)
 {
     u_char                       *st, *p;
-    ngx_uint_t                    keep, n;
+    ngx_uint_t                    n;
     ngx_table_elt_t              *loc;
     ngx_http_session_idem_t      *idem;
     ngx_http_session_db_query_t  *q;
 
     idem = ctx->idem;
 
-    if (ctx->idem_kept) {
-        /* stored with the work, by the endpoint's statement */
+    if (ctx->idem_kept
+        || status < 200
+        || (status >= 300 && status < 400)
+        || status == NGX_HTTP_TOO_MANY_REQUESTS
+        || status >= 500)
+    {
+        /* kept with the work already, or not to be kept: a retry runs */
         return ngx_http_session_send_json(r, status, b);
     }
 
     idem->status = status;
     idem->answer = b;
 
-    keep = (status >= 200 && status < 300)
-           || (status >= 400 && status < 500
-               && status != NGX_HTTP_TOO_MANY_REQUESTS);
-
-    q = ngx_http_session_db_query_create(r,
-                                         keep ? NGX_HTTP_SESSION_SQL_IDEM_STORE
-                                         : NGX_HTTP_SESSION_SQL_IDEM_RELEASE,
-                                         ngx_http_session_idem_settled);
+    q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_STORE,
+                                       ngx_http_session_idem_settled);
     st = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
 
     if (q == NULL || st == NULL) {
         return ngx_http_session_send_json(r, status, b);
     }
 
-    ngx_http_session_db_param(q, ctx->project, 0, 0);
-    ngx_http_session_db_param(q, idem->key, 0, 0);
-    ngx_http_session_db_param(q, idem->claim, 16, 1);
+    loc = ngx_http_session_idem_find(&r->headers_out.headers,
+                                     &ngx_http_session_location, &n);
 
-    if (keep) {
-        *ngx_sprintf(st, "%ui", status) = '\0';
-        ngx_http_session_db_param(q, st, 0, 0);
-        ngx_http_session_db_param(q, "application/json", 0, 0);
+    p = NULL;
 
-        loc = ngx_http_session_idem_find(&r->headers_out.headers,
-                                         &ngx_http_session_location, &n);
-
-        p = NULL;
-
-        if (loc) {
-            p = ngx_pnalloc(r->pool, loc->value.len + 1);
-            if (p == NULL) {
-                return ngx_http_session_send_json(r, status, b);
-            }
-
-            *ngx_cpymem(p, loc->value.data, loc->value.len) = '\0';
+    if (loc) {
+        p = ngx_pnalloc(r->pool, loc->value.len + 1);
+        if (p == NULL) {
+            return ngx_http_session_send_json(r, status, b);
         }
 
-        ngx_http_session_db_param(q, p, 0, 0);
-
-        ngx_http_session_db_param(q, b->pos ? (char *) b->pos : "",
-                                  b->last - b->pos, 1);
+        *ngx_cpymem(p, loc->value.data, loc->value.len) = '\0';
     }
+
+    *ngx_sprintf(st, "%ui", status) = '\0';
+
+    ngx_http_session_db_param(q, ctx->project, 0, 0);
+    ngx_http_session_idem_params(q);
+    ngx_http_session_db_param(q, st, 0, 0);
+    ngx_http_session_db_param(q, p, 0, 0);
+    ngx_http_session_db_param(q, b->pos ? (char *) b->pos : "",
+                              b->last - b->pos, 1);
 
     if (ngx_http_session_db_query_run(q) != NGX_OK) {
         ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
@@ -516,31 +612,57 @@ ngx_http_session_idem_answer(ngx_http_request_t *r,
 static void
 ngx_http_session_idem_settled(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_http_request_t       *r;
+    ngx_http_request_t  *r;
+
+    r = q->request;
+
+    ngx_http_finalize_request(r, ngx_http_session_idem_settle(r, q, res));
+}
+
+
+/*
+ * The keep's outcome: this answer was kept ("new", kept), or the key has
+ * one already (sent instead), or another request holds the key (409)
+ */
+
+static ngx_int_t
+ngx_http_session_idem_settle(ngx_http_request_t *r,
+    ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_int_t                 rc;
     ngx_http_session_ctx_t   *ctx;
     ngx_http_session_idem_t  *idem;
 
-    r = q->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
     idem = ctx->idem;
 
-    if (res == NULL) {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session idempotency: the database is unavailable, "
-                      "the answer is sent without being kept");
-
-    } else if (ngx_http_session_db_result_ok(q, res) == NGX_OK
-               && PQntuples(res) == 1
-               && PQgetvalue(res, 0, 0)[0] != 't')
+    if (res == NULL
+        || ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || PQntuples(res) != 1
+        || PQnfields(res) != NGX_HTTP_SESSION_IDEM_NCOLS)
     {
-        /* past its lease, another request took the key over */
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
-                      "session idempotency: the claim was lost before "
-                      "the answer was kept");
+        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
+                      "session idempotency: the answer could not be kept, "
+                      "it is sent without being kept");
+
+        return ngx_http_session_send_json(r, idem->status, idem->answer);
     }
 
-    ngx_http_finalize_request(r, ngx_http_session_send_json(r, idem->status,
-                                                            idem->answer));
+    rc = ngx_http_session_idem_outcome(r, ctx,
+                         PQgetvalue(res, 0, NGX_HTTP_SESSION_IDEM_COL_OUTCOME));
+
+    if (rc != NGX_DECLINED) {
+        return rc;
+    }
+
+    if (PQgetlength(res, 0, NGX_HTTP_SESSION_IDEM_COL_KEPT) != 1
+        || !PQgetvalue(res, 0, NGX_HTTP_SESSION_IDEM_COL_KEPT)[0])
+    {
+        /* another request with the key kept its answer meanwhile */
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
+    }
+
+    return ngx_http_session_send_json(r, idem->status, idem->answer);
 }
 
 

@@ -1,5 +1,5 @@
 /*
- * Idempotency-Key on POST requests (API.md section 6).
+ * Idempotency-Key on POST requests (docs/api.md §6).
  */
 
 #ifndef _NGX_HTTP_SESSION_IDEMPOTENCY_H_INCLUDED_
@@ -8,16 +8,40 @@
 
 #include "ngx_http_session_common.h"
 
+#include <libpq-fe.h>
+
+
+/*
+ * The key's two columns at the end of a keyed statement's row (the whole
+ * row of NGX_HTTP_SESSION_SQL_IDEM_STORE): outcome, kept
+ */
+#define NGX_HTTP_SESSION_IDEM_COL_OUTCOME   0
+#define NGX_HTTP_SESSION_IDEM_COL_KEPT      1
+#define NGX_HTTP_SESSION_IDEM_NCOLS         2
+
 
 /*
  * A wrapper around the endpoint (next), for a POST: NGX_DECLINED without
  * an Idempotency-Key (the caller runs next as usual); otherwise checks
- * the key, reads the body, claims the key and then either runs next,
- * whose answer the response room hands back here to be kept before it
- * is sent, or answers itself (replay, 409, 422, 400).
+ * the key, reads the body and runs next under the key: its statement of
+ * work is the keyed one, and any other answer the response room hands
+ * back here to be kept before it is sent.  Or answers itself (400).
  */
 ngx_int_t ngx_http_session_idempotency(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_next_pt next);
+
+/* the key's parameters of a keyed statement: key, path, SHA-256, lease */
+void ngx_http_session_idem_params(ngx_http_session_db_query_t *q);
+
+/*
+ * The key's part of a keyed statement's result: NGX_OK when the endpoint
+ * answers from the row (ctx->idem_kept set when the work's answer was
+ * kept with it) or from the failure; NGX_DONE when the key answers
+ * instead (the first answer again, 409, 422) with *rc for the caller to
+ * finalize the request with.
+ */
+ngx_int_t ngx_http_session_idem_worked(ngx_http_session_db_query_t *q,
+    PGresult *res, ngx_int_t *rc);
 
 /* SHA-256 of the request body that nginx has read (memory or file) */
 ngx_int_t ngx_http_session_body_sha256(ngx_http_request_t *r, u_char *hash);

@@ -26,6 +26,16 @@
 #define NGX_HTTP_SESSION_IMAGE_ETAG_LEN      64
 
 
+/* the image list's query parameters */
+typedef struct {
+    long long                   limit;
+    /* "true", "false" or NULL */
+    u_char                     *ack;
+    /* the sequence of the page's last image, as text, or NULL */
+    u_char                     *after;
+} ngx_http_session_image_args_t;
+
+
 static int ngx_http_session_image_type_of(ngx_http_request_t *r,
     ngx_str_t *name);
 static ngx_int_t ngx_http_session_image_too_large(ngx_http_request_t *r);
@@ -36,6 +46,10 @@ static void ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_image_one(ngx_http_session_db_query_t *q,
     PGresult *res);
+static ngx_int_t ngx_http_session_image_list_ack(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+static ngx_int_t ngx_http_session_image_list_cursor(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
 static void ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_image_bytes(ngx_http_session_db_query_t *q,
@@ -51,6 +65,21 @@ static u_char *ngx_http_session_image_tags(ngx_http_request_t *r);
 
 
 static ngx_str_t  ngx_http_session_etag = ngx_string("ETag");
+
+static const ngx_http_session_arg_t  ngx_http_session_image_list_args[] = {
+
+    { ngx_string("limit"), ngx_http_session_arg_limit,
+      offsetof(ngx_http_session_image_args_t, limit),
+      NGX_HTTP_SESSION_IMAGE_LIST_MAX },
+
+    { ngx_string("acknowledged"), ngx_http_session_image_list_ack,
+      offsetof(ngx_http_session_image_args_t, ack), 0 },
+
+    { ngx_string("cursor"), ngx_http_session_image_list_cursor,
+      offsetof(ngx_http_session_image_args_t, after), 0 },
+
+    { ngx_null_string, NULL, 0, 0 }
+};
 
 
 /* POST /api/v1/sessions/{sid}/images */
@@ -278,6 +307,7 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
 {
     size_t                   len;
     u_char                  *p, *sid;
+    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
@@ -285,9 +315,8 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     r = q->request;
     sid = q->data;
 
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 
@@ -339,81 +368,24 @@ ngx_int_t
 ngx_http_session_image_list(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx)
 {
-    u_char                       *pos, *sid, *ack, *after, *rows;
-    ngx_int_t                     rc;
-    ngx_str_t                     name, value;
-    long long                     limit, sequence;
-    ngx_http_session_db_query_t  *q;
+    u_char                           *sid, *ack, *after, *rows;
+    ngx_int_t                         rc;
+    long long                         limit;
+    ngx_http_session_db_query_t      *q;
+    ngx_http_session_image_args_t     args;
 
-    limit = NGX_HTTP_SESSION_IMAGE_LIST_DEFAULT;
-    ack = NULL;
-    after = NULL;
+    args.limit = NGX_HTTP_SESSION_IMAGE_LIST_DEFAULT;
+    args.ack = NULL;
+    args.after = NULL;
 
-    pos = r->args.data;
-
-    for ( ;; ) {
-        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-
-        if (rc == NGX_DONE) {
-            break;
-        }
-
-        if (rc == NGX_ERROR) {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        if (name.len == 5 && ngx_strncmp(name.data, "limit", 5) == 0) {
-            if (ngx_http_session_parse_int(value.data, value.len, 1,
-                                           NGX_HTTP_SESSION_IMAGE_LIST_MAX,
-                                           &limit)
-                != 0)
-            {
-                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_LIMIT);
-            }
-
-            continue;
-        }
-
-        if (name.len == 12
-            && ngx_strncmp(name.data, "acknowledged", 12) == 0)
-        {
-            if (value.len == 4 && ngx_strncmp(value.data, "true", 4) == 0) {
-                ack = (u_char *) "true";
-
-            } else if (value.len == 5
-                       && ngx_strncmp(value.data, "false", 5) == 0)
-            {
-                ack = (u_char *) "false";
-
-            } else {
-                return ngx_http_session_error(r,
-                                          NGX_HTTP_SESSION_ERR_ACKNOWLEDGED);
-            }
-
-            continue;
-        }
-
-        if (name.len == 6 && ngx_strncmp(name.data, "cursor", 6) == 0) {
-            if (ngx_http_session_cursor_decode_image(value.data, value.len,
-                                                     &sequence)
-                != 0
-                || sequence < 0 || sequence > NGX_MAX_INT32_VALUE)
-            {
-                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
-            }
-
-            after = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
-            if (after == NULL) {
-                return ngx_http_session_error(r,
-                                              NGX_HTTP_SESSION_ERR_INTERNAL);
-            }
-
-            *ngx_sprintf(after, "%L", (int64_t) sequence) = '\0';
-            continue;
-        }
-
-        return ngx_http_session_unknown_arg(r, &name);
+    rc = ngx_http_session_args(r, ngx_http_session_image_list_args, &args);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
+
+    limit = args.limit;
+    ack = args.ack;
+    after = args.after;
 
     sid = ngx_http_session_image_uuid(r, ctx->route.sid, ctx->route.sid_len,
                                       &rc);
@@ -450,6 +422,56 @@ ngx_http_session_image_list(ngx_http_request_t *r,
 
 
 /* the check columns and an image per row, NULL when there is none */
+
+/* "acknowledged": true or false, as the statement's text */
+
+static ngx_int_t
+ngx_http_session_image_list_ack(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    if (value->len == 4 && ngx_strncmp(value->data, "true", 4) == 0) {
+        *(u_char **) field = (u_char *) "true";
+
+    } else if (value->len == 5 && ngx_strncmp(value->data, "false", 5) == 0) {
+        *(u_char **) field = (u_char *) "false";
+
+    } else {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_ACKNOWLEDGED);
+    }
+
+    return NGX_DECLINED;
+}
+
+
+/* "cursor": the sequence of the page's last image, as text */
+
+static ngx_int_t
+ngx_http_session_image_list_cursor(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    u_char     *after;
+    long long   sequence;
+
+    if (ngx_http_session_cursor_decode_image(value->data, value->len,
+                                             &sequence)
+        != 0
+        || sequence < 0 || sequence > NGX_MAX_INT32_VALUE)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
+    }
+
+    after = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
+    if (after == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    *ngx_sprintf(after, "%L", (int64_t) sequence) = '\0';
+
+    *(u_char **) field = after;
+
+    return NGX_DECLINED;
+}
+
 
 static void
 ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
@@ -561,6 +583,7 @@ static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
     int                      present;
+    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_ctx_t  *ctx;
@@ -569,9 +592,8 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
     r = q->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 

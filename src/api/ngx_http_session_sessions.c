@@ -18,6 +18,21 @@
 #define NGX_HTTP_SESSION_LIST_MAX      100
 
 
+/* the list's query parameters */
+
+typedef struct {
+    /* the created_at (binary timestamptz) and id of the page's last row */
+    u_char                          *us;
+    u_char                          *id;
+} ngx_http_session_list_after_t;
+
+typedef struct {
+    long long                        limit;
+    u_char                          *status;
+    ngx_http_session_list_after_t    after;
+} ngx_http_session_list_args_t;
+
+
 static void ngx_http_session_create_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_create_query(ngx_http_request_t *r,
     u_char *body, size_t len);
@@ -30,8 +45,28 @@ static ngx_int_t ngx_http_session_created_send(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res);
 static void ngx_http_session_one(ngx_http_session_db_query_t *q,
     PGresult *res);
+static ngx_int_t ngx_http_session_list_status(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+static ngx_int_t ngx_http_session_list_cursor(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
 static void ngx_http_session_listed(ngx_http_session_db_query_t *q,
     PGresult *res);
+
+
+static const ngx_http_session_arg_t  ngx_http_session_list_args[] = {
+
+    { ngx_string("limit"), ngx_http_session_arg_limit,
+      offsetof(ngx_http_session_list_args_t, limit),
+      NGX_HTTP_SESSION_LIST_MAX },
+
+    { ngx_string("status"), ngx_http_session_list_status,
+      offsetof(ngx_http_session_list_args_t, status), 0 },
+
+    { ngx_string("cursor"), ngx_http_session_list_cursor,
+      offsetof(ngx_http_session_list_args_t, after), 0 },
+
+    { ngx_null_string, NULL, 0, 0 }
+};
 
 
 /* POST /api/v1/sessions */
@@ -104,7 +139,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
     ngx_str_t                      msg;
     ngx_uint_t                     mode, plan;
     ngx_http_session_ctx_t        *ctx;
-    ngx_http_session_stmt_e        stmt;
+    ngx_http_session_stmt_e        stmt, keyed;
     ngx_http_session_create_t      cr;
     ngx_http_session_db_query_t   *q;
     ngx_http_session_loc_conf_t   *slcf;
@@ -150,15 +185,19 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 
     if (!(plan & mode)) {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED;
 
     } else if (plan & NGX_HTTP_SESSION_PLAN_UNLIMITED) {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE_KEYED;
 
     } else if (plan & NGX_HTTP_SESSION_PLAN_QUOTA) {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED_KEYED;
 
     } else {
         stmt = NGX_HTTP_SESSION_STMT_SESSION_CREATE;
+        keyed = NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED;
     }
 
     ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
@@ -168,9 +207,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
                    : (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED)
                      ? "counted, then the insert" : "with the plan");
 
-    q = ngx_http_session_work_query(r, stmt,
-                                  NGX_HTTP_SESSION_STMT_SESSION_CREATE_KEYED,
-                                  ngx_http_session_created);
+    q = ngx_http_session_work_query(r, stmt, keyed, ngx_http_session_created);
     if (q == NULL) {
         ngx_http_session_create_free(&cr);
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -218,7 +255,7 @@ ngx_http_session_create_query(ngx_http_request_t *r, u_char *body,
 
     ngx_http_session_db_param(q, p, 0, 0);
 
-    if (q->stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED) {
+    if (stmt == NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED) {
         p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1
                                  + NGX_INT_T_LEN + 1);
         if (p == NULL) {
@@ -261,11 +298,16 @@ ngx_http_session_created_send(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res)
 {
     u_char                          *p, project[16];
+    ngx_int_t                        rc;
     ngx_buf_t                       *b;
     ngx_http_session_ctx_t          *ctx;
     ngx_http_session_doc_session_t   s;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        return rc;
+    }
 
     if (res == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
@@ -276,10 +318,6 @@ ngx_http_session_created_send(ngx_http_request_t *r,
         || PQnfields(res) != 4 + ngx_http_session_work_ncols(q))
     {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IDEM_RUNNING);
     }
 
     if (PQgetisnull(res, 0, 0) || PQgetvalue(res, 0, 0)[0] == 0) {
@@ -408,15 +446,15 @@ ngx_http_session_complete(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 static void
 ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
 
     r = q->request;
 
-    if (ngx_http_session_work_held(q, res) != NGX_OK) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                         NGX_HTTP_SESSION_ERR_IDEM_RUNNING));
+    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
+        ngx_http_finalize_request(r, rc);
         return;
     }
 
@@ -487,101 +525,26 @@ ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
 ngx_int_t
 ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
-    int                           i;
-    u_char                       *pos, *p, *status, *after_us, *after_id;
-    u_char                        uuid[16];
-    uint64_t                      pg_us;
-    ngx_int_t                     rc;
-    ngx_str_t                     name, value;
-    long long                     limit, created_us;
-    ngx_http_session_db_query_t  *q;
+    u_char                           *p, *status, *after_us, *after_id;
+    ngx_int_t                         rc;
+    long long                         limit;
+    ngx_http_session_db_query_t      *q;
+    ngx_http_session_list_args_t      args;
 
-    limit = NGX_HTTP_SESSION_LIST_DEFAULT;
-    status = NULL;
-    after_us = NULL;
-    after_id = NULL;
+    args.limit = NGX_HTTP_SESSION_LIST_DEFAULT;
+    args.status = NULL;
+    args.after.us = NULL;
+    args.after.id = NULL;
 
-    pos = r->args.data;
-
-    for ( ;; ) {
-        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-
-        if (rc == NGX_DONE) {
-            break;
-        }
-
-        if (rc == NGX_ERROR) {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        if (name.len == 5 && ngx_strncmp(name.data, "limit", 5) == 0) {
-            if (ngx_http_session_parse_int(value.data, value.len, 1,
-                                           NGX_HTTP_SESSION_LIST_MAX, &limit)
-                != 0)
-            {
-                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_LIMIT);
-            }
-
-            continue;
-        }
-
-        if (name.len == 6 && ngx_strncmp(name.data, "status", 6) == 0) {
-            if (!((value.len == 4
-                   && ngx_strncmp(value.data, "open", 4) == 0)
-                  || (value.len == 9
-                      && ngx_strncmp(value.data, "completed", 9) == 0)
-                  || (value.len == 7
-                      && ngx_strncmp(value.data, "expired", 7) == 0)))
-            {
-                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_STATUS);
-            }
-
-            status = ngx_pnalloc(r->pool, value.len + 1);
-            if (status == NULL) {
-                return ngx_http_session_error(r,
-                                              NGX_HTTP_SESSION_ERR_INTERNAL);
-            }
-
-            *ngx_cpymem(status, value.data, value.len) = '\0';
-            continue;
-        }
-
-        if (name.len == 6 && ngx_strncmp(name.data, "cursor", 6) == 0) {
-            if (ngx_http_session_cursor_decode_session(value.data, value.len,
-                                                       &created_us, uuid)
-                != 0)
-            {
-                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
-            }
-
-            /* only what PostgreSQL can hold, or it would refuse with 500 */
-
-            if (created_us < 0 || created_us >= NGX_HTTP_SESSION_DOC_US_MAX) {
-                return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
-            }
-
-            after_us = ngx_pnalloc(r->pool, 8);
-            after_id = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
-
-            if (after_us == NULL || after_id == NULL) {
-                return ngx_http_session_error(r,
-                                              NGX_HTTP_SESSION_ERR_INTERNAL);
-            }
-
-            pg_us = (uint64_t) (created_us - NGX_HTTP_SESSION_DOC_PG_EPOCH_US);
-
-            for (i = 7; i >= 0; i--) {
-                after_us[i] = (u_char) (pg_us & 0xff);
-                pg_us >>= 8;
-            }
-
-            ngx_http_session_uuid_format(uuid, after_id);
-            after_id[NGX_HTTP_SESSION_UUID_LEN] = '\0';
-            continue;
-        }
-
-        return ngx_http_session_unknown_arg(r, &name);
+    rc = ngx_http_session_args(r, ngx_http_session_list_args, &args);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
+
+    limit = args.limit;
+    status = args.status;
+    after_us = args.after.us;
+    after_id = args.after.id;
 
     q = ngx_http_session_db_query_stmt(r,
                                    after_id
@@ -613,6 +576,86 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
     q->data = (void *) (uintptr_t) limit;
 
     return ngx_http_session_run(r, q);
+}
+
+
+/* "status": one of the three, NUL-terminated for the statement */
+
+static ngx_int_t
+ngx_http_session_list_status(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    u_char  *status;
+
+    if (!((value->len == 4 && ngx_strncmp(value->data, "open", 4) == 0)
+          || (value->len == 9
+              && ngx_strncmp(value->data, "completed", 9) == 0)
+          || (value->len == 7
+              && ngx_strncmp(value->data, "expired", 7) == 0)))
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_STATUS);
+    }
+
+    status = ngx_pnalloc(r->pool, value->len + 1);
+    if (status == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    *ngx_cpymem(status, value->data, value->len) = '\0';
+
+    *(u_char **) field = status;
+
+    return NGX_DECLINED;
+}
+
+
+/*
+ * "cursor": the created_at and id of the last session of the page before,
+ * as the statement's parameters
+ */
+
+static ngx_int_t
+ngx_http_session_list_cursor(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    ngx_http_session_list_after_t  *after = field;
+
+    int        i;
+    u_char     uuid[16];
+    uint64_t   pg_us;
+    long long  created_us;
+
+    if (ngx_http_session_cursor_decode_session(value->data, value->len,
+                                               &created_us, uuid)
+        != 0)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
+    }
+
+    /* only what PostgreSQL can hold, or it would refuse with 500 */
+
+    if (created_us < 0 || created_us >= NGX_HTTP_SESSION_DOC_US_MAX) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_CURSOR);
+    }
+
+    after->us = ngx_pnalloc(r->pool, 8);
+    after->id = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+
+    if (after->us == NULL || after->id == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    pg_us = (uint64_t) (created_us - NGX_HTTP_SESSION_DOC_PG_EPOCH_US);
+
+    for (i = 7; i >= 0; i--) {
+        after->us[i] = (u_char) (pg_us & 0xff);
+        pg_us >>= 8;
+    }
+
+    ngx_http_session_uuid_format(uuid, after->id);
+    after->id[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+
+    return NGX_DECLINED;
 }
 
 

@@ -1,5 +1,5 @@
 /*
- * sessionctl: the admin tool of the Session Service (API.md section 9).
+ * sessionctl: the admin tool of the Session Service (docs/api.md §9).
  *
  * A blocking libpq client: parse the command line, connect, run one
  * command, print one answer (text, or one JSON object with --json).
@@ -1144,7 +1144,7 @@ sessionctl_plan_set(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int                rc;
     long               quota;
-    char               quota_text[16], features_text[32], name[80];
+    char               quota_text[24], features_text[32], name[80];
     unsigned           features;
     json_t            *obj, *list;
     PGresult          *res;

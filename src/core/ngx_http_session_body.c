@@ -19,7 +19,7 @@
  * "unknown field: <name>" free of NUL bytes.
  *
  * jansson also refuses numbers it cannot hold (integers past int64,
- * reals past DBL_MAX), while API.md wants such a number judged where it
+ * reals past DBL_MAX), while docs/api.md wants such a number judged where it
  * stands: a huge "expires_in" is out of range, a huge unknown field is an
  * unknown field.  So when that is the only reason a body fails, the body
  * is decoded again with every real written as 0.0 and every huge integer
@@ -95,7 +95,7 @@ static const char  *ngx_http_session_body_fields[] = {
 
 
 /*
- * Fields are checked in the order of the table of API.md section 5, each
+ * Fields are checked in the order of the table of docs/api.md §5, each
  * to its end, and "anything else" is its last row: every error of a known
  * field, wherever it stands in the body, comes before "unknown field".
  * A JSON null in a known field is an absent field; an unknown field is

@@ -1,5 +1,5 @@
 /*
- * The body of POST /api/v1/sessions (API.md sections 5 and 10) and the
+ * The body of POST /api/v1/sessions (docs/api.md §5 and §10) and the
  * integer query parameters (limit, timeout).
  *
  * Pure C with no nginx types, shared by the module and sessionctl, and
@@ -46,7 +46,7 @@ typedef struct {
 
 
 /*
- * Checks the body in the order of API.md section 5 and fills *out, or
+ * Checks the body in the order of docs/api.md §5 and fills *out, or
  * writes the exact message of the first failure, NUL-terminated, to msg
  * (msg_size at least NGX_HTTP_SESSION_BODY_MSG_MAX).  An unknown field
  * is named raw, as decoded: the caller escapes the message for JSON.

@@ -1,5 +1,5 @@
 /*
- * Opaque list cursors (API.md section 4, "next_cursor") and UUID text.
+ * Opaque list cursors (docs/api.md §4, "next_cursor") and UUID text.
  *
  * Pure C with no nginx types, shared by the module and sessionctl, and
  * unit-tested with Check.

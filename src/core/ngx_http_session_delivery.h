@@ -1,6 +1,6 @@
 /*
  * Webhook delivery, the parts without I/O: the Standard Webhooks
- * signature (API.md sections 7 and 10), the retry schedule, and the
+ * signature (docs/api.md §7 and §10), the retry schedule, and the
  * status line's verdict.
  *
  * Pure C with no nginx types; unit-tested with Check.

@@ -1,5 +1,5 @@
 /*
- * The documents of API.md section 4, written in C from typed columns:
+ * The documents of docs/api.md §4, written in C from typed columns:
  * the session and image objects and their RFC 3339 timestamps.  The
  * database returns rows; every byte of a resource's JSON is written here,
  * in one place.

@@ -1,5 +1,5 @@
 /*
- * Idempotency-Key syntax and the request fingerprint's path (API.md
+ * Idempotency-Key syntax and the request fingerprint's path (docs/api.md
  * section 6).
  *
  * Pure C with no nginx types; unit-tested with Check.

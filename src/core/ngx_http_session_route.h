@@ -27,7 +27,7 @@
 #define NGX_HTTP_SESSION_METHOD_POST          0x02
 #define NGX_HTTP_SESSION_METHOD_OTHER         0x04
 
-/* rate-limit classes (API.md section 1, stage 2) */
+/* rate-limit classes (docs/api.md §1, stage 2) */
 #define NGX_HTTP_SESSION_CLASS_CREATE         0
 #define NGX_HTTP_SESSION_CLASS_LIST           1
 #define NGX_HTTP_SESSION_CLASS_OTHER          2

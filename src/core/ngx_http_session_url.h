@@ -1,5 +1,5 @@
 /*
- * webhook_url: the syntax of API.md section 5 and the private address
+ * webhook_url: the syntax of docs/api.md §5 and the private address
  * ranges of section 10, checked when a session is created and, for the
  * addresses a host name resolves to, again when a webhook is delivered.
  *
@@ -78,7 +78,7 @@ int ngx_http_session_url_check(const unsigned char *url, size_t len,
 
 /*
  * 1 when the address (AF_INET: 4 bytes, AF_INET6: 16 bytes, network
- * order) is in one of the private ranges of API.md section 10; an
+ * order) is in one of the private ranges of docs/api.md §10; an
  * IPv4-mapped IPv6 address is judged by its IPv4 address.  Any other
  * family is private: the check fails closed.
  */

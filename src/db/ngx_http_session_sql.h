@@ -116,49 +116,133 @@
  * row of s (id NULL) is 429.
  */
 #define NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED                           \
-    "WITH u AS ("                                                             \
+    "WITH " NGX_HTTP_SESSION_SQL_COUNTED_WORK("")                             \
+    " SELECT true, s.id, s.created_at, s.expires_at"                          \
+    " FROM (SELECT 1) one LEFT JOIN s ON true"
+
+/* the CTEs u, s of the counted create; held: a condition on u */
+#define NGX_HTTP_SESSION_SQL_COUNTED_WORK(held)                               \
+    "u AS ("                                                                  \
     "INSERT INTO monthly_usage AS u (account_id, month, sessions_created)"    \
     " SELECT $5::uuid, date_trunc('month', now() AT TIME ZONE 'UTC')::date,"  \
-    " 1 WHERE $6::integer > 0"                                                \
+    " 1 WHERE $6::integer > 0" held                                           \
     " ON CONFLICT (account_id, month) DO UPDATE"                              \
     " SET sessions_created = u.sessions_created + 1"                          \
     " WHERE u.sessions_created < $6::integer"                                 \
     " RETURNING 1),"                                                          \
     " s AS ("                                                                 \
     NGX_HTTP_SESSION_SQL_CREATE_INSERT("", " WHERE EXISTS (SELECT 1 FROM u)", \
-                                       "id, created_at, expires_at") ")"     \
-    " SELECT true, s.id, s.created_at, s.expires_at"                          \
-    " FROM (SELECT 1) one LEFT JOIN s ON true"
+                                       "id, created_at, expires_at") ")"
 
 
 /*
- * The keyed statements: those that do work (create, complete, upload,
- * ack) for a request that holds an Idempotency-Key claim.  The work is
- * the plain statement's, done only while the claim is the request's (g
- * locks the key's row until the commit), and the answer of the work is
- * stored in the same statement (k): status, Location and the resource as
- * answered, see src/sql/010_idempotent_work.sql.  $k the key, $c the
- * claim (uuid, binary); two more columns at the end: held (the claim was
- * the request's) and kept (the work was done and its answer stored).
+ * The keyed statements (decision (xa)): those that do work (create,
+ * complete, upload, ack) for a POST with an Idempotency-Key, in one
+ * statement, so one transaction and one commit:
+ *
+ *   il  tries the key's advisory lock, held until the commit: a request
+ *       with the same key meanwhile does not get it and answers 409 at
+ *       once, without waiting on any row;
+ *   ie  the key's row as the statement sees it, unless it may be
+ *       replaced (past its 24 h, or a claim of a node of the previous
+ *       version past its lease): a kept answer to replay, a request to
+ *       tell apart (422), or such a claim still running (409);
+ *   the plain statement's CTEs, working only when il got the lock and ie
+ *       is empty (NGX_HTTP_SESSION_SQL_IDEM_GO, their held condition);
+ *   ik  the answer of the work, inserted as the key's row (or over one
+ *       that may be replaced): status, Location and the resource as
+ *       answered, see src/sql/010_idempotent_work.sql.
+ *
+ * $k the key, $p the path with its query, $h the SHA-256 of the body
+ * (bytea, binary), $l the lease in seconds (src/sql/003_idempotency.sql).
+ * Two columns follow the endpoint's: the outcome ("new": the request
+ * went on; "replay", "running", "mismatch") and kept (the work was done
+ * and its answer kept).  A replay reads the kept answer with
+ * NGX_HTTP_SESSION_SQL_IDEM_READ: the statement of every request stays
+ * narrow.  A row of the key that committed after the statement's
+ * snapshot was taken is not in ie; ik then inserts nothing, and the work
+ * done meanwhile is undone (idempotency_conflict(),
+ * src/sql/012_idempotent_commit.sql).
  */
-#define NGX_HTTP_SESSION_SQL_IDEM_HELD(k, c)                                  \
-    "g AS (SELECT 1 FROM idempotency_keys WHERE project_id = $1::uuid"       \
-    " AND key = $" k "::text AND claim_id = $" c "::uuid"                     \
-    " AND status IS NULL FOR UPDATE)"
+#define NGX_HTTP_SESSION_SQL_IDEM_SEEN(k, p, h, l)                            \
+    "il AS (SELECT pg_try_advisory_xact_lock(hashtextextended("               \
+    "$1::uuid::text || $" k "::text, 0)) AS got),"                            \
+    " ie AS (SELECT e.method, e.path, e.body_sha256, e.status"                \
+    " FROM idempotency_keys e WHERE e.project_id = $1::uuid"                  \
+    " AND e.key = $" k "::text"                                               \
+    " AND NOT (" NGX_HTTP_SESSION_SQL_IDEM_FREE("e", p, h, l) "))"
 
-#define NGX_HTTP_SESSION_SQL_IDEM_IF_HELD  " AND EXISTS (SELECT 1 FROM g)"
+/* the key's row t may be replaced: past its 24 h, or a claim past lease */
+#define NGX_HTTP_SESSION_SQL_IDEM_FREE(t, p, h, l)                            \
+    t ".expires_at <= now() OR (" t ".status IS NULL"                         \
+    " AND " t ".claimed_at <= now() - $" l "::integer * interval '1 second'"  \
+    " AND " t ".method = 'POST' AND " t ".path = $" p "::text"                \
+    " AND " t ".body_sha256 = $" h "::bytea)"
 
-/* k: status, location, answer_session, answer_image from the rows of f */
-#define NGX_HTTP_SESSION_SQL_IDEM_KEEP(k, c, status, loc, sess, img, f)       \
-    " k AS (UPDATE idempotency_keys k SET status = " status ","              \
-    " content_type = 'application/json', location = " loc ","                 \
-    " answer_session = " sess ", answer_image = " img ","                     \
-    " expires_at = now() + interval '24 hours'"                               \
-    " FROM " f " WHERE k.project_id = $1::uuid AND k.key = $" k "::text"      \
-    " AND k.claim_id = $" c "::uuid RETURNING 1)"
+/* the work may be done: the lock is this request's, no row is in the way */
+#define NGX_HTTP_SESSION_SQL_IDEM_GO                                          \
+    "(SELECT il.got FROM il) AND NOT EXISTS (SELECT 1 FROM ie)"
 
-#define NGX_HTTP_SESSION_SQL_IDEM_COLS                                        \
-    ", EXISTS (SELECT 1 FROM g), EXISTS (SELECT 1 FROM k)"
+/*
+ * ik: the answer (status, location, body, the resource as answered) as
+ * the key's row, for each row of from
+ */
+#define NGX_HTTP_SESSION_SQL_IDEM_KEEP(k, p, h, l, status, loc, body, sess,   \
+                                       img, from)                             \
+    "ik AS (INSERT INTO idempotency_keys AS k (project_id, key, method,"      \
+    " path, body_sha256, status, content_type, location, body,"               \
+    " answer_session, answer_image, expires_at)"                              \
+    " SELECT $1::uuid, $" k "::text, 'POST', $" p "::text, $" h "::bytea, "   \
+    status ", 'application/json', " loc ", " body ", " sess ", " img ","      \
+    " now() + interval '24 hours' FROM " from                                 \
+    " ON CONFLICT (project_id, key) DO UPDATE"                                \
+    " SET method = EXCLUDED.method, path = EXCLUDED.path,"                    \
+    " body_sha256 = EXCLUDED.body_sha256, status = EXCLUDED.status,"          \
+    " content_type = EXCLUDED.content_type, location = EXCLUDED.location,"    \
+    " body = EXCLUDED.body, answer_session = EXCLUDED.answer_session,"        \
+    " answer_image = EXCLUDED.answer_image, claim_id = NULL,"                 \
+    " claimed_at = NULL, created_at = now(),"                                 \
+    " expires_at = EXCLUDED.expires_at"                                       \
+    " WHERE " NGX_HTTP_SESSION_SQL_IDEM_FREE("k", p, h, l)                    \
+    " RETURNING 1)"
+
+/* the key's two columns: the outcome (see above), then kept */
+#define NGX_HTTP_SESSION_SQL_IDEM_COLS(p, h, kept)                            \
+    "CASE WHEN ie.method IS NULL"                                             \
+    " THEN CASE WHEN il.got THEN 'new' ELSE 'running' END"                    \
+    " WHEN ie.method <> 'POST' OR ie.path <> $" p "::text"                    \
+    " OR ie.body_sha256 <> $" h "::bytea THEN 'mismatch'"                     \
+    " WHEN ie.status IS NULL THEN 'running' ELSE 'replay' END, " kept
+
+#define NGX_HTTP_SESSION_SQL_IDEM_FROM  " LEFT JOIN ie ON true CROSS JOIN il"
+
+/*
+ * kept: the work (the rows of f) was done and its answer kept; work done
+ * while another request kept an answer for the key is undone
+ */
+#define NGX_HTTP_SESSION_SQL_IDEM_KEPT(f)                                     \
+    "CASE WHEN EXISTS (SELECT 1 FROM ik) THEN true"                           \
+    " WHEN EXISTS (SELECT 1 FROM " f ") THEN idempotency_conflict()"          \
+    " ELSE false END"
+
+/*
+ * The kept answer of a key, for a replay: $1 project, $2 key, $3 path,
+ * $4 SHA-256 (bytea, binary), $5 lease; one row: the outcome ("replay",
+ * "mismatch", or "running": none kept, or gone since), status,
+ * location, body, then the columns of the answer's session
+ * (NGX_HTTP_SESSION_SQL_SESSION_COLS) and image (_IMAGE_), see
+ * NGX_HTTP_SESSION_IDEM_R_*
+ */
+#define NGX_HTTP_SESSION_SQL_IDEM_READ                                        \
+    "SELECT CASE WHEN e.method IS NULL THEN 'running'"                        \
+    " WHEN e.method <> 'POST' OR e.path <> $3::text"                          \
+    " OR e.body_sha256 <> $4::bytea THEN 'mismatch'"                          \
+    " WHEN e.status IS NULL THEN 'running' ELSE 'replay' END,"                \
+    " e.status, e.location, e.body, (e.answer_session).*,"                    \
+    " (e.answer_image).*"                                                     \
+    " FROM (SELECT 1) one LEFT JOIN idempotency_keys e"                       \
+    " ON e.project_id = $1::uuid AND e.key = $2::text"                        \
+    " AND NOT (" NGX_HTTP_SESSION_SQL_IDEM_FREE("e", "3", "4", "5") ")"
 
 /* the columns of the session (image) t as an answer's resource */
 #define NGX_HTTP_SESSION_SQL_IDEM_SESSION(t)                                  \
@@ -166,19 +250,62 @@
 #define NGX_HTTP_SESSION_SQL_IDEM_IMAGE(t)                                    \
     "ROW(" NGX_HTTP_SESSION_SQL_IMAGE_COLS(t) ")::idempotency_image_answer"
 
-/* $5 key, $6 claim: the create's columns, held, kept */
-#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_KEYED                             \
-    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("5", "6") ","                      \
-    NGX_HTTP_SESSION_SQL_CREATE_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","   \
-    NGX_HTTP_SESSION_SQL_IDEM_KEEP("5", "6", "201",                           \
-        "'/api/v1/sessions/' || s.id",                                        \
+/* the answer of a create: s the new session, as $1, $2, $3 asked */
+#define NGX_HTTP_SESSION_SQL_IDEM_CREATED(k, p, h, l)                         \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP(k, p, h, l, "201",                         \
+        "'/api/v1/sessions/' || s.id", "NULL",                                \
         "ROW(s.id, $1::uuid, $2::text,"                                       \
         " CASE WHEN $2::text = 'webhook' THEN $3::text END, 'open', 0, 0,"    \
         " s.created_at, s.expires_at, NULL)::idempotency_session_answer",     \
-        "NULL", "s")                                                          \
-    " SELECT p.allowed, s.id, s.created_at, s.expires_at"                     \
-    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
-    NGX_HTTP_SESSION_SQL_CREATE_FROM
+        "NULL", "s")
+
+/* $5 key, $6 path, $7 SHA-256, $8 lease: the create's columns, the key's */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_KEYED                             \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("5", "6", "7", "8") ", "           \
+    NGX_HTTP_SESSION_SQL_CREATE_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)    \
+    ", " NGX_HTTP_SESSION_SQL_IDEM_CREATED("5", "6", "7", "8")                \
+    " SELECT p.allowed, s.id, s.created_at, s.expires_at, "                   \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS("6", "7",                                  \
+                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("s"))       \
+    NGX_HTTP_SESSION_SQL_CREATE_FROM NGX_HTTP_SESSION_SQL_IDEM_FROM
+
+/* the same as NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE_KEYED                        \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("5", "6", "7", "8") ", s AS ("     \
+    NGX_HTTP_SESSION_SQL_CREATE_INSERT("",                                    \
+        " WHERE " NGX_HTTP_SESSION_SQL_IDEM_GO,                               \
+        "id, created_at, expires_at") "), "                                   \
+    NGX_HTTP_SESSION_SQL_IDEM_CREATED("5", "6", "7", "8")                     \
+    " SELECT true, s.id, s.created_at, s.expires_at, "                        \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS("6", "7",                                  \
+                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("s"))       \
+    " FROM (SELECT 1) one LEFT JOIN s ON true" NGX_HTTP_SESSION_SQL_IDEM_FROM
+
+/* the same as NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED: $7 key ... */
+#define NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED_KEYED                     \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("7", "8", "9", "10") ", "          \
+    NGX_HTTP_SESSION_SQL_COUNTED_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)   \
+    ", " NGX_HTTP_SESSION_SQL_IDEM_CREATED("7", "8", "9", "10")               \
+    " SELECT true, s.id, s.created_at, s.expires_at, "                        \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS("8", "9",                                  \
+                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("s"))       \
+    " FROM (SELECT 1) one LEFT JOIN s ON true" NGX_HTTP_SESSION_SQL_IDEM_FROM
+
+/*
+ * An answer that did no work (a 4xx but 429, or a 2xx that changed
+ * nothing), kept for the key in one statement: $1 project, $2 key, $3
+ * path, $4 SHA-256 (bytea, binary), $5 lease, $6 status, $7 location or
+ * NULL, $8 body (bytea, binary); the key's two columns, kept false with
+ * outcome "new" when another request kept an answer first
+ */
+#define NGX_HTTP_SESSION_SQL_IDEM_STORE                                       \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("2", "3", "4", "5") ", "           \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP("2", "3", "4", "5", "$6::integer",         \
+        "$7::text", "$8::bytea", "NULL", "NULL",                              \
+        "il WHERE il.got AND NOT EXISTS (SELECT 1 FROM ie)")                  \
+    " SELECT " NGX_HTTP_SESSION_SQL_IDEM_COLS("3", "4",                       \
+                                       "EXISTS (SELECT 1 FROM ik)")           \
+    " FROM (SELECT 1) one" NGX_HTTP_SESSION_SQL_IDEM_FROM
 
 /* $1 session id: the session's columns, or no row */
 #define NGX_HTTP_SESSION_SQL_SESSION_GET                                      \
@@ -198,7 +325,7 @@
     NGX_HTTP_SESSION_SQL_COMPLETE_FROM
 
 /*
- * the CTEs c, l, o of the complete; held: a condition on c.  The update
+ * the CTEs c, l, o of the complete; held: a condition on c and l.  The update
  * first; only when it changed nothing is the row read, locked, so that
  * the row returned is the newest (a concurrent complete committed while
  * this one waited is seen as completed)
@@ -211,7 +338,7 @@
     " RETURNING s AS r,"                                                      \
     " pg_notify('session_events', 'completed:' || s.id::text) AS n),"         \
     " l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"              \
-    " AND NOT EXISTS (SELECT 1 FROM c) FOR UPDATE),"                          \
+    " AND NOT EXISTS (SELECT 1 FROM c)" held " FOR UPDATE),"                  \
     " o AS ("                                                                 \
     "INSERT INTO webhook_outbox (id, project_id, session_id, event_type,"     \
     " url, payload)"                                                          \
@@ -224,18 +351,26 @@
     " WHERE (c.r).delivery_mode = 'webhook')"
 
 #define NGX_HTTP_SESSION_SQL_COMPLETE_FROM                                    \
-    " FROM (SELECT c.r FROM c UNION ALL"                                      \
-    " SELECT l.r FROM l WHERE NOT EXISTS (SELECT 1 FROM c)) x"
+    " FROM " NGX_HTTP_SESSION_SQL_COMPLETE_ROWS " x"
 
-/* $3 key, $4 claim: the complete's columns, held, kept */
+#define NGX_HTTP_SESSION_SQL_COMPLETE_ROWS                                    \
+    "(SELECT c.r FROM c UNION ALL"                                            \
+    " SELECT l.r FROM l WHERE NOT EXISTS (SELECT 1 FROM c))"
+
+/*
+ * $3 key, $4 path, $5 SHA-256, $6 lease: the complete's columns, the
+ * key's; one row always (NULL session columns: no such session)
+ */
 #define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE_KEYED                           \
-    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("3", "4") ","                      \
-    NGX_HTTP_SESSION_SQL_COMPLETE_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) "," \
-    NGX_HTTP_SESSION_SQL_IDEM_KEEP("3", "4", "200", "NULL",                   \
-        NGX_HTTP_SESSION_SQL_IDEM_SESSION("(c.r)"), "NULL", "c")              \
-    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
-    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
-    NGX_HTTP_SESSION_SQL_COMPLETE_FROM
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("3", "4", "5", "6") ", "           \
+    NGX_HTTP_SESSION_SQL_COMPLETE_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)  \
+    ", " NGX_HTTP_SESSION_SQL_IDEM_KEEP("3", "4", "5", "6", "200", "NULL",    \
+        "NULL", NGX_HTTP_SESSION_SQL_IDEM_SESSION("(c.r)"), "NULL", "c")      \
+    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)") ", "                \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS("4", "5",                                  \
+                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("c"))       \
+    " FROM (SELECT 1) one LEFT JOIN " NGX_HTTP_SESSION_SQL_COMPLETE_ROWS      \
+    " x ON true" NGX_HTTP_SESSION_SQL_IDEM_FROM
 
 /* $1 project, $2 status or NULL, $3 rows: newest first */
 #define NGX_HTTP_SESSION_SQL_SESSION_LIST                                     \
@@ -260,27 +395,6 @@
  */
 #define NGX_HTTP_SESSION_SQL_SWEEP                                            \
     "SELECT swept, purged, more, ran FROM session_sweep_retain($1, $2, $3)"
-
-
-/*
- * $1 project, $2 key, $3 method, $4 path with query, $5 SHA-256 of the
- * body (bytea, binary), $6 lease seconds; results in binary format:
- * outcome, claim, status, location, body, then the columns of the
- * answer's session (NGX_HTTP_SESSION_SQL_SESSION_COLS) and image (_IMAGE_)
- */
-#define NGX_HTTP_SESSION_SQL_IDEM_CLAIM                                       \
-    "SELECT c.outcome, c.claim, c.status, c.location, c.body,"                \
-    " (c.answer_session).*, (c.answer_image).*"                               \
-    " FROM idempotency_claim($1, $2, $3, $4, $5, $6) c"
-
-/* $1 project, $2 key, $3 claim (uuid, binary), $4 status, $5 type,
- * $6 location or NULL, $7 body (bytea, binary) */
-#define NGX_HTTP_SESSION_SQL_IDEM_STORE                                       \
-    "SELECT idempotency_store($1, $2, $3, $4, $5, $6, $7)"
-
-/* $1 project, $2 key, $3 claim (uuid, binary) */
-#define NGX_HTTP_SESSION_SQL_IDEM_RELEASE                                     \
-    "SELECT idempotency_release($1, $2, $3)"
 
 
 /*
@@ -324,17 +438,19 @@
     " FROM s, i, LATERAL (SELECT gen_random_uuid() AS id) e"                  \
     " WHERE s.delivery_mode = 'webhook')"
 
-/* $6 key, $7 claim: the upload's columns, held, kept */
+/* $6 key, $7 path, $8 SHA-256, $9 lease: the upload's columns, the key's */
 #define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED                               \
-    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("6", "7") ","                      \
-    NGX_HTTP_SESSION_SQL_UPLOAD_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","   \
-    NGX_HTTP_SESSION_SQL_IDEM_KEEP("6", "7", "201",                           \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("6", "7", "8", "9") ", "           \
+    NGX_HTTP_SESSION_SQL_UPLOAD_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)    \
+    ", " NGX_HTTP_SESSION_SQL_IDEM_KEEP("6", "7", "8", "9", "201",            \
         "'/api/v1/sessions/' || i.session_id || '/images/' || i.id",          \
-        "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")                    \
+        "NULL", "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")            \
     " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
-    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
-    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
-    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ", "                                 \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS("7", "8",                                  \
+                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("i"))       \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"                    \
+    NGX_HTTP_SESSION_SQL_IDEM_FROM
 
 /*
  * $1 project, $2 session id, $3 acknowledged or NULL, $4 after this
@@ -390,16 +506,18 @@
     "EXISTS (SELECT 1 FROM images e WHERE e.id = $3::uuid"                    \
     " AND e.session_id = $2::uuid)"
 
-/* $4 key, $5 claim: the acknowledgement's columns, held, kept */
+/* $4 key, $5 path, $6 SHA-256, $7 lease: the acknowledgement's, the key's */
 #define NGX_HTTP_SESSION_SQL_IMAGE_ACK_KEYED                                  \
-    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("4", "5") ","                      \
-    NGX_HTTP_SESSION_SQL_ACK_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","      \
-    NGX_HTTP_SESSION_SQL_IDEM_KEEP("4", "5", "200", "NULL", "NULL",           \
-        NGX_HTTP_SESSION_SQL_IDEM_IMAGE("a"), "a")                            \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("4", "5", "6", "7") ", "           \
+    NGX_HTTP_SESSION_SQL_ACK_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)       \
+    ", " NGX_HTTP_SESSION_SQL_IDEM_KEEP("4", "5", "6", "7", "200", "NULL",    \
+        "NULL", "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("a"), "a")            \
     " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
     NGX_HTTP_SESSION_SQL_IMAGE_COLS("a") ", " NGX_HTTP_SESSION_SQL_ACK_FOUND  \
-    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
-    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN a ON true"
+    ", " NGX_HTTP_SESSION_SQL_IDEM_COLS("5", "6",                             \
+                                        NGX_HTTP_SESSION_SQL_IDEM_KEPT("a"))  \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN a ON true"                    \
+    NGX_HTTP_SESSION_SQL_IDEM_FROM
 
 /*
  * $1 project, $2 session id, $3 image id or NULL, $4 If-None-Match tags
@@ -467,9 +585,12 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_IMAGE_ACK_KEYED,
     NGX_HTTP_SESSION_STMT_WEBHOOK_CLAIM,
     NGX_HTTP_SESSION_STMT_WEBHOOK_RECORD,
-    NGX_HTTP_SESSION_STMT_IDEM_CLAIM,
     NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE,
     NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED,
+    NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE_KEYED,
+    NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED_KEYED,
+    NGX_HTTP_SESSION_STMT_IDEM_STORE,
+    NGX_HTTP_SESSION_STMT_IDEM_READ,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 
@@ -486,7 +607,8 @@ typedef enum {
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_LIST)                               \
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_GET)                                \
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_CONTENT)                            \
-     | (1U << NGX_HTTP_SESSION_STMT_POLL))
+     | (1U << NGX_HTTP_SESSION_STMT_POLL)                                     \
+     | (1U << NGX_HTTP_SESSION_STMT_IDEM_READ))
 
 
 /*

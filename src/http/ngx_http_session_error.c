@@ -1,5 +1,5 @@
 /*
- * The error room: every error body of API.md section 2,
+ * The error room: every error body of docs/api.md §2,
  * {"statusCode": N, "error": "<reason>", "message": "..."}, rendered here
  * (the fixed ones once per process) and handed to the response room to
  * send; and the filters that turn nginx's own error pages into the same
@@ -17,7 +17,7 @@ typedef struct {
 } ngx_http_session_err_t;
 
 
-/* the exact messages of API.md, each named once */
+/* the exact messages of docs/api.md, each named once */
 static ngx_http_session_err_t  ngx_http_session_errors[] = {
     { 401, ngx_string("API key is required") },
     { 401, ngx_string("API key is malformed") },

@@ -1,5 +1,5 @@
 /*
- * Every error the API answers: the one renderer of API.md section 2, the
+ * Every error the API answers: the one renderer of docs/api.md §2, the
  * table of fixed messages, and the filter that turns nginx's own error
  * pages into the same JSON.  Errors are sent through the response room.
  */

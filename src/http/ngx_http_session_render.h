@@ -1,5 +1,5 @@
 /*
- * The render room: the documents of API.md sections 4 and 5 (session,
+ * The render room: the documents of docs/api.md §4 and §5 (session,
  * image, the list envelope, the poll answer) written from the rows of a
  * binary-format result, into buffers of the request's pool.  The bytes of
  * each resource are written by src/core/ngx_http_session_doc.c; this file

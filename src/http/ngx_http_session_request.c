@@ -6,9 +6,11 @@
  */
 
 #include "ngx_http_session_request.h"
+#include "ngx_http_session_body.h"
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_idempotency.h"
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -95,7 +97,7 @@ ngx_http_session_work_query(ngx_http_request_t *r,
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    return ngx_http_session_db_query_stmt(r, ctx->idem_claim ? keyed : plain,
+    return ngx_http_session_db_query_stmt(r, ctx->idem_key ? keyed : plain,
                                           handler);
 }
 
@@ -107,10 +109,8 @@ ngx_http_session_work_params(ngx_http_session_db_query_t *q)
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    if (ctx->idem_claim) {
-        ngx_http_session_db_param(q, ctx->idem_key, 0, 0);
-        ngx_http_session_db_param(q, ctx->idem_claim,
-                                  NGX_HTTP_SESSION_UUID_BIN_LEN, 1);
+    if (ctx->idem_key) {
+        ngx_http_session_idem_params(q);
     }
 }
 
@@ -122,47 +122,23 @@ ngx_http_session_work_ncols(ngx_http_session_db_query_t *q)
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    return ctx->idem_claim ? 2 : 0;
+    return ctx->idem_key ? NGX_HTTP_SESSION_IDEM_NCOLS : 0;
 }
 
 
 ngx_int_t
-ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res)
+ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_int_t *rc)
 {
-    int                      n;
     ngx_http_session_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    if (ctx->idem_claim == NULL
-        || res == NULL
-        || PQresultStatus(res) != PGRES_TUPLES_OK
-        || PQntuples(res) == 0)
-    {
+    if (ctx->idem_key == NULL) {
         return NGX_OK;
     }
 
-    n = PQnfields(res);
-
-    if (n < 2
-        || PQgetlength(res, 0, n - 2) != 1
-        || PQgetlength(res, 0, n - 1) != 1)
-    {
-        return NGX_OK;
-    }
-
-    if (PQgetvalue(res, 0, n - 2)[0] == 0) {
-        ngx_log_error(NGX_LOG_WARN, q->request->connection->log, 0,
-                      "session idempotency: the claim was taken over "
-                      "before the work, nothing done");
-        return NGX_DECLINED;
-    }
-
-    if (PQgetvalue(res, 0, n - 1)[0]) {
-        ctx->idem_kept = 1;
-    }
-
-    return NGX_OK;
+    return ngx_http_session_idem_worked(q, res, rc);
 }
 
 
@@ -314,21 +290,57 @@ ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
 
 
 ngx_int_t
-ngx_http_session_no_args(ngx_http_request_t *r)
+ngx_http_session_args(ngx_http_request_t *r,
+    const ngx_http_session_arg_t *table, void *args)
 {
-    u_char     *pos;
-    ngx_int_t   rc;
-    ngx_str_t   name, value;
+    u_char                        *pos;
+    ngx_int_t                      rc;
+    ngx_str_t                      name, value;
+    const ngx_http_session_arg_t  *a;
 
     pos = r->args.data;
 
-    rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-    if (rc == NGX_ERROR) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
+    for ( ;; ) {
+        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
 
-    if (rc == NGX_OK) {
-        return ngx_http_session_unknown_arg(r, &name);
+        if (rc == NGX_DONE) {
+            return NGX_DECLINED;
+        }
+
+        if (rc == NGX_ERROR) {
+            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+        }
+
+        for (a = table; a && a->name.len; a++) {
+            if (a->name.len == name.len
+                && ngx_strncmp(a->name.data, name.data, name.len) == 0)
+            {
+                break;
+            }
+        }
+
+        if (a == NULL || a->name.len == 0) {
+            return ngx_http_session_unknown_arg(r, &name);
+        }
+
+        rc = a->read(r, &value, (u_char *) args + a->offset, a->data);
+
+        if (rc != NGX_DECLINED) {
+            return rc;
+        }
+    }
+}
+
+
+ngx_int_t
+ngx_http_session_arg_limit(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    if (ngx_http_session_parse_int(value->data, value->len, 1,
+                                   (long long) data, (long long *) field)
+        != 0)
+    {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_LIMIT);
     }
 
     return NGX_DECLINED;

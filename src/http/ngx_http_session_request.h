@@ -59,36 +59,65 @@ ngx_http_session_err_e ngx_http_session_check(
 
 /*
  * The statement of an endpoint that does work: the keyed one (see
- * NGX_HTTP_SESSION_SQL_IDEM_HELD) when the request holds an
- * Idempotency-Key claim, else the plain one.
+ * NGX_HTTP_SESSION_SQL_IDEM_SEEN) for a request with an Idempotency-Key,
+ * else the plain one.
  */
 ngx_http_session_db_query_t *ngx_http_session_work_query(
     ngx_http_request_t *r, ngx_http_session_stmt_e plain,
     ngx_http_session_stmt_e keyed, ngx_http_session_db_handler_pt handler);
 
-/* after the endpoint's own parameters: the key and the claim, if keyed */
+/* after the endpoint's own parameters: the key's, if keyed */
 void ngx_http_session_work_params(ngx_http_session_db_query_t *q);
 
 /*
- * The columns that a keyed statement adds at the end (held, kept): 0 for
- * a plain one.
+ * The columns that a keyed statement adds at the end (the key's, see
+ * NGX_HTTP_SESSION_IDEM_NCOLS): 0 for a plain one.
  */
 int ngx_http_session_work_ncols(ngx_http_session_db_query_t *q);
 
 /*
- * Reads held and kept of a keyed statement's first row: NGX_OK to go on
- * (kept sets ctx->idem_kept), NGX_DECLINED when the claim was no longer
- * the request's (taken over after its lease: answer 409, nothing was
- * done).  Results that are not rows are left to the endpoint.
+ * Reads the key's columns of a keyed statement's result first: NGX_OK
+ * for the endpoint to answer from the result as usual (a plain statement
+ * always; a keyed one that did its work sets ctx->idem_kept); NGX_DONE
+ * when the key answered instead (its first answer again, 409 while
+ * another request holds it, 422 for another request under it), *rc then
+ * being what sending returned.
  */
 ngx_int_t ngx_http_session_work_held(ngx_http_session_db_query_t *q,
-    PGresult *res);
+    PGresult *res, ngx_int_t *rc);
 
 /*
- * For endpoints that take no query parameter: NGX_DECLINED when there is
- * none, else the 400 for the first one (what sending it returned).
+ * The query parameters an endpoint takes, as a table ended by a row with
+ * no name: each name with what reads its value into the endpoint's
+ * arguments, at offset.  A reader returns NGX_DECLINED when the value is
+ * good, else what answering its 400 returned.
  */
-ngx_int_t ngx_http_session_no_args(ngx_http_request_t *r);
+typedef ngx_int_t (*ngx_http_session_arg_pt)(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+
+typedef struct {
+    ngx_str_t                   name;
+    ngx_http_session_arg_pt     read;
+    size_t                      offset;
+    /* the reader's own, such as a largest value */
+    ngx_uint_t                  data;
+} ngx_http_session_arg_t;
+
+/*
+ * Stage 4's query string: every parameter read by its row of the table
+ * into args; NGX_DECLINED when all were good, else what answering the
+ * first bad one returned (400 "unknown query parameter: <name>" for one
+ * the table does not name).  A NULL table takes no parameter at all.
+ */
+ngx_int_t ngx_http_session_args(ngx_http_request_t *r,
+    const ngx_http_session_arg_t *table, void *args);
+
+/* a reader: "limit", from 1 to data, into a long long */
+ngx_int_t ngx_http_session_arg_limit(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
+
+/* for endpoints that take no query parameter */
+#define ngx_http_session_no_args(r)  ngx_http_session_args(r, NULL, NULL)
 
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,

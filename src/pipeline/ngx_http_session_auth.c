@@ -214,7 +214,7 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
         /*
          * Found valid within the hour: looked up again, whatever its
-         * address's failures (API.md section 10), and counted as a
+         * address's failures (docs/api.md §10), and counted as a
          * failure only when it turns out deleted.
          */
 

@@ -1,5 +1,5 @@
 /*
- * The request pipeline of API.md section 1: authentication, rate limit,
+ * The request pipeline of docs/api.md §1: authentication, rate limit,
  * route, then the endpoint.
  */
 

@@ -14,6 +14,8 @@
 
 #define NGX_HTTP_SESSION_STATUS_JSON        0
 #define NGX_HTTP_SESSION_STATUS_PROMETHEUS  1
+/* no format parameter: the Accept header decides */
+#define NGX_HTTP_SESSION_STATUS_NONE        2
 
 /* room for one line of output: a name, a label, a 64-bit number */
 #define NGX_HTTP_SESSION_STATUS_LINE        160
@@ -30,26 +32,166 @@ typedef struct {
     ngx_http_session_zone_figures_t   fig;
 } ngx_http_session_status_t;
 
+#define NGX_HTTP_SESSION_METRIC_GAUGE  0x01
+/* milliseconds, shown as seconds with three decimals */
+#define NGX_HTTP_SESSION_METRIC_MS     0x02
+/* the webhook queue as last measured: nothing until it is */
+#define NGX_HTTP_SESSION_METRIC_QUEUE  0x04
+
+
+/*
+ * Every figure but the answers by status, once: its JSON object and name,
+ * its Prometheus name (after "session_api_") and help, and where the
+ * answer's copy holds it.  JSON keeps the table's order and groups.
+ */
+typedef struct {
+    const char                 *group;
+    const char                 *json;
+    const char                 *prom;
+    const char                 *help;
+    size_t                      offset;
+    size_t                      size;
+    ngx_uint_t                  flags;
+} ngx_http_session_metric_t;
+
+
+#define ngx_http_session_metric_at(field)                                     \
+    offsetof(ngx_http_session_status_t, field),                               \
+    sizeof(((ngx_http_session_status_t *) 0)->field)
+
+
+static const ngx_http_session_metric_t  ngx_http_session_metrics[] = {
+
+    { NULL, "rate_limited", "rate_limited_total",
+      "Requests refused with 429 rate limit exceeded.",
+      ngx_http_session_metric_at(s.rate_limited), 0 },
+
+    { "auth_cache", "hits", "auth_cache_hits_total",
+      "Keys the shared auth cache answered for.",
+      ngx_http_session_metric_at(s.auth_hits), 0 },
+    { "auth_cache", "misses", "auth_cache_misses_total",
+      "Keys looked up in the database.",
+      ngx_http_session_metric_at(s.auth_misses), 0 },
+    { "auth_cache", "entries", "auth_cache_entries",
+      "Keys in the shared auth cache.",
+      ngx_http_session_metric_at(fig.auth_entries),
+      NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "auth_cache", "seen_valid", "auth_seen_valid_keys",
+      "Keys found valid within the last hour, served whatever their "
+      "address's failures.",
+      ngx_http_session_metric_at(fig.seen), NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "auth_cache", "seen_forgotten", "auth_seen_forgotten_total",
+      "Keys found valid within the last hour that a full zone forgot.",
+      ngx_http_session_metric_at(fig.seen_forgotten), 0 },
+
+    { "database", "queries", "db_queries_total",
+      "Statements PostgreSQL answered.",
+      ngx_http_session_metric_at(s.db_queries), 0 },
+    { "database", "failures", "db_failures_total",
+      "Statements without an answer (no connection, timeout): 503.",
+      ngx_http_session_metric_at(s.db_failures), 0 },
+    { "database", "batches", "db_batches_total",
+      "Pipelines of waiting reads sent under one Sync.",
+      ngx_http_session_metric_at(s.db_batches), 0 },
+    { "database", "batched", "db_batched_total",
+      "Reads sent in those pipelines.",
+      ngx_http_session_metric_at(s.db_batched), 0 },
+    { "database", "waiting", "db_waiting",
+      "Statements waiting for a connection now.",
+      ngx_http_session_metric_at(g.db_waiting),
+      NGX_HTTP_SESSION_METRIC_GAUGE },
+
+    { "long_poll", "waiting", "polls_waiting",
+      "Long polls waiting now.",
+      ngx_http_session_metric_at(g.polls_waiting),
+      NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "long_poll", "parked", "polls_parked",
+      "Of the waiting long polls, those that hold only their connection.",
+      ngx_http_session_metric_at(g.polls_parked),
+      NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "long_poll", "reads", "poll_reads_total",
+      "Reads of a session, each shared by the long polls that wait on it.",
+      ngx_http_session_metric_at(s.poll_reads), 0 },
+
+    { "expiry_sweep", "runs", "expiry_sweeps_total",
+      "Expiry sweeps run by this node.",
+      ngx_http_session_metric_at(s.sweeps), 0 },
+    { "expiry_sweep", "sessions_expired", "sessions_expired_total",
+      "Sessions this node's sweeps expired.",
+      ngx_http_session_metric_at(s.expired), 0 },
+    { "expiry_sweep", "sessions_purged", "sessions_purged_total",
+      "Sessions this node's sweeps deleted after session_retention.",
+      ngx_http_session_metric_at(s.purged), 0 },
+
+    { "webhooks", "delivered", "webhooks_delivered_total",
+      "Webhook events this node delivered (2xx).",
+      ngx_http_session_metric_at(s.webhooks_delivered), 0 },
+    { "webhooks", "retried", "webhooks_retried_total",
+      "Webhook attempts that failed and were rescheduled.",
+      ngx_http_session_metric_at(s.webhooks_retried), 0 },
+    { "webhooks", "failed", "webhooks_failed_total",
+      "Webhook events given up after session_webhook_max_attempts.",
+      ngx_http_session_metric_at(s.webhooks_failed), 0 },
+    { "webhooks", "depth", "webhook_queue_depth",
+      "Webhook events not delivered nor failed (due, scheduled or in "
+      "flight), as last measured.",
+      ngx_http_session_metric_at(s.webhooks_queued),
+      NGX_HTTP_SESSION_METRIC_GAUGE|NGX_HTTP_SESSION_METRIC_QUEUE },
+    { "webhooks", "oldest_due_seconds", "webhook_oldest_due_seconds",
+      "How long the oldest due webhook event had been due, as last "
+      "measured.",
+      ngx_http_session_metric_at(s.webhooks_oldest_due),
+      NGX_HTTP_SESSION_METRIC_GAUGE|NGX_HTTP_SESSION_METRIC_MS
+      |NGX_HTTP_SESSION_METRIC_QUEUE },
+    { "webhooks", "measured_at",
+      "webhook_queue_measured_timestamp_seconds",
+      "When the webhook queue was last measured (Unix time).",
+      ngx_http_session_metric_at(s.webhooks_measured),
+      NGX_HTTP_SESSION_METRIC_GAUGE|NGX_HTTP_SESSION_METRIC_MS
+      |NGX_HTTP_SESSION_METRIC_QUEUE },
+
+    { "zone", "size", "zone_size_bytes",
+      "Size of session_limit_zone.",
+      ngx_http_session_metric_at(fig.size), NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "zone", "free", "zone_free_bytes",
+      "Bytes in free pages of session_limit_zone.",
+      ngx_http_session_metric_at(fig.free), NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "zone", "keys", "zone_keys",
+      "Keys with rate-limit counters.",
+      ngx_http_session_metric_at(fig.keys), NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "zone", "evictions", "zone_evictions_total",
+      "Counters evicted from a full zone.",
+      ngx_http_session_metric_at(fig.evictions), 0 },
+
+    { NULL, NULL, NULL, NULL, 0, 0, 0 }
+};
+
 
 static ngx_int_t ngx_http_session_status_format(ngx_http_request_t *r,
     ngx_uint_t *format);
 static void ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone);
 static void ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
     ngx_http_session_gauges_t *sum);
+static ngx_int_t ngx_http_session_status_format_arg(ngx_http_request_t *r,
+    ngx_str_t *value, void *field, ngx_uint_t data);
 static void ngx_http_session_status_read(ngx_http_request_t *r,
     ngx_http_session_status_t *st);
 static u_char *ngx_http_session_status_json(u_char *p,
     ngx_http_session_status_t *st);
 static u_char *ngx_http_session_status_prometheus(u_char *p,
     ngx_http_session_status_t *st);
-static u_char *ngx_http_session_status_metric(u_char *p, const char *name,
-    const char *type, const char *help, ngx_atomic_uint_t value);
-static u_char *ngx_http_session_status_ms(u_char *p, ngx_atomic_uint_t ms);
+static u_char *ngx_http_session_status_value(u_char *p,
+    ngx_http_session_status_t *st, const ngx_http_session_metric_t *m);
 
 
 ngx_http_session_stats_t   *ngx_http_session_stats;
 ngx_http_session_gauges_t  *ngx_http_session_gauges;
 
+
+static const ngx_http_session_arg_t  ngx_http_session_status_args[] = {
+    { ngx_string("format"), ngx_http_session_status_format_arg, 0, 0 },
+    { ngx_null_string, NULL, 0, 0 }
+};
 
 static ngx_uint_t  ngx_http_session_status_codes[] = {
     NGX_HTTP_SESSION_STATUS_CODES
@@ -270,54 +412,22 @@ ngx_http_session_status_handler(ngx_http_request_t *r)
 static ngx_int_t
 ngx_http_session_status_format(ngx_http_request_t *r, ngx_uint_t *format)
 {
-    u_char           *pos;
     ngx_int_t         rc;
-    ngx_str_t         name, value, *accept;
-    ngx_uint_t        given;
+    ngx_str_t        *accept;
     ngx_table_elt_t  *h;
 
-    *format = NGX_HTTP_SESSION_STATUS_JSON;
-    given = 0;
-    pos = r->args.data;
+    *format = NGX_HTTP_SESSION_STATUS_NONE;
 
-    for ( ;; ) {
-        rc = ngx_http_session_arg_next(r, &pos, &name, &value);
-
-        if (rc == NGX_DONE) {
-            break;
-        }
-
-        if (rc == NGX_ERROR) {
-            return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-        }
-
-        if (name.len != sizeof("format") - 1
-            || ngx_strncmp(name.data, "format", name.len) != 0)
-        {
-            return ngx_http_session_unknown_arg(r, &name);
-        }
-
-        if (value.len == sizeof("json") - 1
-            && ngx_strncmp(value.data, "json", value.len) == 0)
-        {
-            *format = NGX_HTTP_SESSION_STATUS_JSON;
-
-        } else if (value.len == sizeof("prometheus") - 1
-                   && ngx_strncmp(value.data, "prometheus", value.len) == 0)
-        {
-            *format = NGX_HTTP_SESSION_STATUS_PROMETHEUS;
-
-        } else {
-            return ngx_http_session_error(r,
-                                          NGX_HTTP_SESSION_ERR_STATUS_FORMAT);
-        }
-
-        given = 1;
+    rc = ngx_http_session_args(r, ngx_http_session_status_args, format);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
-    if (given) {
+    if (*format != NGX_HTTP_SESSION_STATUS_NONE) {
         return NGX_DECLINED;
     }
+
+    *format = NGX_HTTP_SESSION_STATUS_JSON;
 
 #if (NGX_HTTP_HEADERS)
 
@@ -342,6 +452,32 @@ ngx_http_session_status_format(ngx_http_request_t *r, ngx_uint_t *format)
     }
 
 #endif
+
+    return NGX_DECLINED;
+}
+
+
+/* "format": json or prometheus */
+
+static ngx_int_t
+ngx_http_session_status_format_arg(ngx_http_request_t *r, ngx_str_t *value,
+    void *field, ngx_uint_t data)
+{
+    ngx_uint_t  *format = field;
+
+    if (value->len == sizeof("json") - 1
+        && ngx_strncmp(value->data, "json", value->len) == 0)
+    {
+        *format = NGX_HTTP_SESSION_STATUS_JSON;
+
+    } else if (value->len == sizeof("prometheus") - 1
+               && ngx_strncmp(value->data, "prometheus", value->len) == 0)
+    {
+        *format = NGX_HTTP_SESSION_STATUS_PROMETHEUS;
+
+    } else {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_STATUS_FORMAT);
+    }
 
     return NGX_DECLINED;
 }
@@ -407,8 +543,10 @@ ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
 static u_char *
 ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
 {
-    ngx_uint_t         i;
-    ngx_atomic_uint_t  total;
+    ngx_uint_t                        i;
+    const char                       *group, *sep, *qsep;
+    ngx_atomic_uint_t                 total;
+    const ngx_http_session_metric_t  *m;
 
     total = 0;
 
@@ -424,66 +562,90 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
                         ngx_http_session_status_codes[i], st->s.status[i]);
     }
 
-    p = ngx_sprintf(p, "\"other\": %uA}}, ", st->s.status[i]);
+    p = ngx_sprintf(p, "\"other\": %uA}}", st->s.status[i]);
 
-    p = ngx_sprintf(p,
-                   "\"rate_limited\": %uA, "
-                   "\"auth_cache\": {\"hits\": %uA, \"misses\": %uA, "
-                   "\"entries\": %ui, \"seen_valid\": %ui, "
-                   "\"seen_forgotten\": %ui}, "
-                   "\"database\": {\"queries\": %uA, \"failures\": %uA, "
-                   "\"batches\": %uA, \"batched\": %uA, \"waiting\": %uA}, "
-                   "\"long_poll\": {\"waiting\": %uA, \"parked\": %uA, "
-                   "\"reads\": %uA}, "
-                   "\"expiry_sweep\": {\"runs\": %uA, "
-                   "\"sessions_expired\": %uA, \"sessions_purged\": %uA}, "
-                   "\"webhooks\": {\"delivered\": %uA, \"retried\": %uA, "
-                   "\"failed\": %uA, \"queue\": ",
-                   st->s.rate_limited, st->s.auth_hits, st->s.auth_misses,
-                   st->fig.auth_entries, st->fig.seen, st->fig.seen_forgotten,
-                   st->s.db_queries, st->s.db_failures,
-                   st->s.db_batches, st->s.db_batched, st->g.db_waiting,
-                   st->g.polls_waiting, st->g.polls_parked, st->s.poll_reads,
-                   st->s.sweeps,
-                   st->s.expired, st->s.purged, st->s.webhooks_delivered,
-                   st->s.webhooks_retried, st->s.webhooks_failed);
+    /* the table, its groups as objects; the queue is null until measured */
 
-    /* the outbox as one worker measured it last (null: not yet) */
+    group = NULL;
+    sep = ", ";
+    qsep = "";
 
-    if (st->s.webhooks_measured == 0) {
-        p = ngx_cpymem(p, "null", 4);
+    for (m = ngx_http_session_metrics; m->prom; m++) {
 
-    } else {
-        p = ngx_sprintf(p, "{\"depth\": %uA, \"oldest_due_seconds\": ",
-                        st->s.webhooks_queued);
-        p = ngx_http_session_status_ms(p, st->s.webhooks_oldest_due);
-        p = ngx_cpymem(p, ", \"measured_at\": ",
-                       sizeof(", \"measured_at\": ") - 1);
-        p = ngx_http_session_status_ms(p, st->s.webhooks_measured);
+        if (m->group != group) {
+            if (group) {
+                *p++ = '}';
+            }
+
+            group = m->group;
+
+            if (group == NULL) {
+                sep = ", ";
+
+            } else {
+                p = ngx_sprintf(p, ", \"%s\": {", group);
+                sep = "";
+            }
+
+            if (group && ngx_strcmp(group, "zone") == 0) {
+                p = ngx_sprintf(p, "\"name\": \"%V\"", &st->zone);
+                sep = ", ";
+            }
+        }
+
+        if (!(m->flags & NGX_HTTP_SESSION_METRIC_QUEUE)) {
+            p = ngx_sprintf(p, "%s\"%s\": ", sep, m->json);
+            p = ngx_http_session_status_value(p, st, m);
+            sep = ", ";
+            continue;
+        }
+
+        /* the rows of the queue: one object, or null */
+
+        if (m == ngx_http_session_metrics
+            || !(m[-1].flags & NGX_HTTP_SESSION_METRIC_QUEUE))
+        {
+            p = ngx_sprintf(p, "%s\"queue\": ", sep);
+            sep = ", ";
+
+            if (st->s.webhooks_measured == 0) {
+                p = ngx_cpymem(p, "null", 4);
+
+                while (m[1].prom
+                       && (m[1].flags & NGX_HTTP_SESSION_METRIC_QUEUE))
+                {
+                    m++;
+                }
+
+                continue;
+            }
+
+            *p++ = '{';
+            qsep = "";
+        }
+
+        p = ngx_sprintf(p, "%s\"%s\": ", qsep, m->json);
+        p = ngx_http_session_status_value(p, st, m);
+        qsep = ", ";
+
+        if (!(m[1].prom && (m[1].flags & NGX_HTTP_SESSION_METRIC_QUEUE))) {
+            *p++ = '}';
+        }
+    }
+
+    if (group) {
         *p++ = '}';
     }
 
-    return ngx_sprintf(p, "}, "
-                   "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
-                   "\"free\": %uz, \"keys\": %ui, \"evictions\": %ui}}\n",
-                   &st->zone, st->fig.size, st->fig.free, st->fig.keys,
-                   st->fig.evictions);
-}
-
-
-/* milliseconds as seconds with three decimals */
-
-static u_char *
-ngx_http_session_status_ms(u_char *p, ngx_atomic_uint_t ms)
-{
-    return ngx_sprintf(p, "%uA.%03uA", ms / 1000, ms % 1000);
+    return ngx_cpymem(p, "}\n", 2);
 }
 
 
 static u_char *
 ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
 {
-    ngx_uint_t  i;
+    ngx_uint_t                        i;
+    const ngx_http_session_metric_t  *m;
 
     p = ngx_sprintf(p, "# HELP session_api_requests_total Answers of "
                     "session_api locations, by status.\n"
@@ -497,113 +659,58 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
     p = ngx_sprintf(p, "session_api_requests_total{status=\"other\"} %uA\n",
                     st->s.status[i]);
 
-    p = ngx_http_session_status_metric(p, "rate_limited_total", "counter",
-                            "Requests refused with 429 rate limit exceeded.",
-                            st->s.rate_limited);
-    p = ngx_http_session_status_metric(p, "auth_cache_hits_total", "counter",
-                            "Keys the shared auth cache answered for.",
-                            st->s.auth_hits);
-    p = ngx_http_session_status_metric(p, "auth_cache_misses_total",
-                            "counter", "Keys looked up in the database.",
-                            st->s.auth_misses);
-    p = ngx_http_session_status_metric(p, "auth_cache_entries", "gauge",
-                            "Keys in the shared auth cache.",
-                            st->fig.auth_entries);
-    p = ngx_http_session_status_metric(p, "auth_seen_valid_keys", "gauge",
-                            "Keys found valid within the last hour, served "
-                            "whatever their address's failures.",
-                            st->fig.seen);
-    p = ngx_http_session_status_metric(p, "auth_seen_forgotten_total",
-                            "counter", "Keys found valid within the last "
-                            "hour that a full zone forgot.",
-                            st->fig.seen_forgotten);
-    p = ngx_http_session_status_metric(p, "db_queries_total", "counter",
-                            "Statements PostgreSQL answered.",
-                            st->s.db_queries);
-    p = ngx_http_session_status_metric(p, "db_failures_total", "counter",
-                            "Statements without an answer (no connection, "
-                            "timeout): 503.", st->s.db_failures);
-    p = ngx_http_session_status_metric(p, "db_batches_total", "counter",
-                            "Pipelines of waiting reads sent under one "
-                            "Sync.", st->s.db_batches);
-    p = ngx_http_session_status_metric(p, "db_batched_total", "counter",
-                            "Reads sent in those pipelines.",
-                            st->s.db_batched);
-    p = ngx_http_session_status_metric(p, "db_waiting", "gauge",
-                            "Statements waiting for a connection now.",
-                            st->g.db_waiting);
-    p = ngx_http_session_status_metric(p, "polls_waiting", "gauge",
-                            "Long polls waiting now.", st->g.polls_waiting);
-    p = ngx_http_session_status_metric(p, "polls_parked", "gauge",
-                            "Of the waiting long polls, those that hold only "
-                            "their connection.", st->g.polls_parked);
-    p = ngx_http_session_status_metric(p, "poll_reads_total", "counter",
-                            "Reads of a session, each shared by the long "
-                            "polls that wait on it.", st->s.poll_reads);
-    p = ngx_http_session_status_metric(p, "expiry_sweeps_total", "counter",
-                            "Expiry sweeps run by this node.", st->s.sweeps);
-    p = ngx_http_session_status_metric(p, "sessions_expired_total",
-                            "counter", "Sessions this node's sweeps expired.",
-                            st->s.expired);
-    p = ngx_http_session_status_metric(p, "sessions_purged_total",
-                            "counter", "Sessions this node's sweeps deleted "
-                            "after session_retention.", st->s.purged);
-    p = ngx_http_session_status_metric(p, "webhooks_delivered_total",
-                            "counter", "Webhook events this node delivered "
-                            "(2xx).", st->s.webhooks_delivered);
-    p = ngx_http_session_status_metric(p, "webhooks_retried_total",
-                            "counter", "Webhook attempts that failed and "
-                            "were rescheduled.", st->s.webhooks_retried);
-    p = ngx_http_session_status_metric(p, "webhooks_failed_total",
-                            "counter", "Webhook events given up after "
-                            "session_webhook_max_attempts.",
-                            st->s.webhooks_failed);
+    for (m = ngx_http_session_metrics; m->prom; m++) {
 
-    if (st->s.webhooks_measured) {
-        p = ngx_http_session_status_metric(p, "webhook_queue_depth", "gauge",
-                            "Webhook events not delivered nor failed (due, "
-                            "scheduled or in flight), as last measured.",
-                            st->s.webhooks_queued);
-        p = ngx_sprintf(p, "# HELP session_api_webhook_oldest_due_seconds "
-                        "How long the oldest due webhook event had been "
-                        "due, as last measured.\n"
-                        "# TYPE session_api_webhook_oldest_due_seconds "
-                        "gauge\nsession_api_webhook_oldest_due_seconds ");
-        p = ngx_http_session_status_ms(p, st->s.webhooks_oldest_due);
-        p = ngx_sprintf(p, "\n# HELP session_api_webhook_queue_measured_"
-                        "timestamp_seconds When the webhook queue was last "
-                        "measured (Unix time).\n"
-                        "# TYPE session_api_webhook_queue_measured_"
-                        "timestamp_seconds gauge\n"
-                        "session_api_webhook_queue_measured_timestamp_"
-                        "seconds ");
-        p = ngx_http_session_status_ms(p, st->s.webhooks_measured);
+        if ((m->flags & NGX_HTTP_SESSION_METRIC_QUEUE)
+            && st->s.webhooks_measured == 0)
+        {
+            continue;
+        }
+
+        p = ngx_sprintf(p, "# HELP session_api_%s %s\n"
+                        "# TYPE session_api_%s %s\n"
+                        "session_api_%s ",
+                        m->prom, m->help, m->prom,
+                        (m->flags & NGX_HTTP_SESSION_METRIC_GAUGE)
+                        ? "gauge" : "counter", m->prom);
+        p = ngx_http_session_status_value(p, st, m);
         *p++ = LF;
     }
 
-    p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
-                            "Size of session_limit_zone.", st->fig.size);
-    p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",
-                            "Bytes in free pages of session_limit_zone.",
-                            st->fig.free);
-    p = ngx_http_session_status_metric(p, "zone_keys", "gauge",
-                            "Keys with rate-limit counters.", st->fig.keys);
-    p = ngx_http_session_status_metric(p, "zone_evictions_total", "counter",
-                            "Counters evicted from a full zone.",
-                            st->fig.evictions);
-
-    return ngx_http_session_status_metric(p, "counters_start_time_seconds",
-                            "gauge", "When these counters began (Unix time).",
-                            (ngx_atomic_uint_t) st->s.started);
+    return ngx_sprintf(p, "# HELP session_api_counters_start_time_seconds "
+                       "When these counters began (Unix time).\n"
+                       "# TYPE session_api_counters_start_time_seconds "
+                       "gauge\n"
+                       "session_api_counters_start_time_seconds %T\n",
+                       st->s.started);
 }
 
 
+/* one figure of the table, read from the answer's copy */
+
 static u_char *
-ngx_http_session_status_metric(u_char *p, const char *name, const char *type,
-    const char *help, ngx_atomic_uint_t value)
+ngx_http_session_status_value(u_char *p, ngx_http_session_status_t *st,
+    const ngx_http_session_metric_t *m)
 {
-    return ngx_sprintf(p, "# HELP session_api_%s %s\n"
-                       "# TYPE session_api_%s %s\n"
-                       "session_api_%s %uA\n",
-                       name, help, name, type, name, value);
+    u_char             *f;
+    ngx_atomic_uint_t   v;
+
+    f = (u_char *) st + m->offset;
+
+    switch (m->size) {
+
+    case sizeof(uint32_t):
+        v = *(uint32_t *) f;
+        break;
+
+    default: /* sizeof(uint64_t) */
+        v = (ngx_atomic_uint_t) *(uint64_t *) f;
+        break;
+    }
+
+    if (m->flags & NGX_HTTP_SESSION_METRIC_MS) {
+        return ngx_sprintf(p, "%uA.%03uA", v / 1000, v % 1000);
+    }
+
+    return ngx_sprintf(p, "%uA", v);
 }

@@ -1,4 +1,4 @@
--- Session Service schema, version 1: the whole data model of API.md.
+-- Session Service schema, version 1: the whole data model of docs/api.md §3 and §4.
 -- Applied by "sessionctl migrate" inside one transaction.
 
 CREATE TABLE plans (

@@ -1,4 +1,4 @@
--- Session Service schema, version 3: Idempotency-Key (API.md section 6).
+-- Session Service schema, version 3: Idempotency-Key (docs/api.md §6).
 --
 -- A POST with an Idempotency-Key first claims (project, key) with the
 -- fingerprint of the request (method, path with query, SHA-256 of the

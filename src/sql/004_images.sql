@@ -7,7 +7,7 @@
 -- and lets a download read the value without decompressing it.
 ALTER TABLE images ALTER COLUMN content SET STORAGE EXTERNAL;
 
--- The image object of API.md section 4.  Columns, not the row: a whole
+-- The image object of docs/api.md §4.  Columns, not the row: a whole
 -- images row as a value would fetch (detoast) its content too.
 CREATE FUNCTION image_json(p_id uuid, p_session uuid, p_sequence integer,
                            p_type text, p_size integer, p_sha256 bytea,

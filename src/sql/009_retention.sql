@@ -1,4 +1,4 @@
--- Session Service schema, version 9: session_retention (API.md sections 8
+-- Session Service schema, version 9: session_retention (docs/api.md §8
 -- and 10).  Sessions whose expires_at is older than the retention go, with
 -- their images and webhook events (both ON DELETE CASCADE) and the
 -- Idempotency-Key answers of requests about them; afterwards their ids

@@ -1,5 +1,5 @@
 -- Session Service schema, version 10: the answer of an Idempotency-Key
--- request commits with the work it answers (issue 13, API.md section 6).
+-- request commits with the work it answers (docs/api.md §6).
 --
 -- Version 3 claimed the key, ran the work and stored the answer in three
 -- transactions: a worker that died (or gave up on a statement that the

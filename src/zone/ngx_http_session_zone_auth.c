@@ -412,7 +412,7 @@ ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
         ngx_http_session_zone_delete(ctx, &sh->neg, sn);
     }
 
-    /* deleted: its failures count again (API.md section 10) */
+    /* deleted: its failures count again (docs/api.md §10) */
 
     ngx_http_session_auth_seen_drop(ctx, hash);
 

@@ -18,7 +18,7 @@
 
 /*
  * ngx_http_session_auth_cache_get() only: a miss, but the database found
- * the key valid within NGX_HTTP_SESSION_AUTH_SEEN_TIME (API.md section 10)
+ * the key valid within NGX_HTTP_SESSION_AUTH_SEEN_TIME (docs/api.md §10)
  */
 #define NGX_HTTP_SESSION_AUTH_SEEN       3
 

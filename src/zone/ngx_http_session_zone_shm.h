@@ -70,7 +70,7 @@ typedef struct {
 /*
  * A key the database found valid (docs/decisions.md, (ua)): kept an hour
  * past its cached answer, so that the failures of its client address
- * never refuse it a lookup (API.md section 10).  Only a valid answer
+ * never refuse it a lookup (docs/api.md §10).  Only a valid answer
  * makes one, so a flood of unknown keys can neither add one nor push one
  * out.  96 bytes, a 128-byte slab chunk.
  */

@@ -1,6 +1,6 @@
 package Webhook;
 
-# Webhook receivers and a DNS responder on 127.0.0.1, for t/014:
+# Webhook receivers and a DNS responder on 127.0.0.1, for t/015-webhooks.t:
 #
 #   receiver_start(LOG [, tls => {cert => FILE, key => FILE}] [, port => N])
 #       an HTTP (or HTTPS) server in a child process; returns (port, pid).

@@ -1,6 +1,6 @@
 /*
  * src/core/ngx_http_session_body.{c,h}: the body of POST /api/v1/sessions
- * (API.md sections 5 and 10) and integer query parameters.
+ * (docs/api.md §5 and §10) and integer query parameters.
  *
  * Bodies are given with an explicit length and copied to a heap buffer of
  * exactly that many bytes, as nginx's request body is not NUL-terminated:

@@ -460,7 +460,7 @@ START_TEST(test_uuid_format)
 END_TEST
 
 
-/* the edges of the ranges a decoder takes (API.md: "cursor is invalid") */
+/* the edges of the ranges a decoder takes (docs/api.md: "cursor is invalid") */
 
 typedef struct {
     long long  pos;
@@ -475,7 +475,7 @@ static const ngx_http_session_range_vec_t  us_range_vecs[] = {
     /* 9999-12-31T23:59:59.999999Z and the microsecond after */
     { 253402300799999999LL, 1 },
     { 253402300800000000LL, 0 },
-    /* the forged cursor of issue 14: "interval out of range" before */
+    /* a forged cursor (docs/security.md): "interval out of range" before */
     { LLONG_MAX, 0 },
     { LLONG_MAX - 1, 0 },
     { -1, 0 },

@@ -1,6 +1,6 @@
 /*
  * src/core/ngx_http_session_delivery.{c,h}: the Standard Webhooks
- * signature (API.md sections 7 and 10), the retry schedule (1 s x
+ * signature (docs/api.md §7 and §10), the retry schedule (1 s x
  * 5^(n-1), capped at an hour, +-10 % jitter) and the 2xx verdict.
  *
  * The fixed vector was computed for this file with two other tools,

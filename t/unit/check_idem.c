@@ -1,5 +1,5 @@
 /*
- * src/core/ngx_http_session_idem.{c,h}: Idempotency-Key syntax (API.md
+ * src/core/ngx_http_session_idem.{c,h}: Idempotency-Key syntax (docs/api.md
  * section 6: 1 to 255 visible ASCII characters) and the escaping of the
  * request path kept in the fingerprint.
  */

@@ -1,7 +1,7 @@
 /*
  * src/core/ngx_http_session_json.{c,h}: escaping of JSON string contents
  * (error messages carry user input such as "unknown field: <name>") and
- * the reason phrases of error bodies (API.md section 2).
+ * the reason phrases of error bodies (docs/api.md §2).
  *
  * Inputs are literals with an explicit length, copied to a heap buffer of
  * exactly that length, so embedded NULs count and a read past the end is
@@ -129,7 +129,7 @@ static const ngx_http_session_reason_vec_t  reason_vecs[] = {
     { 405, "Method Not Allowed" },
     { 409, "Conflict" },
     { 410, "Gone" },
-    /* API.md section 2 names these two */
+    /* docs/api.md §2 names these two */
     { 413, "Payload Too Large" },
     { 422, "Unprocessable Entity" },
     { 414, "URI Too Long" },

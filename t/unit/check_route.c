@@ -1,5 +1,5 @@
 /*
- * src/core/ngx_http_session_route.{c,h}: the route table of API.md
+ * src/core/ngx_http_session_route.{c,h}: the route table of docs/api.md
  * section 5, the Allow header values (section 10, "Routing") and the
  * rate-limit class of a request (section 1, stage 2).
  *
@@ -49,7 +49,7 @@ typedef struct {
 
 
 static const ngx_http_session_route_vec_t  route_vecs[] = {
-    /* every route of API.md section 5 */
+    /* every route of docs/api.md §5 */
     { "/api/v1/sessions", -1, SESSIONS, GET | POST, NULL, NULL },
     { "/api/v1/sessions/" SID, -1, SESSION, GET, SID, NULL },
     { "/api/v1/sessions/" SID "/complete", -1, COMPLETE, POST, SID, NULL },

@@ -1,5 +1,5 @@
 /*
- * src/core/ngx_http_session_url.{c,h}: the webhook_url rules of API.md
+ * src/core/ngx_http_session_url.{c,h}: the webhook_url rules of docs/api.md
  * section 5 and the private addresses of section 10.
  *
  * URLs are given with an explicit length and copied to a heap buffer of

@@ -1,7 +1,7 @@
 /*
  * src/core/ngx_http_session_window.{c,h}: the fixed one-minute rate-limit
- * window aligned to the UTC minute (API.md section 1, stage 2), its end
- * (X-RateLimit-Reset) and Retry-After (API.md section 10: whole seconds
+ * window aligned to the UTC minute (docs/api.md §1, stage 2), its end
+ * (X-RateLimit-Reset) and Retry-After (docs/api.md §10: whole seconds
  * to the window's end, rounded up, at least 1).
  *
  * The epoch values were computed independently, e.g.

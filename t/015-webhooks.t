@@ -1,4 +1,4 @@
-# Webhook delivery (API.md sections 7, 8 and 10): events of the outbox
+# Webhook delivery (docs/api.md §7, §8 and §10): events of the outbox
 # reach a receiver on 127.0.0.1, signed the Standard Webhooks way, with
 # retries on the schedule, refusals of private addresses at connect
 # time, and one sender per event at a time.
@@ -28,13 +28,13 @@ use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request);
 use Webhook;
 
-our $TAG = sprintf 't014-%d-%d', $$, time;
+our $TAG = sprintf 't015-%d-%d', $$, time;
 
 our $UUID = qr/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 our $F = fixture(plan => 'pro', name => "$TAG-main");
 
-our $DIR = File::Temp->newdir('t014-XXXXXX', TMPDIR => 1);
+our $DIR = File::Temp->newdir('t015-XXXXXX', TMPDIR => 1);
 our $LOG = "$DIR/requests.log";
 our $TLS_LOG = "$DIR/tls.log";
 
@@ -68,7 +68,7 @@ sub openssl {
     close $fh;
 
     openssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2',
-            '-subj', '/CN=t014 test CA', '-keyout', "$DIR/ca.key",
+            '-subj', '/CN=t015 test CA', '-keyout', "$DIR/ca.key",
             '-out', "$DIR/ca.pem");
     openssl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=hook.test',
             '-keyout', "$DIR/server.key", '-out', "$DIR/server.csr");
@@ -179,7 +179,7 @@ sub rows {
 }
 
 # a scheduled retry made due now, as the schedule would in a second or
-# more: for tests that need a retry, not its spacing (which t/014's
+# more: for tests that need a retry, not its spacing (which t/015's
 # retry, max_attempts and reload blocks check against the clock)
 sub due_now {
     my ($where) = @_;
@@ -665,7 +665,7 @@ $checks{race} = sub {
     my $tag = tag();
     my $n = 150;
 
-    my $other = File::Temp->newdir('t014-nginx-XXXXXX', TMPDIR => 1);
+    my $other = File::Temp->newdir('t015-nginx-XXXXXX', TMPDIR => 1);
     my $port = free_port();
     my $module = $ENV{TEST_NGINX_LOAD_MODULES};
 
