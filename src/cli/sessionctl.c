@@ -77,6 +77,17 @@ typedef struct {
 } sessionctl_opt_t;
 
 
+/* a column of a listing: its name, where the result holds it, how shown */
+typedef struct {
+    const char                    *name;
+    int                            col;
+    /* text: printf's width (negative: left-aligned; 0: as long as it is) */
+    int                            width;
+    /* JSON: an integer, not a string */
+    unsigned                       number:1;
+} sessionctl_col_t;
+
+
 static int sessionctl_usage(const char *fmt, ...);
 static int sessionctl_help(const sessionctl_command_t *cmd,
     const char *group);
@@ -95,6 +106,9 @@ static int sessionctl_run(sessionctl_ctx_t *ctx, const char *sql);
 static void sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res);
 static int sessionctl_db_refused(PGresult *res);
 static int sessionctl_print_json(json_t *obj);
+static int sessionctl_print_rows(sessionctl_ctx_t *ctx, PGresult *res, int n,
+    const sessionctl_col_t *text, const sessionctl_col_t *json,
+    const char *name);
 static int sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
     const char *not_found, const char *id_name, const char *secret_name,
     char *secret, size_t size);
@@ -160,6 +174,44 @@ static const char  sessionctl_usage_text[] =
     "key prefix: --prefix, else $SESSION_KEY_PREFIX, else \"sess\"\n"
     "exit status: 0 success, 1 refused request, 2 usage error,\n"
     "             3 database unreachable or failed\n";
+
+
+/* key list: key_id, hint, created_at, deleted_at */
+static const sessionctl_col_t  sessionctl_key_cols[] = {
+    { "key_id", 0, -36, 0 },
+    { "hint", 1, -4, 0 },
+    { "created_at", 2, -20, 0 },
+    { "deleted_at", 3, 0, 0 },
+    { NULL, 0, 0, 0 }
+};
+
+/*
+ * webhook list: event_id, session_id, type, state, attempts, last_error,
+ * url, created_at, next_attempt_at, finished_at
+ */
+static const sessionctl_col_t  sessionctl_event_text[] = {
+    { "event_id", 0, -36, 0 },
+    { "type", 2, -17, 0 },
+    { "state", 3, -9, 0 },
+    { "attempts", 4, 8, 0 },
+    { "next_attempt", 8, -20, 0 },
+    { "last_error", 5, 0, 0 },
+    { NULL, 0, 0, 0 }
+};
+
+static const sessionctl_col_t  sessionctl_event_json[] = {
+    { "event_id", 0, 0, 0 },
+    { "session_id", 1, 0, 0 },
+    { "type", 2, 0, 0 },
+    { "state", 3, 0, 0 },
+    { "attempts", 4, 0, 1 },
+    { "last_error", 5, 0, 0 },
+    { "url", 6, 0, 0 },
+    { "created_at", 7, 0, 0 },
+    { "next_attempt_at", 8, 0, 0 },
+    { "finished_at", 9, 0, 0 },
+    { NULL, 0, 0, 0 }
+};
 
 
 static const sessionctl_command_t  sessionctl_commands[] = {
@@ -803,6 +855,78 @@ sessionctl_print_json(json_t *obj)
     free(text);
 
     return SESSIONCTL_OK;
+}
+
+
+/*
+ * n rows of res as a listing: a header and a line a row of the text
+ * columns (NULL shown as "-"), or with --json one object, {name: [...]},
+ * of the JSON columns (NULL as null).  Clears res.
+ */
+
+static int
+sessionctl_print_rows(sessionctl_ctx_t *ctx, PGresult *res, int n,
+    const sessionctl_col_t *text, const sessionctl_col_t *json,
+    const char *name)
+{
+    int                      i;
+    json_t                  *rows, *row, *v;
+    const char              *value;
+    const sessionctl_col_t  *c;
+
+    if (!ctx->json) {
+        for (c = text; c->name; c++) {
+            printf("%s%*s", c == text ? "" : "  ", c->width, c->name);
+        }
+
+        putchar('\n');
+
+        for (i = 0; i < n; i++) {
+            for (c = text; c->name; c++) {
+                value = PQgetisnull(res, i, c->col)
+                        ? "-" : PQgetvalue(res, i, c->col);
+                printf("%s%*s", c == text ? "" : "  ", c->width, value);
+            }
+
+            putchar('\n');
+        }
+
+        PQclear(res);
+
+        return SESSIONCTL_OK;
+    }
+
+    rows = json_array();
+
+    for (i = 0; rows && i < n; i++) {
+        row = json_object();
+
+        for (c = json; row && c->name; c++) {
+            value = PQgetvalue(res, i, c->col);
+
+            v = PQgetisnull(res, i, c->col) ? json_null()
+                : c->number ? json_integer(strtoll(value, NULL, 10))
+                : json_string(value);
+
+            if (json_object_set_new(row, c->name, v) != 0) {
+                json_decref(row);
+                row = NULL;
+            }
+        }
+
+        if (row == NULL || json_array_append_new(rows, row) != 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
+    }
+
+    PQclear(res);
+
+    if (rows == NULL) {
+        return sessionctl_refuse("out of memory");
+    }
+
+    return sessionctl_print_json(json_pack("{s:o}", name, rows));
 }
 
 
@@ -1545,8 +1669,7 @@ sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 static int
 sessionctl_key_list(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
-    int          rc, i, n;
-    json_t      *keys, *item;
+    int          rc, n;
     PGresult    *res;
     const char  *pos[1], *values[1];
 
@@ -1575,48 +1698,8 @@ sessionctl_key_list(sessionctl_ctx_t *ctx, int argc, char **argv)
         n = 0;
     }
 
-    if (!ctx->json) {
-        printf("%-36s  %-4s  %-20s  %s\n", "key_id", "hint", "created_at",
-               "deleted_at");
-
-        for (i = 0; i < n; i++) {
-            printf("%-36s  %-4s  %-20s  %s\n", PQgetvalue(res, i, 0),
-                   PQgetvalue(res, i, 1), PQgetvalue(res, i, 2),
-                   PQgetisnull(res, i, 3) ? "-" : PQgetvalue(res, i, 3));
-        }
-
-        PQclear(res);
-
-        return SESSIONCTL_OK;
-    }
-
-    keys = json_array();
-
-    if (keys == NULL) {
-        PQclear(res);
-        return sessionctl_refuse("out of memory");
-    }
-
-    for (i = 0; i < n; i++) {
-        item = json_pack("{s:s, s:s, s:s, s:o}",
-                         "key_id", PQgetvalue(res, i, 0),
-                         "hint", PQgetvalue(res, i, 1),
-                         "created_at", PQgetvalue(res, i, 2),
-                         "deleted_at",
-                         PQgetisnull(res, i, 3)
-                             ? json_null()
-                             : json_string(PQgetvalue(res, i, 3)));
-
-        if (json_array_append_new(keys, item) != 0) {
-            PQclear(res);
-            json_decref(keys);
-            return sessionctl_refuse("out of memory");
-        }
-    }
-
-    PQclear(res);
-
-    return sessionctl_print_json(json_pack("{s:o}", "keys", keys));
+    return sessionctl_print_rows(ctx, res, n, sessionctl_key_cols,
+                                 sessionctl_key_cols, "keys");
 }
 
 
@@ -1688,9 +1771,8 @@ sessionctl_key_delete(sessionctl_ctx_t *ctx, int argc, char **argv)
 static int
 sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
-    int                i, n, rc, limit;
+    int                n, rc, limit;
     char              *end, lim[16];
-    json_t            *events, *item;
     PGresult          *res;
     const char        *values[4], *v;
     sessionctl_opt_t   opts[4] = {
@@ -1758,62 +1840,8 @@ sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     n = PQntuples(res);
 
-    if (!ctx->json) {
-        printf("%-36s  %-17s  %-9s  %8s  %-20s  %s\n", "event_id", "type",
-               "state", "attempts", "next_attempt", "last_error");
-
-        for (i = 0; i < n; i++) {
-            printf("%-36s  %-17s  %-9s  %8s  %-20s  %s\n",
-                   PQgetvalue(res, i, 0), PQgetvalue(res, i, 2),
-                   PQgetvalue(res, i, 3), PQgetvalue(res, i, 4),
-                   PQgetisnull(res, i, 8) ? "-" : PQgetvalue(res, i, 8),
-                   PQgetisnull(res, i, 5) ? "-" : PQgetvalue(res, i, 5));
-        }
-
-        PQclear(res);
-
-        return SESSIONCTL_OK;
-    }
-
-    events = json_array();
-
-    if (events == NULL) {
-        PQclear(res);
-        return sessionctl_refuse("out of memory");
-    }
-
-    for (i = 0; i < n; i++) {
-        item = json_pack("{s:s, s:s, s:s, s:s, s:i, s:o, s:s, s:s, s:o, s:o}",
-                         "event_id", PQgetvalue(res, i, 0),
-                         "session_id", PQgetvalue(res, i, 1),
-                         "type", PQgetvalue(res, i, 2),
-                         "state", PQgetvalue(res, i, 3),
-                         "attempts", atoi(PQgetvalue(res, i, 4)),
-                         "last_error",
-                         PQgetisnull(res, i, 5)
-                             ? json_null()
-                             : json_string(PQgetvalue(res, i, 5)),
-                         "url", PQgetvalue(res, i, 6),
-                         "created_at", PQgetvalue(res, i, 7),
-                         "next_attempt_at",
-                         PQgetisnull(res, i, 8)
-                             ? json_null()
-                             : json_string(PQgetvalue(res, i, 8)),
-                         "finished_at",
-                         PQgetisnull(res, i, 9)
-                             ? json_null()
-                             : json_string(PQgetvalue(res, i, 9)));
-
-        if (json_array_append_new(events, item) != 0) {
-            PQclear(res);
-            json_decref(events);
-            return sessionctl_refuse("out of memory");
-        }
-    }
-
-    PQclear(res);
-
-    return sessionctl_print_json(json_pack("{s:o}", "events", events));
+    return sessionctl_print_rows(ctx, res, n, sessionctl_event_text,
+                                 sessionctl_event_json, "events");
 }
 
 
