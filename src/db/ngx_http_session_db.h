@@ -100,6 +100,14 @@ void ngx_http_session_db_param(ngx_http_session_db_query_t *q,
  */
 ngx_int_t ngx_http_session_db_query_run(ngx_http_session_db_query_t *q);
 
+/*
+ * An answered query made ready to run again, with the same statement,
+ * handler and parameters (whose values may have changed in place): a
+ * request that runs one statement many times (an image's slices) does
+ * not allocate a query each time.
+ */
+void ngx_http_session_db_query_again(ngx_http_session_db_query_t *q);
+
 /* is res a successful result? logs the error when not */
 ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,
     PGresult *res);

@@ -686,6 +686,15 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
 }
 
 
+void
+ngx_http_session_db_query_again(ngx_http_session_db_query_t *q)
+{
+    /* complete() has stopped its timer and unlinked it */
+    q->done = 0;
+    q->conn = NULL;
+}
+
+
 /*
  * Every connection of the worker waits out its backoff and a query needs
  * one: the backoff's ceiling (2 s) would keep a server that is back

@@ -32,7 +32,8 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_WEBHOOK_RECORD,
     NGX_HTTP_SESSION_SQL_IDEM_CLAIM,
     NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE,
-    NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED
+    NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED,
+    NGX_HTTP_SESSION_SQL_IMAGE_SLICE
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */

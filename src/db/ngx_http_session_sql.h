@@ -403,22 +403,33 @@
 
 /*
  * $1 project, $2 session id, $3 image id or NULL, $4 If-None-Match tags
- * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD):
- * the check columns, content type (NULL: no such image), etag, size,
- * whether the tags hold the image's, and the bytes (NULL when not
- * modified or not wanted, so that PostgreSQL neither reads nor sends
- * them)
+ * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD), $6
+ * the most bytes wanted: the check columns, content type (NULL: no such
+ * image), etag, size, whether the tags hold the image's, and the first
+ * $6 bytes (NULL when not modified or not wanted, so that PostgreSQL
+ * neither reads nor sends them).  The content is stored uncompressed out
+ * of line (src/sql/004_images.sql): a slice reads only its own pieces.
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_CONTENT                                    \
     "SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", i.content_type,"             \
     " encode(i.sha256, 'hex'), i.size, t.hit,"                                \
-    " CASE WHEN $5::boolean AND NOT t.hit THEN i.content END"                 \
+    " CASE WHEN $5::boolean AND NOT t.hit"                                    \
+    " THEN substring(i.content FROM 1 FOR $6::integer) END"                   \
     NGX_HTTP_SESSION_SQL_CHECK_FROM                                           \
     " LEFT JOIN images i ON x.project_id = $1::uuid AND i.id = $3::uuid"      \
     " AND i.session_id = x.id"                                                \
     " LEFT JOIN LATERAL (SELECT coalesce('*' = ANY ($4::text[])"              \
     " OR encode(i.sha256, 'hex') = ANY ($4::text[]), false) AS hit) t"        \
     " ON true"
+
+/*
+ * The rest of a download, a slice at a time: $1 image id, $2 session id,
+ * $3 the first byte (from 1), $4 the most bytes: the slice, or no row
+ * when the image is gone meanwhile (its session deleted)
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_SLICE                                      \
+    "SELECT substring(i.content FROM $3::integer FOR $4::integer)"            \
+    " FROM images i WHERE i.id = $1::uuid AND i.session_id = $2::uuid"
 
 
 /*
@@ -470,6 +481,7 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_IDEM_CLAIM,
     NGX_HTTP_SESSION_STMT_SESSION_CREATE_FREE,
     NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED,
+    NGX_HTTP_SESSION_STMT_IMAGE_SLICE,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 
@@ -486,6 +498,7 @@ typedef enum {
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_LIST)                               \
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_GET)                                \
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_CONTENT)                            \
+     | (1U << NGX_HTTP_SESSION_STMT_IMAGE_SLICE)                              \
      | (1U << NGX_HTTP_SESSION_STMT_POLL))
 
 
