@@ -1103,6 +1103,10 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    if (ngx_http_session_db_copy_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (ngx_http_session_poll_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -1128,6 +1132,7 @@ ngx_http_session_exit_process(ngx_cycle_t *cycle)
     ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
     ngx_http_session_poll_exit_process(cycle);
+    ngx_http_session_db_copy_exit_process(cycle);
     ngx_http_session_db_exit_process(cycle);
     ngx_http_session_auth_exit_process();
 }

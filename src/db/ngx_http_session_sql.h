@@ -300,12 +300,7 @@
 
 /* the CTEs s, i, o of the upload; held: a condition on s */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_WORK(held)                                \
-    "s AS ("                                                                  \
-    "UPDATE sessions s SET image_count = s.image_count + 1"                   \
-    " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
-    " AND s.status = 'open' AND now() < s.expires_at" held                    \
-    " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
-    " s.webhook_url),"                                                        \
+    NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held) ","                             \
     " i AS ("                                                                 \
     "INSERT INTO images AS i (session_id, sequence, content_type, size,"      \
     " sha256, content)"                                                       \
@@ -313,6 +308,19 @@
     " $4::bytea, $5::bytea FROM s"                                            \
     " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                    \
     " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n),"  \
+    NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
+
+/* s: the session that takes the image, its image_count incremented */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held)                             \
+    "s AS ("                                                                  \
+    "UPDATE sessions s SET image_count = s.image_count + 1"                   \
+    " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
+    " AND s.status = 'open' AND now() < s.expires_at" held                    \
+    " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
+    " s.webhook_url)"
+
+/* o: image.uploaded for a webhook session s, with the image i as data */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX                                    \
     " o AS ("                                                                 \
     "INSERT INTO webhook_outbox (id, project_id, session_id, event_type,"     \
     " url, payload)"                                                          \
@@ -329,6 +337,73 @@
     "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("6", "7") ","                      \
     NGX_HTTP_SESSION_SQL_UPLOAD_WORK(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD) ","   \
     NGX_HTTP_SESSION_SQL_IDEM_KEEP("6", "7", "201",                           \
+        "'/api/v1/sessions/' || i.session_id || '/images/' || i.id",          \
+        "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")                    \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS                                            \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
+
+/*
+ * A streamed upload (an image over session_image_chunk_size, see
+ * db_copy.c) is one transaction of three statements on a connection of
+ * its own: the session takes the image (BEGIN), the bytes are copied
+ * into a new images row, and the image is announced (then COMMIT).
+ * What commits is what IMAGE_UPLOAD commits.
+ *
+ * $1 project, $2 session id: the check columns and the session's
+ * image_count, the new image's sequence (NULL: the session is missing,
+ * another project's, expired or completed); the session row stays
+ * locked until the end of the transaction, as in IMAGE_UPLOAD.
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN                               \
+    "WITH " NGX_HTTP_SESSION_SQL_UPLOAD_SESSION("")                           \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", s.image_count"              \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN s ON true"
+
+/* $3 key, $4 claim: the same, then held */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED                         \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("3", "4") ","                      \
+    NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(NGX_HTTP_SESSION_SQL_IDEM_IF_HELD)    \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", s.image_count,"             \
+    " EXISTS (SELECT 1 FROM g)"                                               \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN s ON true"
+
+/*
+ * The row, in COPY's binary format (the worker writes it): the session,
+ * the sequence, content type, size, the bytes, and their SHA-256 last,
+ * as it is computed while they stream
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_COPY                                       \
+    "COPY images (session_id, sequence, content_type, size, content,"         \
+    " sha256) FROM STDIN (FORMAT binary)"
+
+/*
+ * $1 project, $2 session id, $3 the sequence: the columns of
+ * IMAGE_UPLOAD, its notification and outbox row
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END                                 \
+    "WITH " NGX_HTTP_SESSION_SQL_STREAM_WORK                                  \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
+
+/* the CTEs s, i, o of the streamed upload's end */
+#define NGX_HTTP_SESSION_SQL_STREAM_WORK                                      \
+    "s AS (SELECT s.id, s.project_id, s.image_count, s.delivery_mode,"        \
+    " s.webhook_url FROM sessions s WHERE s.id = $2::uuid"                    \
+    " AND s.project_id = $1::uuid),"                                          \
+    " i AS (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                 \
+    " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n"    \
+    " FROM images i WHERE i.session_id = $2::uuid"                            \
+    " AND i.sequence = $3::integer),"                                         \
+    NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
+
+/* $4 key, $5 claim: the same, held, kept (the answer is stored) */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END_KEYED                           \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_HELD("4", "5") ","                      \
+    NGX_HTTP_SESSION_SQL_STREAM_WORK ","                                      \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP("4", "5", "201",                           \
         "'/api/v1/sessions/' || i.session_id || '/images/' || i.id",          \
         "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")                    \
     " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \

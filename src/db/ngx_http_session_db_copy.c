@@ -1,0 +1,882 @@
+/*
+ * Streamed uploads: a COPY ... FROM STDIN inside a transaction, on
+ * connections of their own, session_image_upload_connections per worker,
+ * opened when the first upload needs one.  libpq allows no COPY in
+ * pipeline mode, and a transaction of several statements holds its
+ * connection until COMMIT: the pool's connections, shared a statement at
+ * a time by every request, stay with the other queries.
+ *
+ * A copy waits for a free connection (session_db_timeout at most, as a
+ * query does), then: BEGIN; before, whose handler decides to go on or
+ * to roll back; the COPY, fed a piece at a time: the next piece is read
+ * only once libpq has sent the previous one, so that neither the worker
+ * nor libpq holds more than a piece; after; COMMIT.  Each step is bounded
+ * by session_db_timeout.  A failure closes the connection (the server
+ * rolls the transaction back) and the connection is opened again.
+ */
+
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_db_conn.h"
+#include "ngx_http_session_stats.h"
+
+
+/* pieces handed to libpq in one turn of the event loop, at most */
+#define NGX_HTTP_SESSION_DB_COPY_TURN  16
+
+/* a copy that failed in go(): its handler runs from the posted event */
+#define NGX_HTTP_SESSION_DB_COPY_FAILED  (NGX_HTTP_SESSION_DB_COPY_DONE + 1)
+
+
+typedef struct {
+    ngx_http_session_db_conn_t  *conns;
+    ngx_uint_t                   nconns;
+    /* the connections opened so far: they open as uploads need them */
+    ngx_uint_t                   opened;
+    /* copies that wait for a connection, each until its timeout */
+    ngx_queue_t                  waiting;
+    ngx_msec_t                   timeout;
+} ngx_http_session_db_copies_t;
+
+
+static ngx_int_t ngx_http_session_db_copy_start(
+    ngx_http_session_db_copy_t *cp, ngx_http_session_db_conn_t *dc);
+static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q);
+static void ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
+static void ngx_http_session_db_copy_failed(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_reader(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_drained(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_pump(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_resume(ngx_event_t *ev);
+static void ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp,
+    PGresult *res, ngx_uint_t abort);
+static void ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_dispatch(void);
+static void ngx_http_session_db_copy_timeout(ngx_event_t *ev);
+static void ngx_http_session_db_copy_cleanup(void *data);
+
+
+static ngx_http_session_db_copies_t  *ngx_http_session_db_copies;
+
+
+ngx_int_t
+ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                     i;
+    const char                    *options;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copies_t  *copies;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+    if (smcf == NULL || !smcf->enabled) {
+        return NGX_OK;
+    }
+
+    copies = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_copies_t));
+    if (copies == NULL) {
+        return NGX_ERROR;
+    }
+
+    copies->nconns = smcf->image_upload_connections;
+    copies->conns = ngx_pcalloc(cycle->pool, copies->nconns
+                                * sizeof(ngx_http_session_db_conn_t));
+    if (copies->conns == NULL) {
+        return NGX_ERROR;
+    }
+
+    options = ngx_http_session_db_options(cycle);
+    if (options == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_queue_init(&copies->waiting);
+    copies->timeout = smcf->db_timeout;
+
+    for (i = 0; i < copies->nconns; i++) {
+        dc = &copies->conns[i];
+
+        dc->log = cycle->log;
+        dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->role = "nginx session upload";
+        dc->hosts = smcf->db_hosts;
+        dc->options = options;
+        dc->timeout = smcf->db_timeout;
+        dc->check = smcf->db_idle_check;
+        dc->ready = ngx_http_session_db_copy_ready;
+        dc->answer = ngx_http_session_db_copy_answer;
+        dc->checked = ngx_http_session_db_copy_ready;
+        dc->failed = ngx_http_session_db_copy_failed;
+    }
+
+    ngx_http_session_db_copies = copies;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_session_db_copy_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                     i;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    if (copies == NULL) {
+        return;
+    }
+
+    for (i = 0; i < copies->opened; i++) {
+        ngx_http_session_db_conn_close(&copies->conns[i]);
+    }
+
+    ngx_http_session_db_copies = NULL;
+}
+
+
+ngx_http_session_db_copy_t *
+ngx_http_session_db_copy_create(ngx_http_request_t *r, size_t size)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = ngx_pcalloc(r->pool, sizeof(ngx_http_session_db_copy_t));
+    if (cp == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_session_db_copy_cleanup;
+    cln->data = cp;
+
+    cp->request = r;
+    cp->log = r->connection->log;
+    cp->size = size;
+
+    cp->timeout.handler = ngx_http_session_db_copy_timeout;
+    cp->timeout.data = cp;
+    cp->timeout.log = cp->log;
+
+    cp->resume.handler = ngx_http_session_db_copy_resume;
+    cp->resume.data = cp;
+    cp->resume.log = cp->log;
+
+    return cp;
+}
+
+
+ngx_int_t
+ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
+{
+    ngx_uint_t                     i, alive;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    if (copies == NULL) {
+        return NGX_DECLINED;
+    }
+
+    alive = 0;
+
+    for (i = 0; i < copies->opened; i++) {
+        dc = &copies->conns[i];
+
+        if (dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL
+            && ngx_http_session_db_copy_start(cp, dc) == NGX_OK)
+        {
+            return NGX_OK;
+        }
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (copies->opened < copies->nconns) {
+        dc = &copies->conns[copies->opened++];
+
+        ngx_http_session_db_conn_add(dc);
+        ngx_http_session_db_conn_open(dc);
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (alive == 0) {
+        ngx_http_session_stat(db_failures, 1);
+        return NGX_DECLINED;
+    }
+
+    /* a connection will be free: the others' uploads end, or it connects */
+
+    ngx_queue_insert_tail(&copies->waiting, &cp->queue);
+    cp->queued = 1;
+
+    ngx_add_timer(&cp->timeout, copies->timeout);
+
+    return NGX_OK;
+}
+
+
+/* cp takes the free connection dc: BEGIN */
+
+static ngx_int_t
+ngx_http_session_db_copy_start(ngx_http_session_db_copy_t *cp,
+    ngx_http_session_db_conn_t *dc)
+{
+    if (ngx_http_session_db_conn_send(dc, "BEGIN") != NGX_OK) {
+        /* nobody's yet: the connection connects again */
+        ngx_http_session_db_conn_fail(dc);
+        return NGX_ERROR;
+    }
+
+    dc->data = cp;
+    cp->conn = dc;
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_BEGIN;
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+
+    return NGX_OK;
+}
+
+
+/* a statement with parameters, results in binary format */
+
+static ngx_int_t
+ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    if (!PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                           q->lengths, q->formats, 1))
+    {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        return NGX_ERROR;
+    }
+
+    return ngx_http_session_db_conn_busy(dc);
+}
+
+
+void
+ngx_http_session_db_copy_go(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    if (dc == NULL || cp->phase != NGX_HTTP_SESSION_DB_COPY_DECIDE) {
+        return;
+    }
+
+    cp->buf = ngx_palloc(cp->request->pool, cp->size);
+
+    if (cp->buf == NULL
+        || ngx_http_session_db_conn_send(dc, cp->copy) != NGX_OK)
+    {
+        /* the handler is not called again before go() returns */
+        ngx_http_session_db_copy_release(cp);
+        ngx_http_session_db_conn_fail(dc);
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_FAILED;
+        ngx_post_event(&cp->resume, &ngx_posted_events);
+        return;
+    }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_START;
+    cp->pos = 0;
+    cp->len = 0;
+
+    /* while the COPY runs, its owner reads, and feeds libpq as it drains */
+    dc->reader = ngx_http_session_db_copy_reader;
+    dc->drained = ngx_http_session_db_copy_drained;
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+}
+
+
+void
+ngx_http_session_db_copy_stop(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    ngx_http_session_db_copy_release(cp);
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+    if (dc == NULL) {
+        return;
+    }
+
+    /* its answer goes to nobody: the connection is free again then */
+
+    if (ngx_http_session_db_conn_send(dc, "ROLLBACK") != NGX_OK) {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+static void
+ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+/* the answer to a statement of the transaction (not the COPY's start) */
+
+static void
+ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res)
+{
+    ExecStatusType               want;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp == NULL) {
+        /* a ROLLBACK whose copy is over: the connection is free */
+        ngx_http_session_db_conn_clear(dc, res);
+        ngx_http_session_db_copy_dispatch();
+        return;
+    }
+
+    want = (cp->phase == NGX_HTTP_SESSION_DB_COPY_BEFORE
+            || cp->phase == NGX_HTTP_SESSION_DB_COPY_AFTER)
+           ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
+
+    if (res == NULL || PQresultStatus(res) != want) {
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    switch (cp->phase) {
+
+    case NGX_HTTP_SESSION_DB_COPY_BEGIN:
+        PQclear(res);
+
+        if (ngx_http_session_db_copy_send(dc, cp->before) != NGX_OK) {
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_BEFORE;
+        break;
+
+    case NGX_HTTP_SESSION_DB_COPY_BEFORE:
+
+        /*
+         * The owner goes on or stops before the handler returns; it may
+         * also finalize its request, which frees cp
+         */
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DECIDE;
+        cp->handler(cp, res);
+        PQclear(res);
+        return;
+
+    case NGX_HTTP_SESSION_DB_COPY_END:
+        PQclear(res);
+
+        if (ngx_http_session_db_copy_send(dc, cp->after) != NGX_OK) {
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_AFTER;
+        break;
+
+    case NGX_HTTP_SESSION_DB_COPY_AFTER:
+        cp->result = res;
+
+        if (ngx_http_session_db_conn_send(dc, "COMMIT") != NGX_OK) {
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_COMMIT;
+        break;
+
+    case NGX_HTTP_SESSION_DB_COPY_COMMIT:
+
+        /* a transaction that failed unseen answers COMMIT with ROLLBACK */
+
+        if (ngx_strcmp(PQcmdStatus(res), "COMMIT") != 0) {
+            ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                          "session db: the upload was rolled back");
+            PQclear(res);
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        PQclear(res);
+
+        res = cp->result;
+        cp->result = NULL;
+
+        ngx_http_session_db_copy_release(cp);
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+        ngx_http_session_stat(db_queries, 1);
+
+        cp->handler(cp, res);
+        PQclear(res);
+
+        ngx_http_session_db_copy_dispatch();
+        return;
+
+    default:
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+}
+
+
+/* dc failed and is closed (it connects again after its backoff) */
+
+static void
+ngx_http_session_db_copy_failed(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+    dc->data = NULL;
+
+    if (cp) {
+        cp->conn = NULL;
+        ngx_http_session_db_copy_fail(cp, NULL, 0);
+    }
+
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+/*
+ * dc's reader while the COPY runs: its start, then anything the server
+ * says while the data flows (it only speaks to refuse it)
+ */
+
+static void
+ngx_http_session_db_copy_reader(ngx_http_session_db_conn_t *dc)
+{
+    PGresult                    *res;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp == NULL || PQisBusy(dc->pg)) {
+        return;
+    }
+
+    res = PQgetResult(dc->pg);
+
+    if (res && PQresultStatus(res) == PGRES_COPY_IN) {
+        PQclear(res);
+
+        if (cp->phase == NGX_HTTP_SESSION_DB_COPY_START) {
+            cp->phase = NGX_HTTP_SESSION_DB_COPY_DATA;
+        }
+
+        /* the read may have flushed what libpq held: no write event */
+
+        if (!dc->unsent) {
+            ngx_http_session_db_copy_pump(cp);
+        }
+
+        return;
+    }
+
+    ngx_http_session_db_copy_fail(cp, res, 1);
+}
+
+
+/* libpq has sent the last piece */
+
+static void
+ngx_http_session_db_copy_drained(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp && cp->phase == NGX_HTTP_SESSION_DB_COPY_DATA) {
+        ngx_http_session_db_copy_pump(cp);
+    }
+}
+
+
+/*
+ * Feeds the COPY: a piece is read and handed to libpq once the previous
+ * one is out, up to a turn's worth; then the other events have a turn
+ */
+
+static void
+ngx_http_session_db_copy_pump(ngx_http_session_db_copy_t *cp)
+{
+    int                          rc;
+    ssize_t                      n;
+    ngx_uint_t                   i;
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_TURN; i++) {
+
+        if (cp->pos == cp->len) {
+            /*
+             * a piece and the 5 bytes of its message fill libpq's
+             * output buffer, which then grows to the piece's size, no more
+             */
+            n = cp->read(cp, cp->buf, cp->size - 5);
+
+            if (n < 0) {
+                ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                              "session db: the upload's data could not be "
+                              "read");
+                ngx_http_session_db_copy_fail(cp, NULL, 1);
+                return;
+            }
+
+            if (n == 0) {
+                break;
+            }
+
+            cp->pos = 0;
+            cp->len = n;
+        }
+
+        rc = PQputCopyData(dc->pg, (const char *) cp->buf + cp->pos,
+                           (int) (cp->len - cp->pos));
+
+        if (rc != 1) {
+            /* 0: libpq could not make room, it has sent what it held */
+            ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                          "session db: copy failed: %s",
+                          ngx_http_session_db_message(
+                                                  PQerrorMessage(dc->pg)));
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        cp->copied += cp->len - cp->pos;
+        cp->pos = cp->len;
+
+        if (ngx_http_session_db_conn_busy(dc) != NGX_OK) {
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        /* progress: the step's timeout starts again */
+
+        if (cp->timeout.timer_set) {
+            ngx_del_timer(&cp->timeout);
+        }
+
+        ngx_add_timer(&cp->timeout, dc->timeout);
+
+        if (dc->unsent) {
+            /* the socket is full: drained() calls again */
+            return;
+        }
+    }
+
+    if (i == NGX_HTTP_SESSION_DB_COPY_TURN) {
+        ngx_post_event(&cp->resume, &ngx_posted_events);
+        return;
+    }
+
+    /* the data is over: COPY's answer, then after */
+
+    if (PQputCopyEnd(dc->pg, NULL) != 1) {
+        ngx_log_error(NGX_LOG_ERR, cp->log, 0, "session db: copy failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        ngx_http_session_db_copy_fail(cp, NULL, 1);
+        return;
+    }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_END;
+
+    dc->reader = NULL;
+    dc->drained = NULL;
+
+    if (ngx_http_session_db_conn_busy(dc) != NGX_OK) {
+        ngx_http_session_db_copy_fail(cp, NULL, 1);
+    }
+}
+
+
+static void
+ngx_http_session_db_copy_resume(ngx_event_t *ev)
+{
+    ngx_connection_t            *c;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = ev->data;
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_FAILED) {
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+        c = cp->request->connection;
+        cp->handler(cp, NULL);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_DATA && cp->conn
+        && !cp->conn->unsent)
+    {
+        ngx_http_session_db_copy_pump(cp);
+    }
+}
+
+
+/*
+ * cp is over with res (an error, or NULL): the owner is told; abort:
+ * the connection, in a transaction that must not commit, is closed and
+ * opened again
+ */
+
+static void
+ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp, PGresult *res,
+    ngx_uint_t abort)
+{
+    ngx_connection_t            *c;
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    ngx_http_session_db_copy_release(cp);
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+    if (res && ngx_http_session_db_unavailable(res)) {
+        ngx_log_error(NGX_LOG_ERR, cp->log, 0, "session db: %s",
+                      ngx_http_session_db_message(PQresultErrorMessage(res)));
+        PQclear(res);
+        res = NULL;
+    }
+
+    if (dc && abort) {
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
+    }
+
+    ngx_http_session_stat(db_failures, 1);
+
+    c = cp->request->connection;
+
+    cp->handler(cp, res);
+
+    if (res) {
+        PQclear(res);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* cp lets its connection go; no handler of it runs after this but one */
+
+static void
+ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    if (dc) {
+        dc->data = NULL;
+        dc->reader = NULL;
+        dc->drained = NULL;
+        cp->conn = NULL;
+    }
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    if (cp->resume.posted) {
+        ngx_delete_posted_event(&cp->resume);
+    }
+
+    if (cp->buf) {
+        ngx_pfree(cp->request->pool, cp->buf);
+        cp->buf = NULL;
+    }
+
+    cp->done = 1;
+}
+
+
+/* free connections to the waiting copies, in turn */
+
+static void
+ngx_http_session_db_copy_dispatch(void)
+{
+    ngx_uint_t                     i, alive;
+    ngx_queue_t                   *head;
+    ngx_connection_t              *c;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copy_t    *cp;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    if (copies == NULL) {
+        return;
+    }
+
+    alive = 0;
+
+    for (i = 0; i < copies->opened; i++) {
+        dc = &copies->conns[i];
+
+        if (!ngx_queue_empty(&copies->waiting)
+            && dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL)
+        {
+            head = ngx_queue_head(&copies->waiting);
+            cp = ngx_queue_data(head, ngx_http_session_db_copy_t, queue);
+
+            ngx_queue_remove(head);
+            cp->queued = 0;
+
+            if (ngx_http_session_db_copy_start(cp, dc) != NGX_OK) {
+                ngx_queue_insert_head(&copies->waiting, &cp->queue);
+                cp->queued = 1;
+            }
+        }
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (ngx_queue_empty(&copies->waiting)) {
+        return;
+    }
+
+    if (copies->opened < copies->nconns) {
+        dc = &copies->conns[copies->opened++];
+
+        ngx_http_session_db_conn_add(dc);
+        ngx_http_session_db_conn_open(dc);
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (alive) {
+        return;
+    }
+
+    /* every connection is down: the waiting uploads answer now */
+
+    while (!ngx_queue_empty(&copies->waiting)) {
+        head = ngx_queue_head(&copies->waiting);
+        cp = ngx_queue_data(head, ngx_http_session_db_copy_t, queue);
+
+        ngx_queue_remove(head);
+        cp->queued = 0;
+
+        ngx_http_session_db_copy_release(cp);
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+        ngx_http_session_stat(db_failures, 1);
+
+        c = cp->request->connection;
+        cp->handler(cp, NULL);
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+static void
+ngx_http_session_db_copy_timeout(ngx_event_t *ev)
+{
+    ngx_http_session_db_conn_t  *dc;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = ev->data;
+
+    ngx_log_error(NGX_LOG_ERR, ev->log, 0,
+                  "session db: upload timed out %s",
+                  cp->queued ? "waiting for a connection"
+                             : "waiting for the database");
+
+    if (cp->queued) {
+        ngx_queue_remove(&cp->queue);
+        cp->queued = 0;
+    }
+
+    dc = cp->conn;
+
+    if (dc) {
+        /* as a query that timed out: connect again after the backoff */
+        ngx_http_session_db_copy_release(cp);
+        ngx_http_session_db_conn_fail(dc);
+    }
+
+    ngx_http_session_db_copy_fail(cp, NULL, 0);
+}
+
+
+/* the request goes away: a transaction under way must not commit */
+
+static void
+ngx_http_session_db_copy_cleanup(void *data)
+{
+    ngx_http_session_db_copy_t  *cp = data;
+
+    ngx_http_session_db_conn_t  *dc;
+
+    if (cp->queued) {
+        ngx_queue_remove(&cp->queue);
+        cp->queued = 0;
+    }
+
+    if (cp->result) {
+        PQclear(cp->result);
+        cp->result = NULL;
+    }
+
+    dc = cp->conn;
+
+    ngx_http_session_db_copy_release(cp);
+
+    if (dc == NULL) {
+        return;
+    }
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_DECIDE) {
+        /* between two statements: ROLLBACK, whose answer frees it */
+        if (ngx_http_session_db_conn_send(dc, "ROLLBACK") != NGX_OK) {
+            ngx_http_session_db_conn_fail(dc);
+        }
+
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, cp->log, 0,
+                  "session db: an upload under way is given up");
+
+    ngx_http_session_db_conn_close(dc);
+    ngx_http_session_db_conn_open(dc);
+}
