@@ -47,7 +47,8 @@
  * per upload or download in flight (see docs/decisions.md, "Images")
  */
 #define NGX_HTTP_SESSION_IMAGE_CHUNK        (64 * 1024)
-#define NGX_HTTP_SESSION_IMAGE_CHUNK_MIN    1024
+/* below a few kilobytes only a test wants it: a query per slice */
+#define NGX_HTTP_SESSION_IMAGE_CHUNK_MIN    16
 #define NGX_HTTP_SESSION_IMAGE_CHUNK_MAX    (1024 * 1024)
 
 /* session_image_upload_connections: streamed uploads at once per worker */
@@ -964,7 +965,7 @@ ngx_http_session_image_chunk_check(ngx_conf_t *cf, void *post, void *data)
     if (*size < NGX_HTTP_SESSION_IMAGE_CHUNK_MIN
         || *size > NGX_HTTP_SESSION_IMAGE_CHUNK_MAX)
     {
-        return "must be between 1k and 1m";
+        return "must be between 16 and 1m";
     }
 
     return NGX_CONF_OK;

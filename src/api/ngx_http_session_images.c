@@ -458,7 +458,7 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
 
-        up->md = ngx_http_session_sha256_init();
+        up->md = ngx_http_session_sha256_new();
         if (up->md == NULL) {
             return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         }
