@@ -731,8 +731,8 @@ ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
 static void
 ngx_http_session_db_copy_dispatch(void)
 {
-    ngx_uint_t                     i, alive;
-    ngx_queue_t                   *head;
+    ngx_uint_t                     i, alive, moved;
+    ngx_queue_t                   *head, *q;
     ngx_connection_t              *c;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copy_t    *cp;
@@ -744,6 +744,7 @@ ngx_http_session_db_copy_dispatch(void)
     }
 
     alive = 0;
+    moved = 0;
 
     for (i = 0; i < copies->opened; i++) {
         dc = &copies->conns[i];
@@ -757,7 +758,10 @@ ngx_http_session_db_copy_dispatch(void)
             ngx_queue_remove(head);
             cp->queued = 0;
 
-            if (ngx_http_session_db_copy_start(cp, dc) != NGX_OK) {
+            if (ngx_http_session_db_copy_start(cp, dc) == NGX_OK) {
+                moved = 1;
+
+            } else {
                 ngx_queue_insert_head(&copies->waiting, &cp->queue);
                 cp->queued = 1;
             }
@@ -770,6 +774,27 @@ ngx_http_session_db_copy_dispatch(void)
 
     if (ngx_queue_empty(&copies->waiting)) {
         return;
+    }
+
+    /*
+     * The queue moves: those behind wait session_db_timeout from now.  A
+     * burst of large uploads is served in turn however long it takes; a
+     * database that stops taking them fails them within the timeout.
+     */
+
+    if (moved) {
+        for (q = ngx_queue_head(&copies->waiting);
+             q != ngx_queue_sentinel(&copies->waiting);
+             q = ngx_queue_next(q))
+        {
+            cp = ngx_queue_data(q, ngx_http_session_db_copy_t, queue);
+
+            if (cp->timeout.timer_set) {
+                ngx_del_timer(&cp->timeout);
+            }
+
+            ngx_add_timer(&cp->timeout, copies->timeout);
+        }
     }
 
     if (copies->opened < copies->nconns) {
