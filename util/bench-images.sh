@@ -50,6 +50,8 @@ RSS_UPLOADS=${BENCH_IMAGES_RSS_UPLOADS:-200}
 CONCURRENCY=${BENCH_IMAGES_CONCURRENCY:-50 500}
 PG_CLIENTS=${BENCH_IMAGES_PG_CLIENTS:-4}
 BIG=$((10 * 1024 * 1024))
+# session_image_chunk_size, when not the default
+CHUNK=${BENCH_IMAGES_CHUNK:-}
 OUT=${BENCH_IMAGES_OUT:--}
 
 die() {
@@ -124,6 +126,7 @@ $(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
             session_api;
             session_limits create=1000000000 list=1000000000
                            other=1000000000;
+            ${CHUNK:+session_image_chunk_size $CHUNK;}
         }
     }
 }

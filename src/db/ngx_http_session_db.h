@@ -68,8 +68,8 @@ struct ngx_http_session_db_query_s {
 
 /*
  * A COPY ... FROM STDIN between two statements, in one transaction, on a
- * connection of its own (db_copy.c): BEGIN, before, the COPY fed from
- * read, after, COMMIT.  The statements' text and parameters are given as
+ * connection of its own (db_copy.c): BEGIN and before, the COPY fed from
+ * read, after and COMMIT.  The statements' text and parameters are given as
  * queries (before, after) that never run on the pool.
  */
 typedef struct ngx_http_session_db_copy_s  ngx_http_session_db_copy_t;
@@ -92,15 +92,13 @@ typedef void (*ngx_http_session_db_copy_pt)(ngx_http_session_db_copy_t *cp,
 
 
 #define NGX_HTTP_SESSION_DB_COPY_WAITING   0
-#define NGX_HTTP_SESSION_DB_COPY_BEGIN     1
-#define NGX_HTTP_SESSION_DB_COPY_BEFORE    2
-#define NGX_HTTP_SESSION_DB_COPY_DECIDE    3
-#define NGX_HTTP_SESSION_DB_COPY_START     4
-#define NGX_HTTP_SESSION_DB_COPY_DATA      5
-#define NGX_HTTP_SESSION_DB_COPY_END       6
-#define NGX_HTTP_SESSION_DB_COPY_AFTER     7
-#define NGX_HTTP_SESSION_DB_COPY_COMMIT    8
-#define NGX_HTTP_SESSION_DB_COPY_DONE      9
+#define NGX_HTTP_SESSION_DB_COPY_BEFORE    1
+#define NGX_HTTP_SESSION_DB_COPY_DECIDE    2
+#define NGX_HTTP_SESSION_DB_COPY_START     3
+#define NGX_HTTP_SESSION_DB_COPY_DATA      4
+#define NGX_HTTP_SESSION_DB_COPY_END       5
+#define NGX_HTTP_SESSION_DB_COPY_AFTER     6
+#define NGX_HTTP_SESSION_DB_COPY_DONE      7
 
 
 struct ngx_http_session_db_copy_s {
@@ -129,8 +127,9 @@ struct ngx_http_session_db_copy_s {
     /* bytes handed to libpq */
     off_t                               copied;
 
-    /* after's result, held until COMMIT is answered */
-    PGresult                           *result;
+    /* the first result of each statement of a pair (see db_copy.c) */
+    PGresult                           *pipe[2];
+    ngx_uint_t                          npipe;
 
     ngx_uint_t                          phase;
 

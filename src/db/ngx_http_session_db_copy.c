@@ -6,13 +6,15 @@
  * connection until COMMIT: the pool's connections, shared a statement at
  * a time by every request, stay with the other queries.
  *
- * A copy waits for a free connection (session_db_timeout at most, as a
- * query does), then: BEGIN; before, whose handler decides to go on or
- * to roll back; the COPY, fed a piece at a time: the next piece is read
- * only once libpq has sent the previous one, so that neither the worker
- * nor libpq holds more than a piece; after; COMMIT.  Each step is bounded
- * by session_db_timeout.  A failure closes the connection (the server
- * rolls the transaction back) and the connection is opened again.
+ * A copy waits for a free connection (session_db_timeout from the last
+ * move of the queue), then, in three round trips: BEGIN and before under
+ * one Sync (pipeline mode), whose handler decides to go on or to roll
+ * back; the COPY, fed a piece at a time: the next piece is read only
+ * once libpq has sent the previous one, so that neither the worker nor
+ * libpq holds more than a piece; after and COMMIT under one Sync.  The
+ * statements are prepared once per connection.  Each step is bounded by
+ * session_db_timeout.  A failure closes the connection (the server rolls
+ * the transaction back) and the connection is opened again.
  */
 
 #include "ngx_http_session_db.h"
@@ -28,6 +30,8 @@
 
 
 typedef struct {
+    /* "PREPARE ngx_upload_1 AS ...; ...": sent once per connection */
+    char                        *prepare;
     ngx_http_session_db_conn_t  *conns;
     ngx_uint_t                   nconns;
     /* the connections opened so far: they open as uploads need them */
@@ -40,9 +44,15 @@ typedef struct {
 
 static ngx_int_t ngx_http_session_db_copy_start(
     ngx_http_session_db_copy_t *cp, ngx_http_session_db_conn_t *dc);
+static char *ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
+    ngx_http_session_db_query_t *q, ngx_uint_t begin);
 static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q);
+static void ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp);
 static void ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_checked(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static void ngx_http_session_db_copy_failed(ngx_http_session_db_conn_t *dc);
@@ -59,6 +69,17 @@ static void ngx_http_session_db_copy_cleanup(void *data);
 
 
 static ngx_http_session_db_copies_t  *ngx_http_session_db_copies;
+
+/* the statements of the copies' owners, prepared as ngx_upload_<n + 1> */
+static const char  *ngx_http_session_db_copy_stmts[] = {
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN,
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED,
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END,
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END_KEYED
+};
+
+#define NGX_HTTP_SESSION_DB_COPY_NSTMTS                                       \
+    (sizeof(ngx_http_session_db_copy_stmts) / sizeof(const char *))
 
 
 ngx_int_t
@@ -92,6 +113,11 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    copies->prepare = ngx_http_session_db_copy_prepare(cycle);
+    if (copies->prepare == NULL) {
+        return NGX_ERROR;
+    }
+
     ngx_queue_init(&copies->waiting);
     copies->timeout = smcf->db_timeout;
 
@@ -107,7 +133,7 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
         dc->check = smcf->db_idle_check;
         dc->ready = ngx_http_session_db_copy_ready;
         dc->answer = ngx_http_session_db_copy_answer;
-        dc->checked = ngx_http_session_db_copy_ready;
+        dc->checked = ngx_http_session_db_copy_checked;
         dc->failed = ngx_http_session_db_copy_failed;
     }
 
@@ -226,21 +252,56 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 }
 
 
-/* cp takes the free connection dc: BEGIN */
+static char *
+ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle)
+{
+    u_char      *p, *prepare;
+    size_t       len;
+    ngx_uint_t   i;
+
+    len = 1;
+
+    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
+        len += sizeof("PREPARE ngx_upload_ AS ; ") - 1 + NGX_INT_T_LEN
+               + ngx_strlen(ngx_http_session_db_copy_stmts[i]);
+    }
+
+    prepare = ngx_pnalloc(cycle->pool, len);
+    if (prepare == NULL) {
+        return NULL;
+    }
+
+    p = prepare;
+
+    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
+        p = ngx_sprintf(p, "PREPARE ngx_upload_%ui AS %s; ", i + 1,
+                        ngx_http_session_db_copy_stmts[i]);
+    }
+
+    *p = '\0';
+
+    return (char *) prepare;
+}
+
+
+/* cp takes the free connection dc: BEGIN and before */
 
 static ngx_int_t
 ngx_http_session_db_copy_start(ngx_http_session_db_copy_t *cp,
     ngx_http_session_db_conn_t *dc)
 {
-    if (ngx_http_session_db_conn_send(dc, "BEGIN") != NGX_OK) {
+    dc->data = cp;
+    cp->conn = dc;
+
+    if (ngx_http_session_db_copy_pair(cp, cp->before, 1) != NGX_OK) {
         /* nobody's yet: the connection connects again */
+        dc->data = NULL;
+        cp->conn = NULL;
         ngx_http_session_db_conn_fail(dc);
         return NGX_ERROR;
     }
 
-    dc->data = cp;
-    cp->conn = dc;
-    cp->phase = NGX_HTTP_SESSION_DB_COPY_BEGIN;
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_BEFORE;
 
     if (cp->timeout.timer_set) {
         ngx_del_timer(&cp->timeout);
@@ -252,21 +313,213 @@ ngx_http_session_db_copy_start(ngx_http_session_db_copy_t *cp,
 }
 
 
-/* a statement with parameters, results in binary format */
+/*
+ * BEGIN and q, or q and COMMIT, under one Sync: one round trip; the
+ * connection leaves pipeline mode once the Sync is answered
+ */
 
 static ngx_int_t
-ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
-    ngx_http_session_db_query_t *q)
+ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
+    ngx_http_session_db_query_t *q, ngx_uint_t begin)
 {
-    if (!PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
-                           q->lengths, q->formats, 1))
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    cp->npipe = 0;
+
+    if (!PQenterPipelineMode(dc->pg)
+        || (begin
+            && !PQsendQueryParams(dc->pg, "BEGIN", 0, NULL, NULL, NULL, NULL,
+                                  0))
+        || ngx_http_session_db_copy_send(dc, q) != NGX_OK
+        || (!begin
+            && !PQsendQueryParams(dc->pg, "COMMIT", 0, NULL, NULL, NULL,
+                                  NULL, 0))
+        || !PQpipelineSync(dc->pg))
     {
         ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
     }
 
+    dc->reader = ngx_http_session_db_copy_pipe;
+
     return ngx_http_session_db_conn_busy(dc);
+}
+
+
+/* q to libpq: by name where the connection prepared it, binary results */
+
+static ngx_int_t
+ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    ngx_uint_t  i;
+    u_char      name[sizeof("ngx_upload_") + NGX_INT_T_LEN];
+
+    for (i = 0; dc->prepared && i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
+        if (q->sql == ngx_http_session_db_copy_stmts[i]) {
+            ngx_sprintf(name, "ngx_upload_%ui%Z", i + 1);
+
+            return PQsendQueryPrepared(dc->pg, (char *) name, q->nparams,
+                                       q->values, q->lengths, q->formats, 1)
+                   ? NGX_OK : NGX_ERROR;
+        }
+    }
+
+    return PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                             q->lengths, q->formats, 1)
+           ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * dc's reader while a pair runs: each statement's first result (or its
+ * error) is kept, then at the Sync the pair is over
+ */
+
+static void
+ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc)
+{
+    PGresult                    *res;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp == NULL) {
+        /* not left this way: a copy that goes away closes it */
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    while (!PQisBusy(dc->pg)) {
+        res = PQgetResult(dc->pg);
+
+        if (res == NULL) {
+            /* the end of a statement's results */
+            cp->npipe++;
+            continue;
+        }
+
+        if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+
+            if (!PQexitPipelineMode(dc->pg)) {
+                ngx_http_session_db_copy_fail(cp, NULL, 1);
+                return;
+            }
+
+            dc->reader = NULL;
+            ngx_http_session_db_conn_idle(dc);
+
+            ngx_http_session_db_copy_paired(cp);
+            return;
+        }
+
+        if (cp->npipe < 2 && cp->pipe[cp->npipe] == NULL) {
+            cp->pipe[cp->npipe] = res;
+
+        } else {
+            PQclear(res);
+        }
+    }
+
+    if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+/* a pair is answered: before's result to the owner, or after's */
+
+static void
+ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
+{
+    PGresult        *first, *second, *res, *other;
+    ngx_uint_t       before;
+    ExecStatusType   want;
+
+    first = cp->pipe[0];
+    second = cp->pipe[1];
+    cp->pipe[0] = NULL;
+    cp->pipe[1] = NULL;
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    before = (cp->phase == NGX_HTTP_SESSION_DB_COPY_BEFORE);
+
+    /* the owner's statement, and BEGIN or COMMIT */
+
+    res = before ? second : first;
+    other = before ? first : second;
+    want = PGRES_COMMAND_OK;
+
+    if (other == NULL || PQresultStatus(other) != want
+        || (!before && ngx_strcmp(PQcmdStatus(other), "COMMIT") != 0))
+    {
+        /* the error is the first statement's: the second did not run */
+
+        if (before) {
+            if (res) {
+                PQclear(res);
+            }
+
+            ngx_http_session_db_copy_fail(cp, other, 1);
+            return;
+        }
+
+        if (res && PQresultStatus(res) == PGRES_TUPLES_OK) {
+            ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                          "session db: the upload was not committed");
+            PQclear(res);
+            res = NULL;
+
+            if (other && PQresultStatus(other) == PGRES_FATAL_ERROR) {
+                res = other;
+                other = NULL;
+            }
+        }
+
+        if (other) {
+            PQclear(other);
+        }
+
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    PQclear(other);
+
+    if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    if (before) {
+
+        /*
+         * The owner goes on or stops before the handler returns; it may
+         * also finalize its request, which frees cp
+         */
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DECIDE;
+        cp->handler(cp, res);
+        PQclear(res);
+        return;
+    }
+
+    ngx_http_session_db_copy_release(cp);
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+    ngx_http_session_stat(db_queries, 1);
+
+    cp->handler(cp, res);
+    PQclear(res);
+
+    ngx_http_session_db_copy_dispatch();
 }
 
 
@@ -329,123 +582,92 @@ ngx_http_session_db_copy_stop(ngx_http_session_db_copy_t *cp)
 }
 
 
+/* connected: the statements first, as the pool does */
+
 static void
 ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+
+    if (copies && !dc->prepared) {
+        dc->preparing = 1;
+
+        if (ngx_http_session_db_conn_send(dc, copies->prepare) != NGX_OK) {
+            dc->preparing = 0;
+            ngx_http_session_db_conn_fail(dc);
+        }
+
+        return;
+    }
+
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+static void
+ngx_http_session_db_copy_checked(ngx_http_session_db_conn_t *dc)
 {
     ngx_http_session_db_copy_dispatch();
 }
 
 
-/* the answer to a statement of the transaction (not the COPY's start) */
+/*
+ * The answer to what was sent alone: the PREPARE, the end of the COPY,
+ * or a ROLLBACK whose copy is over
+ */
 
 static void
 ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res)
 {
-    ExecStatusType               want;
     ngx_http_session_db_copy_t  *cp;
 
-    cp = dc->data;
+    if (dc->preparing) {
+        dc->preparing = 0;
+        dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
 
-    if (cp == NULL) {
-        /* a ROLLBACK whose copy is over: the connection is free */
+        if (!dc->prepared) {
+            ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                          "session db: preparing the upload statements "
+                          "failed, they are sent as text on this "
+                          "connection");
+        }
+
         ngx_http_session_db_conn_clear(dc, res);
         ngx_http_session_db_copy_dispatch();
         return;
     }
 
-    want = (cp->phase == NGX_HTTP_SESSION_DB_COPY_BEFORE
-            || cp->phase == NGX_HTTP_SESSION_DB_COPY_AFTER)
-           ? PGRES_TUPLES_OK : PGRES_COMMAND_OK;
+    cp = dc->data;
 
-    if (res == NULL || PQresultStatus(res) != want) {
+    if (cp == NULL) {
+        /* the connection is free */
+        ngx_http_session_db_conn_clear(dc, res);
+        ngx_http_session_db_copy_dispatch();
+        return;
+    }
+
+    if (cp->phase != NGX_HTTP_SESSION_DB_COPY_END
+        || res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK)
+    {
         ngx_http_session_db_copy_fail(cp, res, 1);
         return;
     }
+
+    PQclear(res);
 
     if (cp->timeout.timer_set) {
         ngx_del_timer(&cp->timeout);
     }
 
-    switch (cp->phase) {
-
-    case NGX_HTTP_SESSION_DB_COPY_BEGIN:
-        PQclear(res);
-
-        if (ngx_http_session_db_copy_send(dc, cp->before) != NGX_OK) {
-            ngx_http_session_db_copy_fail(cp, NULL, 1);
-            return;
-        }
-
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_BEFORE;
-        break;
-
-    case NGX_HTTP_SESSION_DB_COPY_BEFORE:
-
-        /*
-         * The owner goes on or stops before the handler returns; it may
-         * also finalize its request, which frees cp
-         */
-
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_DECIDE;
-        cp->handler(cp, res);
-        PQclear(res);
-        return;
-
-    case NGX_HTTP_SESSION_DB_COPY_END:
-        PQclear(res);
-
-        if (ngx_http_session_db_copy_send(dc, cp->after) != NGX_OK) {
-            ngx_http_session_db_copy_fail(cp, NULL, 1);
-            return;
-        }
-
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_AFTER;
-        break;
-
-    case NGX_HTTP_SESSION_DB_COPY_AFTER:
-        cp->result = res;
-
-        if (ngx_http_session_db_conn_send(dc, "COMMIT") != NGX_OK) {
-            ngx_http_session_db_copy_fail(cp, NULL, 1);
-            return;
-        }
-
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_COMMIT;
-        break;
-
-    case NGX_HTTP_SESSION_DB_COPY_COMMIT:
-
-        /* a transaction that failed unseen answers COMMIT with ROLLBACK */
-
-        if (ngx_strcmp(PQcmdStatus(res), "COMMIT") != 0) {
-            ngx_log_error(NGX_LOG_ERR, cp->log, 0,
-                          "session db: the upload was rolled back");
-            PQclear(res);
-            ngx_http_session_db_copy_fail(cp, NULL, 1);
-            return;
-        }
-
-        PQclear(res);
-
-        res = cp->result;
-        cp->result = NULL;
-
-        ngx_http_session_db_copy_release(cp);
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
-
-        ngx_http_session_stat(db_queries, 1);
-
-        cp->handler(cp, res);
-        PQclear(res);
-
-        ngx_http_session_db_copy_dispatch();
-        return;
-
-    default:
-        ngx_http_session_db_copy_fail(cp, res, 1);
+    if (ngx_http_session_db_copy_pair(cp, cp->after, 0) != NGX_OK) {
+        ngx_http_session_db_copy_fail(cp, NULL, 1);
         return;
     }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_AFTER;
 
     ngx_add_timer(&cp->timeout, dc->timeout);
 }
@@ -722,6 +944,16 @@ ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
         cp->buf = NULL;
     }
 
+    if (cp->pipe[0]) {
+        PQclear(cp->pipe[0]);
+        cp->pipe[0] = NULL;
+    }
+
+    if (cp->pipe[1]) {
+        PQclear(cp->pipe[1]);
+        cp->pipe[1] = NULL;
+    }
+
     cp->done = 1;
 }
 
@@ -875,11 +1107,6 @@ ngx_http_session_db_copy_cleanup(void *data)
     if (cp->queued) {
         ngx_queue_remove(&cp->queue);
         cp->queued = 0;
-    }
-
-    if (cp->result) {
-        PQclear(cp->result);
-        cp->result = NULL;
     }
 
     dc = cp->conn;
