@@ -37,7 +37,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+# BENCH_IMAGES_MODULE: another build of the module (e.g. main's, for the
+# figures before a change), run the same way
+MODULE=${BENCH_IMAGES_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 DB=${BENCH_SESSION_DB:-}
 
