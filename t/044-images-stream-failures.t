@@ -16,7 +16,9 @@
 #   - the database going away during an upload's transaction: 503, no
 #     image, and uploads work again once it is back; during a download:
 #     the response is cut (fewer bytes than Content-Length, connection
-#     closed), and logged.
+#     closed), and logged;
+#   - session_image_chunk_size and session_image_upload_connections
+#     refuse values out of their bounds.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -368,7 +370,7 @@ add_block_preprocessor(sub {
 
     workers(1);
 
-    $block->set_value('http_config', <<'EOF');
+    $block->set_value('http_config', <<'EOF') unless defined $block->http_config;
     session_db $TEST_NGINX_RELAY_DB_CONF;
     session_db_connections 1;
     session_image_chunk_size 4k;
@@ -385,7 +387,7 @@ add_block_preprocessor(sub {
     }
 EOF
 
-    $block->set_value('config', <<'EOF');
+    $block->set_value('config', <<'EOF') unless defined $block->config;
     location /api/ {
         session_api;
         session_limits create=1000 list=1000 other=1000;
@@ -444,3 +446,39 @@ GET /api/v1/sessions
 download cut
 --- no_error_log
 [alert]
+
+
+
+=== TEST 5: session_image_chunk_size 15 is refused
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_image_chunk_size 15;
+--- config
+--- must_die
+--- error_log
+"session_image_chunk_size" directive must be between 16 and 1m
+
+
+
+=== TEST 6: session_image_chunk_size 2m is refused
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+--- config
+    location /api/ {
+        session_api;
+        session_image_chunk_size 2m;
+    }
+--- must_die
+--- error_log
+"session_image_chunk_size" directive must be between 16 and 1m
+
+
+
+=== TEST 7: session_image_upload_connections 0 is refused
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_image_upload_connections 0;
+--- config
+--- must_die
+--- error_log
+"session_image_upload_connections" directive must be between 1 and 1024

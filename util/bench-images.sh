@@ -301,6 +301,15 @@ rss_run() {
 
 # --- 3. streamed transfers ------------------------------------------------
 
+restart_nginx() {
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
+    for _ in $(seq 50); do
+        [ -f "$W/nginx.pid" ] || break
+        sleep 0.1
+    done
+    start_nginx
+}
+
 declare -A ST_UP ST_DOWN ST_RSS_UP ST_RSS_DOWN ST_OK
 PG_UP=
 PG_DOWN=
@@ -346,6 +355,7 @@ stream_run() {
 
     for n in $CONCURRENCY; do
         purge_images
+        restart_nginx
         sleep 1
         idle=$(worker_rss)
 
@@ -359,6 +369,9 @@ stream_run() {
                             'BEGIN { printf "%.0f", p / n }')
         log "$n uploads of 10 MB at once: ${ST_UP[$n]} MB/s in ${secs}s," \
             "RSS growth ${PEAK} kB (${ST_RSS_UP[$n]} kB each)"
+
+        # a fresh nginx: what the uploads left in the heap is not reused
+        restart_nginx
 
         paths=$(psql -X -At -d "$DB" -c "
             SELECT string_agg('/api/v1/sessions/' || i.session_id
@@ -448,12 +461,7 @@ throughput 100KB 102400
 throughput 2MB $((2 * 1024 * 1024))
 
 # a fresh nginx: "before" is a worker that has carried no large image
-"$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
-for _ in $(seq 50); do
-    [ -f "$W/nginx.pid" ] || break
-    sleep 0.1
-done
-start_nginx
+restart_nginx
 
 log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then downloads"
 rss_run
