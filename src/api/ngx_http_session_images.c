@@ -393,8 +393,8 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
     ngx_str_t                      name;
     ngx_pool_cleanup_t            *cln;
     ngx_http_session_ctx_t        *ctx;
-    ngx_http_session_image_up_t   *up;
     ngx_http_session_db_copy_t    *cp;
+    ngx_http_session_image_up_t   *up;
     ngx_http_session_loc_conf_t   *slcf;
     ngx_http_session_db_query_t   *before, *after;
     u_char                         head[NGX_HTTP_SESSION_IMAGE_HEAD];
