@@ -7,9 +7,9 @@
  * a time by every request, stay with the other queries.
  *
  * A copy waits for a free connection (session_db_timeout from the last
- * move of the queue), then, in three round trips: BEGIN and before under
+ * move of the queue), then, in four round trips: BEGIN and before under
  * one Sync (pipeline mode), whose handler decides to go on or to roll
- * back; the COPY, fed a piece at a time: the next piece is read only
+ * back; the COPY (its start, then its end), fed a piece at a time: the next piece is read only
  * once libpq has sent the previous one, so that neither the worker nor
  * libpq holds more than a piece; after and COMMIT under one Sync.  The
  * statements are prepared once per connection.  Each step is bounded by
