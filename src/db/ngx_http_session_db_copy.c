@@ -9,10 +9,10 @@
  * A copy waits for a free connection (session_db_timeout from the last
  * move of the queue), then, in four round trips: BEGIN and before under
  * one Sync (pipeline mode), whose handler decides to go on or to roll
- * back; the COPY (its start, then its end), fed a piece at a time: the next piece is read only
- * once libpq has sent the previous one, so that neither the worker nor
- * libpq holds more than a piece; after and COMMIT under one Sync.  The
- * statements are prepared once per connection.  Each step is bounded by
+ * back; the COPY (its start, then its end), fed a piece at a time: the
+ * next piece is read only once libpq has sent the previous one, so that
+ * neither the worker nor libpq holds more than a piece; after and COMMIT
+ * under one Sync.  The statements are prepared once per connection.  Each step is bounded by
  * session_db_timeout.  A failure closes the connection (the server rolls
  * the transaction back) and the connection is opened again.
  */
