@@ -12,9 +12,10 @@
  * back; the COPY (its start, then its end), fed a piece at a time: the
  * next piece is read only once libpq has sent the previous one, so that
  * neither the worker nor libpq holds more than a piece; after and COMMIT
- * under one Sync.  The statements are prepared once per connection.  Each step is bounded by
- * session_db_timeout.  A failure closes the connection (the server rolls
- * the transaction back) and the connection is opened again.
+ * under one Sync.  The statements are prepared once per connection.
+ * Each step is bounded by session_db_timeout.  A failure closes the
+ * connection (the server rolls the transaction back) and the connection
+ * is opened again.
  */
 
 #include "ngx_http_session_db.h"
