@@ -763,6 +763,14 @@ sub check_init {
 
     return unless defined $block->check;
 
+    # a block skipped by "--- skip_eval: N: CODE" runs no check either
+    if (defined $block->skip_eval
+        && $block->skip_eval =~ /^\s*\d+\s*:\s*(.*?)\s*$/s)
+    {
+        my $skip = eval "package main; $1";
+        return if $skip;
+    }
+
     (my $check = $block->check) =~ s/\s+//g;
     die "no check $check" unless $checks->{$check};
 
@@ -812,8 +820,13 @@ sub db_http_config {
 
     return if defined $block->http_config;
 
+    # TEST_NGINX_SESSION_IMAGE_CHUNK: a script run again with images
+    # streamed in pieces of that size (t/042, t/043)
+    my $chunk = $ENV{TEST_NGINX_SESSION_IMAGE_CHUNK};
+
     $block->set_value('http_config',
                       "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
+                      . ($chunk ? "session_image_chunk_size $chunk;\n" : '')
                       . ($lines // ''));
 }
 
