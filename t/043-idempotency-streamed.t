@@ -1,8 +1,10 @@
 # t/011-idempotency.t again, every block and check as it is, with
-# session_image_chunk_size 16 at the http level: a keyed upload of an
-# image over 16 bytes goes through the streamed path (db_copy.c), whose
-# first statement works only while the claim is the request's and whose
-# last one stores the answer with the image, in the same transaction.
+# session_image_chunk_size 16 at the http level (the blocks with an
+# http_config of their own too): a keyed upload of an image over 16
+# bytes goes through the streamed path (db_copy.c), whose first
+# statement takes the key's lock and reads its row and whose last one
+# keeps the answer with the image, in the same transaction
+# (docs/decisions.md (zd)).
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 

@@ -818,11 +818,23 @@ sub run_action {
 sub db_http_config {
     my ($block, $lines) = @_;
 
-    return if defined $block->http_config;
-
     # TEST_NGINX_SESSION_IMAGE_CHUNK: a script run again with images
-    # streamed in pieces of that size (t/042, t/043)
+    # streamed in pieces of that size (t/042, t/043, t/045), its blocks
+    # with an http_config of their own too
     my $chunk = $ENV{TEST_NGINX_SESSION_IMAGE_CHUNK};
+
+    if (defined $block->http_config) {
+        my $conf = $block->http_config;
+
+        if ($chunk && $conf =~ /^\s*session_db\s/m
+            && $conf !~ /session_image_chunk_size/)
+        {
+            $block->set_value('http_config',
+                              "$conf\n    session_image_chunk_size $chunk;\n");
+        }
+
+        return;
+    }
 
     $block->set_value('http_config',
                       "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
