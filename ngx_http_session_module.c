@@ -7,14 +7,13 @@
 
 #include "ngx_http_session_common.h"
 
-#include <libpq-fe.h>
 #if (NGX_LINUX && defined __GLIBC__)
 #include <malloc.h>
 #endif
 
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
-#include "ngx_http_session_db_hosts.h"
+#include "ngx_http_session_db_conf.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_handover.h"
@@ -67,8 +66,6 @@ static void *ngx_http_session_create_loc_conf(ngx_conf_t *cf);
 static char *ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent,
     void *child);
 static char *ngx_http_session_api(ngx_conf_t *cf, ngx_command_t *cmd,
-    void *conf);
-static char *ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
 static char *ngx_http_session_limit_zone(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
@@ -178,6 +175,20 @@ static ngx_command_t  ngx_http_session_commands[] = {
     { ngx_string("session_db"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
       ngx_http_session_db,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_db_listen"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_db_listen,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
+    { ngx_string("session_db_pooler"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_db_pooler,
       NGX_HTTP_MAIN_CONF_OFFSET,
       0,
       NULL },
@@ -454,6 +465,8 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
      * set by ngx_pcalloc():
      *
      *     smcf->db_conninfo = { 0, NULL };
+     *     smcf->listen_conninfo = { 0, NULL };
+     *     smcf->listen_hosts = NULL;
      *     smcf->shm_zone = NULL;
      *     smcf->key_prefix = { 0, NULL };
      *     smcf->api_file = { 0, NULL };
@@ -468,6 +481,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->db_batch = NGX_CONF_UNSET_UINT;
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
     smcf->db_idle_check = NGX_CONF_UNSET_MSEC;
+    smcf->db_pooler = NGX_CONF_UNSET_UINT;
     smcf->auth_cache_ttl = NGX_CONF_UNSET_MSEC;
     smcf->webhook_allow_private = NGX_CONF_UNSET;
     smcf->webhook_timeout = NGX_CONF_UNSET_MSEC;
@@ -534,7 +548,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
         return NGX_CONF_ERROR;
     }
 
-    if (ngx_http_session_dbhost_init_conf(cf, smcf) != NGX_OK) {
+    if (ngx_http_session_db_init_conf(cf, smcf) != NGX_OK) {
         return NGX_CONF_ERROR;
     }
 
@@ -716,87 +730,6 @@ ngx_http_session_api(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         smcf->api_file = cf->conf_file->file.name;
         smcf->api_line = cf->conf_file->line;
     }
-
-    return NGX_CONF_OK;
-}
-
-
-static char *
-ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
-{
-    ngx_http_session_main_conf_t  *smcf = conf;
-
-    char              *err;
-    size_t             len;
-    ngx_str_t         *value;
-    PQconninfoOption  *opts, *opt;
-
-    if (smcf->db_conninfo.data) {
-        return "is duplicate";
-    }
-
-    value = cf->args->elts;
-
-    /* parsed only: "nginx -t" never connects to the database */
-
-    err = NULL;
-    opts = PQconninfoParse((const char *) value[1].data, &err);
-
-    if (opts == NULL) {
-        if (err == NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "cannot parse \"%V\": out of memory",
-                               &cmd->name);
-            return NGX_CONF_ERROR;
-        }
-
-        len = ngx_strlen(err);
-
-        /* libpq ends its messages with a newline */
-        while (len && (err[len - 1] == '\n' || err[len - 1] == ' ')) {
-            len--;
-        }
-
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "invalid connection string in \"%V\": %*s",
-                           &cmd->name, len, err);
-        PQfreemem(err);
-
-        return NGX_CONF_ERROR;
-    }
-
-    /* the operator's own server options, to which the module adds */
-
-    for (opt = opts; opt->keyword; opt++) {
-        if (ngx_strcmp(opt->keyword, "options") == 0 && opt->val) {
-            len = ngx_strlen(opt->val);
-
-            smcf->db_options.data = ngx_pnalloc(cf->pool, len + 1);
-            if (smcf->db_options.data == NULL) {
-                PQconninfoFree(opts);
-                return NGX_CONF_ERROR;
-            }
-
-            ngx_memcpy(smcf->db_options.data, opt->val, len + 1);
-            smcf->db_options.len = len;
-        }
-    }
-
-    if (ngx_http_session_dbhost_parse(cf, smcf, opts) != NGX_CONF_OK) {
-        PQconninfoFree(opts);
-        return NGX_CONF_ERROR;
-    }
-
-    PQconninfoFree(opts);
-
-    smcf->db_conninfo.len = value[1].len;
-    smcf->db_conninfo.data = ngx_pnalloc(cf->pool, value[1].len + 1);
-    if (smcf->db_conninfo.data == NULL) {
-        return NGX_CONF_ERROR;
-    }
-
-    (void) ngx_cpystrn(smcf->db_conninfo.data, value[1].data,
-                       value[1].len + 1);
 
     return NGX_CONF_OK;
 }

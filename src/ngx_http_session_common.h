@@ -56,6 +56,20 @@ typedef struct {
     ngx_msec_t                  db_idle_check;
     /* connections per worker for streamed uploads (COPY), see db_copy.c */
     ngx_uint_t                  image_upload_connections;
+    /* session_db_pooler: NGX_HTTP_SESSION_POOLER_OFF, ..._TRANSACTION */
+    ngx_uint_t                  db_pooler;
+    /* where "session_db_pooler" stands, for configuration errors */
+    ngx_str_t                   db_pooler_file;
+    ngx_uint_t                  db_pooler_line;
+
+    /*
+     * session_db_listen: the LISTEN connection's own conninfo, its
+     * "options" and host list, as those of session_db; data NULL:
+     * session_db's
+     */
+    ngx_str_t                   listen_conninfo;
+    ngx_str_t                   listen_options;
+    ngx_http_session_dbhosts_t *listen_hosts;
 
     ngx_shm_zone_t             *shm_zone;
 

@@ -15,7 +15,7 @@ ALL_PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
           postgresql postgresql-common check pkg-config wrk
           curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
           libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
-          openssl ca-certificates libio-socket-ssl-perl"
+          openssl ca-certificates libio-socket-ssl-perl pgbouncer"
 
 # debian/control's Build-Depends, and the tools of util/deb.sh
 DEB_PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev

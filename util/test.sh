@@ -192,6 +192,8 @@ weight() {
         038-db-gss.t)       echo 3 ;;
         030-http2.t)        echo 20 ;;
         031-http3.t)        echo 15 ;;
+        048-pgbouncer.t)    echo 15 ;;
+        049-pooler.t)       echo 10 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
         019-openapi.t)      echo 6 ;;

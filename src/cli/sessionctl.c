@@ -1002,7 +1002,7 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int                                  rc, applied;
     char                                 version[16];
-    long                                 current;
+    long                                 pid, current;
     PGresult                            *res;
     const char                          *values[2];
     const ngx_http_session_migration_t  *m;
@@ -1015,6 +1015,27 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
     rc = sessionctl_connect(ctx);
     if (rc != SESSIONCTL_OK) {
         return rc;
+    }
+
+    /*
+     * The advisory lock is a session's: through a pooler that pools
+     * transactions it would be taken on one server connection, left
+     * there, and released (or not) on another
+     */
+
+    res = sessionctl_exec(ctx, SESSIONCTL_SQL_BACKEND, 0, NULL, NULL, NULL);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    pid = strtol(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+
+    if (pid != PQbackendPID(ctx->conn)) {
+        fprintf(stderr, "sessionctl: migrate needs a connection to "
+                "PostgreSQL itself, a connection pooler stands in between "
+                "(the server process differs from the connection's)\n");
+        return SESSIONCTL_REFUSED;
     }
 
     values[0] = SESSIONCTL_MIGRATE_LOCK;

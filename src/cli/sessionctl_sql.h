@@ -19,6 +19,12 @@
 #define SESSIONCTL_SQL_COMMIT     "COMMIT"
 
 
+/*
+ * migrate: the server process, which is the connection's own
+ * (PQbackendPID()) unless a connection pooler stands in between
+ */
+#define SESSIONCTL_SQL_BACKEND    "SELECT pg_backend_pid()"
+
 /* migrate: $1 is SESSIONCTL_MIGRATE_LOCK, a bigint constant */
 
 #define SESSIONCTL_SQL_LOCK                                                   \

@@ -21,6 +21,13 @@
 /* the most reads one connection sends under one Sync (session_db_batch) */
 #define NGX_HTTP_SESSION_DB_BATCH_MAX   64
 
+/* session_db_pooler: what stands between the pool and PostgreSQL */
+#define NGX_HTTP_SESSION_POOLER_OFF          0
+/* a pooler that keeps one server connection for each client's */
+#define NGX_HTTP_SESSION_POOLER_SESSION      1
+/* a pooler that may run each transaction on another server connection */
+#define NGX_HTTP_SESSION_POOLER_TRANSACTION  2
+
 
 typedef struct ngx_http_session_db_conn_s  ngx_http_session_db_conn_t;
 

@@ -44,6 +44,9 @@ static ngx_int_t ngx_http_session_db_want_write(
     ngx_http_session_db_conn_t *dc, ngx_uint_t on);
 static void ngx_http_session_db_event_handler(ngx_event_t *ev);
 static void ngx_http_session_db_timer_handler(ngx_event_t *ev);
+static void ngx_http_session_db_probe(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_probed(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
 static void ngx_http_session_db_check(ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
@@ -55,7 +58,7 @@ static ngx_http_session_db_conns_t  ngx_http_session_db_conns;
 
 
 const char *
-ngx_http_session_db_options(ngx_cycle_t *cycle)
+ngx_http_session_db_options(ngx_cycle_t *cycle, ngx_str_t *own)
 {
     u_char                        *p, *last;
     size_t                         len;
@@ -63,7 +66,7 @@ ngx_http_session_db_options(ngx_cycle_t *cycle)
 
     smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
 
-    len = smcf->db_options.len + sizeof(" -c statement_timeout=") - 1
+    len = own->len + sizeof(" -c statement_timeout=") - 1
           + NGX_INT_T_LEN + sizeof(" -c plan_cache_mode=force_generic_plan");
 
     p = ngx_pnalloc(cycle->pool, len);
@@ -75,20 +78,18 @@ ngx_http_session_db_options(ngx_cycle_t *cycle)
 
     last = p;
 
-    if (smcf->db_options.len) {
-        last = ngx_cpymem(p, smcf->db_options.data, smcf->db_options.len);
+    if (own->len) {
+        last = ngx_cpymem(p, own->data, own->len);
     }
 
-    if (smcf->db_options.len == 0
-        || ngx_strstr(smcf->db_options.data, "statement_timeout") == NULL)
+    if (own->len == 0
+        || ngx_strstr(own->data, "statement_timeout") == NULL)
     {
         last = ngx_sprintf(last, "%s-c statement_timeout=%M",
                            last > p ? " " : "", smcf->db_timeout);
     }
 
-    if (smcf->db_options.len == 0
-        || ngx_strstr(smcf->db_options.data, "plan_cache_mode") == NULL)
-    {
+    if (own->len == 0 || ngx_strstr(own->data, "plan_cache_mode") == NULL) {
         last = ngx_sprintf(last, "%s-c plan_cache_mode=force_generic_plan",
                            last > p ? " " : "");
     }
@@ -121,6 +122,9 @@ ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc)
     dc->preparing = 0;
     dc->prepared = 0;
     dc->checking = 0;
+    dc->probing = 0;
+    dc->pooled = 0;
+    dc->server_timeout = -1;
     dc->connected = 0;
     dc->started = ngx_current_msec;
 
@@ -328,13 +332,9 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             /* the backoff is kept: see ngx_http_session_backoff_next() */
             dc->connected = ngx_current_msec | 1;
 
-            ngx_http_session_db_conn_idle(dc);
-
             ngx_http_session_db_kick(dc);
 
-            if (dc->ready) {
-                dc->ready(dc);
-            }
+            ngx_http_session_db_probe(dc);
 
             return;
 
@@ -640,6 +640,7 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     dc->connected = 0;
     dc->checking = 0;
     dc->unsent = 0;
+    dc->probing = 0;
     dc->reader = NULL;
     dc->drained = NULL;
 
@@ -683,12 +684,81 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
         return;
     }
 
-    if (dc->checking) {
+    if (dc->checking || dc->probing) {
         ngx_log_error(NGX_LOG_ERR, dc->log, 0,
-                      "session db: no answer to the idle check within "
-                      "%M ms%s, connecting again", dc->timeout,
+                      "session db: no answer to the %s within "
+                      "%M ms%s, connecting again",
+                      dc->checking ? "idle check" : "first statement",
+                      dc->timeout,
                       dc->notify ? " on the LISTEN connection" : "");
         ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+/*
+ * The first statement of a connection, before its owner hears of it:
+ * does the server process that answers it differ from the one the
+ * connection started with?  A server always tells a client its own
+ * process id (BackendKeyData, for cancel requests); PgBouncer makes one
+ * up for each client instead, and runs its statements on whichever
+ * server connection is free.  So a difference is a pooler, reliably,
+ * whatever it reports of itself (server_version and the other parameters
+ * are the server's, passed on); its pool mode it does not tell.
+ */
+
+static void
+ngx_http_session_db_probe(ngx_http_session_db_conn_t *dc)
+{
+    if (ngx_http_session_db_conn_send(dc, NGX_HTTP_SESSION_SQL_PROBE)
+        != NGX_OK)
+    {
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    dc->probing = 1;
+
+    ngx_add_timer(&dc->timer, dc->timeout);
+}
+
+
+static void
+ngx_http_session_db_probed(ngx_http_session_db_conn_t *dc, PGresult *res)
+{
+    ngx_int_t  pid;
+
+    if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK
+        || PQntuples(res) != 1 || PQnfields(res) != 2)
+    {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: the first statement failed: %s",
+                      ngx_http_session_db_message(
+                          res ? PQresultErrorMessage(res) : "no result"));
+
+        if (res) {
+            PQclear(res);
+        }
+
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    pid = ngx_atoi((u_char *) PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0));
+
+    dc->pooled = (pid != (ngx_int_t) PQbackendPID(dc->pg));
+    dc->server_timeout = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
+                                  PQgetlength(res, 0, 1));
+
+    ngx_log_debug4(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: server process %i, the connection's %d, "
+                   "statement_timeout %i ms%s", pid, PQbackendPID(dc->pg),
+                   dc->server_timeout, dc->pooled ? ", through a pooler" : "");
+
+    PQclear(res);
+
+    if (dc->ready) {
+        dc->ready(dc);
     }
 }
 
@@ -851,6 +921,12 @@ static void
 ngx_http_session_db_answered(ngx_http_session_db_conn_t *dc, PGresult *res)
 {
     ngx_http_session_db_conn_idle(dc);
+
+    if (dc->probing) {
+        dc->probing = 0;
+        ngx_http_session_db_probed(dc, res);
+        return;
+    }
 
     if (dc->checking) {
         /* the idle check's empty answer: nothing for the owner */

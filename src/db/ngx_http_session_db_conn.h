@@ -5,7 +5,8 @@
  * owner does with it; it tells its owner what happens through the
  * handlers the owner sets, as an nginx event calls its handler:
  *
- *   ready    connected, idle for the first time since (re)connecting
+ *   ready    connected and probed (dc->pooled, dc->server_timeout),
+ *            idle for the first time since (re)connecting
  *   answer   the answer to the statement the owner sent (conn_send, or
  *            its own PQsend...() and conn_busy), the connection idle
  *            again; the handler owns res (NULL: no result came)
@@ -59,7 +60,10 @@ struct ngx_http_session_db_conn_s {
     /* host names to resolve before each attempt, or NULL */
     ngx_http_session_dbhosts_t      *hosts;
     ngx_http_session_dbhost_ctx_t    resolve;
-    /* server options: the conninfo's own and statement_timeout */
+    /*
+     * server options: the conninfo's own and statement_timeout; NULL:
+     * none (through a pooler in transaction mode)
+     */
     const char                      *options;
     ngx_msec_t                       timeout;
 
@@ -78,6 +82,11 @@ struct ngx_http_session_db_conn_s {
     ngx_msec_t                       check;
 
     ngx_uint_t                       state;
+    /*
+     * the server's statement_timeout in milliseconds (0: none), as the
+     * probe found it; -1 before
+     */
+    ngx_int_t                        server_timeout;
     /* the first result of the statement being read, or its error */
     PGresult                        *result;
     /* in the worker's list of connections, see db_conn.c */
@@ -113,6 +122,14 @@ struct ngx_http_session_db_conn_s {
     unsigned                         timed_out:1;
     /* the idle check (an empty query) waits for its answer */
     unsigned                         checking:1;
+    /* the probe, the first statement after connecting, waits for it */
+    unsigned                         probing:1;
+    /*
+     * the probe ran on another server process than the one the
+     * connection started with: a pooler stands in between, and the next
+     * statement may run on yet another one
+     */
+    unsigned                         pooled:1;
     /*
      * the pool's statements are being prepared, or are: they live on
      * the server's side, so a new connection has none
@@ -127,15 +144,15 @@ struct ngx_http_session_db_conn_s {
 
 
 /*
- * The server options every connection starts with: those of the conninfo,
- * then statement_timeout = session_db_timeout unless they set one, so
- * that a statement the module gave up on is also given up by the server
- * (its transaction rolls back) instead of finishing unseen, and
- * plan_cache_mode = force_generic_plan unless they set one, so that a
- * prepared statement is planned once per connection, not per request
- * (decision (nb)).
+ * The server options a connection starts with: own (the "options" of its
+ * conninfo, may be empty), then statement_timeout = session_db_timeout
+ * unless they set one, so that a statement the module gave up on is also
+ * given up by the server (its transaction rolls back) instead of
+ * finishing unseen, and plan_cache_mode = force_generic_plan unless they
+ * set one, so that a prepared statement is planned once per connection,
+ * not per request (decision (nb)).
  */
-const char *ngx_http_session_db_options(ngx_cycle_t *cycle);
+const char *ngx_http_session_db_options(ngx_cycle_t *cycle, ngx_str_t *own);
 
 /*
  * Every connection of the worker is added once, before it is opened: when

@@ -31,7 +31,10 @@
 
 
 typedef struct {
-    /* "PREPARE ngx_upload_1 AS ...; ...": sent once per connection */
+    /*
+     * "PREPARE ngx_upload_1 AS ...; ...": sent once per connection; NULL
+     * through a pooler in transaction mode (session_db_pooler)
+     */
     char                        *prepare;
     ngx_http_session_db_conn_t  *conns;
     ngx_uint_t                   nconns;
@@ -40,6 +43,8 @@ typedef struct {
     /* copies that wait for a connection, each until its timeout */
     ngx_queue_t                  waiting;
     ngx_msec_t                   timeout;
+    /* session_db_pooler */
+    ngx_uint_t                   pooler;
 } ngx_http_session_db_copies_t;
 
 
@@ -109,14 +114,29 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    options = ngx_http_session_db_options(cycle);
-    if (options == NULL) {
-        return NGX_ERROR;
+    /*
+     * As the pool's (decisions (pa), (pc)): no startup options through a
+     * pooler, no statement prepared through one that pools transactions
+     * (each goes with its text); a streamed upload's transaction keeps
+     * its server connection from BEGIN to COMMIT there too
+     */
+
+    copies->pooler = smcf->db_pooler;
+
+    options = NULL;
+
+    if (copies->pooler == NGX_HTTP_SESSION_POOLER_OFF) {
+        options = ngx_http_session_db_options(cycle, &smcf->db_options);
+        if (options == NULL) {
+            return NGX_ERROR;
+        }
     }
 
-    copies->prepare = ngx_http_session_db_copy_prepare(cycle);
-    if (copies->prepare == NULL) {
-        return NGX_ERROR;
+    if (copies->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
+        copies->prepare = ngx_http_session_db_copy_prepare(cycle);
+        if (copies->prepare == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     ngx_queue_init(&copies->waiting);
@@ -605,7 +625,11 @@ ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
 
     copies = ngx_http_session_db_copies;
 
-    if (copies && !dc->prepared) {
+    /* behind a pooler that session_db_pooler does not name: unprepared */
+
+    if (copies && copies->prepare && !dc->prepared
+        && !(dc->pooled && copies->pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    {
         dc->preparing = 1;
 
         if (ngx_http_session_db_conn_send(dc, copies->prepare) != NGX_OK) {

@@ -24,7 +24,7 @@ typedef struct {
 } ngx_http_session_dbhost_target_t;
 
 
-static void ngx_http_session_dbhost_hidden(ngx_conf_t *cf,
+static void ngx_http_session_dbhost_hidden(ngx_conf_t *cf, ngx_str_t *name,
     PQconninfoOption *opts);
 static ngx_int_t ngx_http_session_dbhost_split(ngx_conf_t *cf,
     const char *list, ngx_array_t *out);
@@ -41,8 +41,8 @@ static char *ngx_http_session_dbhost_join(ngx_pool_t *pool, ngx_array_t *a,
 
 
 char *
-ngx_http_session_dbhost_parse(ngx_conf_t *cf,
-    ngx_http_session_main_conf_t *smcf, PQconninfoOption *opts)
+ngx_http_session_dbhost_parse(ngx_conf_t *cf, ngx_str_t *name,
+    PQconninfoOption *opts, ngx_http_session_dbhosts_t **out)
 {
     ngx_str_t                   *names, *ports;
     ngx_uint_t                   i, nnames;
@@ -79,7 +79,7 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
     }
 
     if (host == NULL || *host == '\0') {
-        ngx_http_session_dbhost_hidden(cf, opts);
+        ngx_http_session_dbhost_hidden(cf, name, opts);
         return NGX_CONF_OK;
     }
 
@@ -95,8 +95,8 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
 
     if (portv.nelts > 1 && portv.nelts != hostv.nelts) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"session_db\" has %ui ports for %ui hosts",
-                           portv.nelts, hostv.nelts);
+                           "\"%V\" has %ui ports for %ui hosts",
+                           name, portv.nelts, hostv.nelts);
         return NGX_CONF_ERROR;
     }
 
@@ -127,6 +127,7 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
         return NGX_CONF_ERROR;
     }
 
+    hosts->name = *name;
     hosts->ports = (portv.nelts > 1);
 
     for (i = 0; i < hostv.nelts; i++) {
@@ -145,7 +146,7 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
         }
     }
 
-    smcf->db_hosts = hosts;
+    *out = hosts;
 
     return NGX_CONF_OK;
 }
@@ -162,7 +163,8 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf,
  */
 
 static void
-ngx_http_session_dbhost_hidden(ngx_conf_t *cf, PQconninfoOption *opts)
+ngx_http_session_dbhost_hidden(ngx_conf_t *cf, ngx_str_t *name,
+    PQconninfoOption *opts)
 {
     u_char            *value;
     size_t             len;
@@ -176,11 +178,11 @@ ngx_http_session_dbhost_hidden(ngx_conf_t *cf, PQconninfoOption *opts)
             && *opt->val)
         {
             ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                               "\"session_db\" has service=%s and no host=: "
+                               "\"%V\" has service=%s and no host=: "
                                "libpq looks a host name of the service "
                                "file up in the worker, blocking it, on "
-                               "every connect; give host= in \"session_db\"",
-                               opt->val);
+                               "every connect; give host= in \"%V\"",
+                               name, opt->val, name);
             return;
         }
     }
@@ -214,11 +216,11 @@ ngx_http_session_dbhost_hidden(ngx_conf_t *cf, PQconninfoOption *opts)
                 && ngx_strncmp(var[i].data, "PGSERVICE", len) == 0))
         {
             ngx_conf_log_error(NGX_LOG_WARN, cf, 0,
-                               "\"session_db\" has no host= and \"env\" "
+                               "\"%V\" has no host= and \"env\" "
                                "passes %*s to the workers: libpq looks a "
                                "host name from it up in the worker, "
                                "blocking it, on every connect; give host= "
-                               "in \"session_db\"", len, var[i].data);
+                               "in \"%V\"", name, len, var[i].data, name);
             return;
         }
     }
@@ -300,16 +302,14 @@ ngx_http_session_dbhost_kind(ngx_str_t *host)
 
 ngx_int_t
 ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
-    ngx_http_session_main_conf_t *smcf)
+    ngx_http_session_dbhosts_t *hosts)
 {
     ngx_url_t                    u;
     ngx_uint_t                   i, local, warned;
     ngx_http_conf_ctx_t         *ctx;
     ngx_http_core_loc_conf_t    *clcf;
     ngx_http_session_dbhost_t   *h;
-    ngx_http_session_dbhosts_t  *hosts;
 
-    hosts = smcf->db_hosts;
     if (hosts == NULL) {
         return NGX_OK;
     }
@@ -348,8 +348,8 @@ ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
         if (!local && !warned) {
             ngx_log_error(NGX_LOG_WARN, cf->log, 0,
                           "no \"resolver\" in the http block: the host "
-                          "names of \"session_db\" are resolved now, once, "
-                          "and again only on a reload");
+                          "names of \"%V\" are resolved now, once, "
+                          "and again only on a reload", &hosts->name);
             warned = 1;
         }
 
@@ -360,8 +360,8 @@ ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
 
         if (ngx_inet_resolve_host(cf->pool, &u) != NGX_OK) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "host not found in \"session_db\": \"%V\"",
-                          &h[i].host);
+                          "host not found in \"%V\": \"%V\"",
+                          &hosts->name, &h[i].host);
             return NGX_ERROR;
         }
 
@@ -568,8 +568,8 @@ ngx_http_session_dbhost_finish(ngx_http_session_dbhost_ctx_t *ctx)
 
     if (ctx->targets.nelts == 0) {
         ngx_log_error(ctx->level, ctx->log, 0,
-                      "session db: no address for any host of "
-                      "\"session_db\"");
+                      "session db: no address for any host of \"%V\"",
+                      &ctx->hosts->name);
         ctx->done(ctx->data, NULL, NULL, NULL);
         return;
     }

@@ -39,6 +39,8 @@ typedef struct {
 
 
 struct ngx_http_session_dbhosts_s {
+    /* the directive, "session_db" or "session_db_listen", for messages */
+    ngx_str_t                        name;
     /* of ngx_http_session_dbhost_t, in the order of host= */
     ngx_array_t                      hosts;
     /* port= has one entry per host */
@@ -76,19 +78,20 @@ typedef struct {
 
 
 /*
- * From "session_db": the host list of its parsed conninfo.  Leaves
- * smcf->db_hosts NULL when there is no host name to resolve: sockets and
- * IP literals only, or a hostaddr= of the operator's.
+ * From "session_db" or "session_db_listen" (name): the host list of its
+ * parsed conninfo into *out, left NULL when there is no host name to
+ * resolve: sockets and IP literals only, or a hostaddr= of the
+ * operator's.
  */
-char *ngx_http_session_dbhost_parse(ngx_conf_t *cf,
-    ngx_http_session_main_conf_t *smcf, PQconninfoOption *opts);
+char *ngx_http_session_dbhost_parse(ngx_conf_t *cf, ngx_str_t *name,
+    PQconninfoOption *opts, ngx_http_session_dbhosts_t **out);
 
 /*
  * At the end of the http block: the resolver to use, or, without one,
  * every name resolved now (in the master; a reload resolves again).
  */
 ngx_int_t ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
-    ngx_http_session_main_conf_t *smcf);
+    ngx_http_session_dbhosts_t *hosts);
 
 /*
  * Starts an attempt: ctx->done is called from the event loop, or before

@@ -12,6 +12,7 @@
  */
 
 #include "ngx_http_session_db_listen.h"
+#include "ngx_http_session_db.h"
 #include "ngx_http_session_db_conn.h"
 #include "ngx_http_session_zone_auth.h"
 #include "ngx_http_session_sql.h"
@@ -56,13 +57,35 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
     }
 
     dc->log = cycle->log;
-    dc->conninfo = (const char *) smcf->db_conninfo.data;
     dc->role = "nginx session listen";
-    dc->hosts = smcf->db_hosts;
-    dc->options = ngx_http_session_db_options(cycle);
-    if (dc->options == NULL) {
-        return NGX_ERROR;
+
+    /* session_db_listen: straight to PostgreSQL, past a pooler */
+
+    if (smcf->listen_conninfo.data) {
+        dc->conninfo = (const char *) smcf->listen_conninfo.data;
+        dc->hosts = smcf->listen_hosts;
+        dc->options = ngx_http_session_db_options(cycle,
+                                                  &smcf->listen_options);
+
+        if (dc->options == NULL) {
+            return NGX_ERROR;
+        }
+
+    } else {
+        dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->hosts = smcf->db_hosts;
+
+        /* through a pooler that session_db_pooler names: none */
+
+        if (smcf->db_pooler == NGX_HTTP_SESSION_POOLER_OFF) {
+            dc->options = ngx_http_session_db_options(cycle,
+                                                      &smcf->db_options);
+            if (dc->options == NULL) {
+                return NGX_ERROR;
+            }
+        }
     }
+
     dc->timeout = smcf->db_timeout;
     dc->check = smcf->db_idle_check;
     dc->ready = ngx_http_session_listen_ready;
@@ -93,6 +116,32 @@ ngx_http_session_listen_exit_process(ngx_cycle_t *cycle)
 static void
 ngx_http_session_listen_ready(ngx_http_session_db_conn_t *dc)
 {
+    ngx_uint_t                     level;
+    ngx_http_session_main_conf_t  *smcf = dc->data;
+
+    /*
+     * A pooler in session mode keeps LISTEN; one in transaction mode
+     * runs it on a server connection that it then hands to others, and
+     * no notification comes back.  Which mode it is it does not say:
+     * the module listens all the same, and says so at every connect
+     * unless session_db_pooler says "session"; an error where it says
+     * "transaction" (session_db_listen should pass the pooler by).
+     */
+
+    if (dc->pooled && smcf->db_pooler != NGX_HTTP_SESSION_POOLER_SESSION) {
+        level = (smcf->db_pooler == NGX_HTTP_SESSION_POOLER_OFF)
+                ? NGX_LOG_WARN : NGX_LOG_ERR;
+
+        ngx_log_error(level, dc->log, 0,
+                      "session listen: the LISTEN connection goes "
+                      "through a connection pooler (the server process "
+                      "differs from the connection's): if it pools "
+                      "transactions, no notification arrives; point "
+                      "\"%s\" at PostgreSQL itself",
+                      smcf->listen_conninfo.data ? "session_db_listen"
+                                                 : "session_db");
+    }
+
     if (ngx_http_session_db_conn_send(dc, NGX_HTTP_SESSION_SQL_LISTEN)
         != NGX_OK)
     {

@@ -33,7 +33,10 @@
 
 
 typedef struct {
-    /* "PREPARE ngx_session_1 AS ...; ...": sent once per connection */
+    /*
+     * "PREPARE ngx_session_1 AS ...; ...": sent once per connection;
+     * NULL through a pooler in transaction mode (session_db_pooler)
+     */
     char                        *prepare;
     ngx_http_session_db_conn_t  *conns;
     ngx_uint_t                   nconns;
@@ -56,6 +59,8 @@ typedef struct {
     ngx_uint_t                   nwaiting;
     /* session_db_batch */
     ngx_uint_t                   batch;
+    /* session_db_pooler */
+    ngx_uint_t                   pooler;
     ngx_msec_t                   timeout;
     /* the last early try, see ngx_http_session_db_try_early() */
     ngx_msec_t                   early;
@@ -64,10 +69,16 @@ typedef struct {
      * of the event loop go out together when the turn is over
      */
     ngx_event_t                  post;
+
+    /* what ngx_http_session_db_pool_ready() warns of, once per worker */
+    unsigned                     said_pooled:1;
+    unsigned                     said_timeout:1;
 } ngx_http_session_db_pool_t;
 
 
 static void ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static void ngx_http_session_db_pool_checked(ngx_http_session_db_conn_t *dc);
@@ -138,21 +149,36 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle)
     ngx_queue_init(&pool->first);
     pool->timeout = smcf->db_timeout;
     pool->batch = smcf->db_batch;
+    pool->pooler = smcf->db_pooler;
     pool->early = ngx_current_msec - NGX_HTTP_SESSION_BACKOFF_EARLY;
     pool->post.handler = ngx_http_session_db_posted;
     pool->post.data = pool;
     pool->post.log = cycle->log;
 
-    pool->prepare = ngx_http_session_db_stmt_init(cycle);
-    if (pool->prepare == NULL) {
-        return NGX_ERROR;
-    }
-
     ngx_http_session_db_pool = pool;
 
-    options = ngx_http_session_db_options(cycle);
-    if (options == NULL) {
-        return NGX_ERROR;
+    /*
+     * No pooler passes startup options on (PgBouncer refuses them).
+     * Through one in transaction mode nothing of a session lasts beyond
+     * its transaction: no statement prepared on one server connection to
+     * be run on another; each statement goes with its text, unnamed
+     * (Parse, Bind and Execute in one round trip, planned every time)
+     */
+
+    options = NULL;
+
+    if (pool->pooler == NGX_HTTP_SESSION_POOLER_OFF) {
+        options = ngx_http_session_db_options(cycle, &smcf->db_options);
+        if (options == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (pool->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
+        pool->prepare = ngx_http_session_db_stmt_init(cycle);
+        if (pool->prepare == NULL) {
+            return NGX_ERROR;
+        }
     }
 
     for (i = 0; i < pool->nconns; i++) {
@@ -219,9 +245,15 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
 
     pool = ngx_http_session_db_pool;
 
+    if (pool) {
+        ngx_http_session_db_pool_probed(pool, dc);
+    }
+
     /* the statements first: queries wait for them like for a busy one */
 
-    if (pool && pool->prepare && !dc->prepared) {
+    if (pool && pool->prepare && !dc->prepared
+        && !(dc->pooled && pool->pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    {
         dc->preparing = 1;
 
         if (ngx_http_session_db_conn_send(dc, pool->prepare) != NGX_OK) {
@@ -233,6 +265,53 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
     }
 
     ngx_http_session_db_dispatch();
+}
+
+
+/*
+ * What the probe found (db_conn.c) that the operator should know: once
+ * per worker each.  A pooler that session_db_pooler does not name gets
+ * no PREPARE (the statements would be on one server connection and the
+ * queries on any); the pool still sends startup options to it and runs
+ * LISTEN through session_db, which holds only if it pools sessions.
+ * Behind a pooler that session_db_pooler names the module sends no
+ * statement_timeout: the server's own is the one that ends a statement
+ * the module gave up on.
+ */
+
+static void
+ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
+    ngx_http_session_db_conn_t *dc)
+{
+    if (dc->pooled && pool->pooler == NGX_HTTP_SESSION_POOLER_OFF
+        && !pool->said_pooled)
+    {
+        pool->said_pooled = 1;
+
+        ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                      "session db: a connection pooler stands between "
+                      "the module and PostgreSQL (the server process "
+                      "differs from the connection's), the statements "
+                      "are not prepared on its connections; if it pools "
+                      "transactions, set \"session_db_pooler "
+                      "transaction\" and \"session_db_listen\"");
+    }
+
+    if (pool->pooler != NGX_HTTP_SESSION_POOLER_OFF
+        && !pool->said_timeout
+        && (dc->server_timeout == 0
+            || dc->server_timeout > (ngx_int_t) pool->timeout))
+    {
+        pool->said_timeout = 1;
+
+        ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                      "session db: statement_timeout is %i ms on the "
+                      "server behind the pooler (0: none), a statement "
+                      "given up on after session_db_timeout (%M ms) runs "
+                      "on; set it for the role (ALTER ROLE ... SET "
+                      "statement_timeout) or in the pooler",
+                      dc->server_timeout, pool->timeout);
+    }
 }
 
 
@@ -267,6 +346,10 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
                 ngx_log_error(NGX_LOG_WARN, dc->log, 0,
                               "session db: preparing the statements failed, "
                               "they are sent as text on this connection");
+
+            } else {
+                ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                               "session db: the statements are prepared");
             }
         }
 

@@ -798,5 +798,15 @@ typedef enum {
     " LISTEN " NGX_HTTP_SESSION_CHANNEL_EVENTS ";"                           \
     " LISTEN " NGX_HTTP_SESSION_CHANNEL_WEBHOOKS
 
+/*
+ * The first statement of every connection (db_conn.c): the server
+ * process that runs it, which is the one the connection started with
+ * (PQbackendPID()) unless a pooler stands in between, and the
+ * statement_timeout it runs under, in milliseconds
+ */
+#define NGX_HTTP_SESSION_SQL_PROBE                                            \
+    "SELECT pg_backend_pid(), setting FROM pg_settings"                       \
+    " WHERE name = 'statement_timeout'"
+
 
 #endif /* _NGX_HTTP_SESSION_SQL_H_INCLUDED_ */

@@ -1,0 +1,563 @@
+# Through PgBouncer in transaction mode (docs/decisions.md
+# (pa)): the query pool points at a PgBouncer that the script starts
+# (pool_mode = transaction, one server connection for everyone:
+# default_pool_size = 1), "session_db_pooler transaction" says so, and
+# LISTEN goes straight to PostgreSQL ("session_db_listen").  Sessions,
+# images, the long poll, revocation, webhooks and the expiry sweep work
+# through it, with two workers of two connections each sharing the one
+# server connection.
+#
+# What would break them, each caught here:
+#   - startup options: this PgBouncer refuses them (no
+#     ignore_startup_parameters), so every request would answer 503;
+#   - named statements: PgBouncer is told to replace its server
+#     connection (RECONNECT), after which a statement prepared on the old
+#     one is gone: every kind of request runs again on the new one;
+#   - LISTEN through the pooler: no notification would come back; the
+#     long poll, the revocation and the webhook are woken only by theirs
+#     here (session_auth_cache_ttl 1h, no other wake-up within the waits);
+#   - pipelines: waiting reads go under one Sync through PgBouncer, each
+#     with its own answer.
+# The statement_timeout that the module can no longer send comes from
+# PgBouncer's connect_query.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it) and PgBouncer
+# (Debian's package pgbouncer, "make deps").
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use File::Temp ();
+use Session qw(:DEFAULT decode_json encode_json);
+use SessionTest qw(:DEFAULT api_request send_get answer status_json
+                   check_init run_action listening error_log);
+use Pgbouncer;
+use Webhook;
+
+BEGIN {
+    if (!pgbouncer_path()) {
+        Test::More->builder->skip_all('pgbouncer is not installed'
+                                      . ' (package pgbouncer, make deps)');
+    }
+}
+
+our $TAG = sprintf 't048-%d-%d', $$, time;
+
+our $PGB = pgbouncer_start(pool_mode => 'transaction', pool_size => 1,
+                           connect_query => 'SET statement_timeout = 5000');
+
+$ENV{TEST_NGINX_PGB_CONF} = nginx_quote($PGB->{conninfo});
+
+our $F = fixture(plan => 'pro', name => "$TAG-main");
+our $GONE = fixture(plan => 'pro', name => "$TAG-gone");
+
+our $DIR = File::Temp->newdir('t048-XXXXXX', TMPDIR => 1);
+our $HOOKS = "$DIR/requests.log";
+our ($HOOK) = receiver_start($HOOKS);
+
+our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
+
+
+# --- helpers -------------------------------------------------------------
+
+# api(METHOD, PATH, BODY, HEADERS, KEY): SessionTest's api_request with
+# the key of $F, 20 s
+sub api {
+    my ($method, $path, $body, $headers, $key) = @_;
+
+    return api_request($method, $path, $key // $F->{key}, $body, $headers,
+                       { timeout => 20 });
+}
+
+sub create {
+    my ($body) = @_;
+
+    my $r = api('POST', '/api/v1/sessions',
+                $body // { delivery_mode => 'long_poll' });
+
+    die "create: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json}{id};
+}
+
+sub upload {
+    my ($sid) = @_;
+
+    my $r = api('POST', "/api/v1/sessions/$sid/images", $PNG,
+                { 'Content-Type' => 'image/png' });
+
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json}{id};
+}
+
+# one request of every statement the pool runs for the API (each kind
+# of create, of upload, of complete and of ack, with and without an
+# Idempotency-Key): [what, status wanted, status got]
+my $Seq = 0;
+
+sub every_statement {
+    my ($name) = @_;
+
+    my $tag = sprintf '%s-%d', $TAG, ++$Seq;
+    my @got;
+    my $check = sub { push @got, [@_] };
+
+    my $r = api('POST', '/api/v1/sessions', { delivery_mode => 'long_poll' });
+    $check->('create', 201, $r->{status});
+    my $sid = $r->{json}{id} // 'none';
+
+    $r = api('POST', '/api/v1/sessions', { delivery_mode => 'long_poll' },
+             { 'Idempotency-Key' => "$tag-create" });
+    $check->('create with a key', 201, $r->{status});
+
+    $r = api('GET', "/api/v1/sessions/$sid");
+    $check->('get', 200, $r->{status});
+
+    $r = api('GET', '/api/v1/sessions?limit=2');
+    $check->('list', 200, $r->{status});
+
+    my $next = $r->{json}{next_cursor};
+    $r = api('GET', '/api/v1/sessions?limit=2'
+                    . (defined $next ? "&cursor=$next" : ''));
+    $check->('list after a cursor', 200, $r->{status});
+
+    $r = api('POST', "/api/v1/sessions/$sid/images", $PNG,
+             { 'Content-Type' => 'image/png' });
+    $check->('upload', 201, $r->{status});
+    my $iid = $r->{json}{id} // 'none';
+
+    $r = api('POST', "/api/v1/sessions/$sid/images", $PNG,
+             { 'Content-Type' => 'image/png',
+               'Idempotency-Key' => "$tag-upload" });
+    $check->('upload with a key', 201, $r->{status});
+    my $iid2 = $r->{json}{id} // 'none';
+
+    $r = api('GET', "/api/v1/sessions/$sid/images");
+    $check->('image list', 200, $r->{status});
+
+    $r = api('GET', "/api/v1/sessions/$sid/images/$iid");
+    $check->('image get', 200, $r->{status});
+
+    $r = api('GET', "/api/v1/sessions/$sid/images/$iid/content");
+    $check->('image content', 200, $r->{status});
+    $check->('image content: the bytes', 1, ($r->{content} // '') eq $PNG);
+
+    $r = api('GET', "/api/v1/sessions/$sid/poll?timeout=0");
+    $check->('poll', 200, $r->{status});
+
+    $r = api('POST', "/api/v1/sessions/$sid/images/$iid/ack");
+    $check->('ack', 200, $r->{status});
+
+    $r = api('POST', "/api/v1/sessions/$sid/images/$iid2/ack", undef,
+             { 'Idempotency-Key' => "$tag-ack" });
+    $check->('ack with a key', 200, $r->{status});
+
+    $r = api('POST', "/api/v1/sessions/$sid/complete", undef,
+             { 'Idempotency-Key' => "$tag-complete" });
+    $check->('complete with a key', 200, $r->{status});
+
+    my $other = create();
+    $r = api('POST', "/api/v1/sessions/$other/complete");
+    $check->('complete', 200, $r->{status});
+
+    return @got;
+}
+
+sub all_ok {
+    my ($name, @got) = @_;
+
+    for my $g (@got) {
+        my ($what, $want, $status) = @$g;
+        is($status, $want, "$name - $what: $want");
+    }
+}
+
+# PgBouncer's server connections to PostgreSQL: their backend pids
+sub server_pids {
+    return sort { $a <=> $b }
+           map { $_->{remote_pid} }
+           grep { $_->{database} eq 'pooled' }
+           pgbouncer_admin($PGB, 'SHOW SERVERS');
+}
+
+# the backends of the LISTEN connections that are not PgBouncer's
+sub listen_backends {
+    return psql(q{SELECT count(*) FROM pg_stat_activity}
+                . q{ WHERE application_name = 'nginx session listen'}
+                . q{ AND pid NOT IN (} . join(',', server_pids(), 0) . q{)});
+}
+
+# the webhook requests the receiver got for session $sid
+sub hooks_of {
+    my ($sid) = @_;
+
+    return grep { ($_->{body} // '') =~ /\Q$sid\E/ }
+           receiver_requests($HOOKS);
+}
+
+
+# --- the actions and checks ------------------------------------------------
+
+my %actions;
+
+# before nginx starts: PgBouncer's server connection is a new one, which
+# holds no statement from an earlier block
+$actions{fresh} = sub { pgbouncer_admin($PGB, 'RECONNECT pooled') };
+
+my %checks;
+
+# every endpoint through the pooler; LISTEN straight to PostgreSQL
+$checks{endpoints} = sub {
+    my ($name) = @_;
+
+    listening(2);
+
+    all_ok($name, every_statement($name));
+
+    is(listen_backends(), 2,
+       "$name - two LISTEN connections, one per worker, on PostgreSQL");
+
+    my @servers = server_pids();
+    is(scalar @servers, 1, "$name - PgBouncer has one server connection");
+
+    is(psql(q{SELECT count(*) FROM pg_stat_activity}
+            . q{ WHERE application_name = 'nginx session pool'}
+            . q{ AND pid NOT IN (} . join(',', @servers, 0) . q{)}), 0,
+       "$name - no pool connection passes PgBouncer by");
+
+    # four clients on one server connection: had they prepared, all but
+    # the first would have failed to
+    unlike(error_log(), qr/preparing the statements failed/,
+           "$name - nothing is prepared");
+    unlike(error_log(), qr/the statements are prepared/,
+           "$name - nothing is prepared (the debug log)");
+    unlike(error_log(), qr/statement_timeout is/,
+           "$name - the server's statement_timeout is PgBouncer's");
+    unlike(error_log(), qr/connection pooler/,
+           "$name - no connection is found to pass a pooler unsaid");
+};
+
+# PgBouncer replaces its server connection: a statement prepared on the
+# old one would be gone ("prepared statement ... does not exist"); every
+# statement runs on the new one
+$checks{reconnect} = sub {
+    my ($name) = @_;
+
+    listening(1);
+
+    all_ok("$name - before", every_statement("$name-before"));
+
+    # (one, or two for a moment: a connection of the block before that
+    # PgBouncer closes once it is released)
+    my %before = map { $_ => 1 } server_pids();
+    ok(%before, "$name - PgBouncer has a server connection");
+
+    pgbouncer_admin($PGB, 'RECONNECT pooled');
+
+    # the old one goes once released; the next statement opens a new one
+    my ($new) = wait_until(10, 0.05, sub {
+        api('GET', '/api/v1/sessions?limit=1');
+        my @now = server_pids();
+        return @now && !grep { $before{$_} } @now;
+    });
+    ok($new, "$name - PgBouncer has a new server connection");
+
+    all_ok("$name - after", every_statement("$name-after"));
+};
+
+# a long poll is woken by an upload at once: the notification came
+# through the LISTEN connection
+$checks{poll} = sub {
+    my ($name) = @_;
+
+    listening(2);
+
+    my $sid = create();
+    my $before = status_json()->{long_poll}{waiting};
+
+    my $poll = send_get("/api/v1/sessions/$sid/poll?timeout=30", $F->{key});
+
+    my ($waits) = wait_until(10, 0.02, sub {
+        status_json()->{long_poll}{waiting} > $before;
+    });
+    ok($waits, "$name - the poll waits");
+
+    my $iid = upload($sid);
+    my $r = answer($poll, 30);
+
+    is($r->{status}, 200, "$name - the poll: 200");
+    is($r->{json}{images}[0]{id}, $iid, "$name - with the image");
+    ok($r->{elapsed} < 10, "$name - at once, not at its timeout")
+        or diag("answered after $r->{elapsed} s");
+
+    # completed from psql, which is only heard through LISTEN
+    my $sid2 = create();
+    $poll = send_get("/api/v1/sessions/$sid2/poll?timeout=30", $F->{key});
+
+    ($waits) = wait_until(10, 0.02, sub {
+        status_json()->{long_poll}{waiting} > $before;
+    });
+    ok($waits, "$name - another poll waits");
+
+    psql(q{SELECT session_complete(project_id, id) FROM sessions}
+         . qq{ WHERE id = '$sid2'});
+
+    $r = answer($poll, 30);
+    is($r->{status}, 410, "$name - completed elsewhere: 410");
+    ok($r->{elapsed} < 10, "$name - at once") or
+        diag("answered after $r->{elapsed} s");
+};
+
+# a deleted key is refused at once on both workers, although the auth
+# cache would keep it for an hour: the notification came through LISTEN
+$checks{revocation} = sub {
+    my ($name) = @_;
+
+    listening(2);
+
+    my $path = '/api/v1/sessions?limit=1';
+
+    # the key in the cache of every worker that answers
+    for (1 .. 6) {
+        is(api('GET', $path, undef, undef, $GONE->{key})->{status}, 200,
+           "$name - before: 200");
+    }
+
+    sessionctl_ok('key', 'delete', $GONE->{key_id});
+
+    my ($gone) = wait_until(5, 0.05, sub {
+        api('GET', $path, undef, undef, $GONE->{key})->{status} == 401;
+    });
+    ok($gone, "$name - deleted: 401");
+
+    my @after = map { api('GET', $path, undef, undef, $GONE->{key})->{status} }
+                1 .. 6;
+    is_deeply(\@after, [(401) x 6], "$name - 401 on every worker");
+};
+
+# webhooks: an upload's event is sent at once (the outbox's notification
+# wakes the dispatcher), a session's expiry is found by the sweep
+$checks{webhooks} = sub {
+    my ($name) = @_;
+
+    listening(2);
+
+    my $url = "http://127.0.0.1:$HOOK/ok/$TAG";
+    my $sid = create({ delivery_mode => 'webhook', webhook_url => $url });
+
+    my $t0 = Time::HiRes::time();
+    my $iid = upload($sid);
+
+    my ($hook) = wait_until(10, 0.05, sub { (hooks_of($iid))[0] });
+    ok($hook, "$name - image.uploaded is delivered");
+    ok($hook && $hook->{t} - $t0 < 5, "$name - at once")
+        or diag(sprintf 'after %.1f s', $hook ? $hook->{t} - $t0 : -1);
+    is(decode_json($hook->{body})->{type}, 'image.uploaded',
+       "$name - its type") if $hook;
+
+    my ($recorded) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM webhook_outbox}
+             . qq{ WHERE payload::text LIKE '%$iid%'}
+             . q{ AND delivered_at IS NOT NULL});
+    });
+    ok($recorded, "$name - recorded as delivered");
+
+    # the sweep (session_sweep(), its advisory lock within the statement)
+    my $short = create({ delivery_mode => 'webhook', webhook_url => $url,
+                         expires_in => 1 });
+
+    my ($expired) = wait_until(15, 0.1, sub {
+        grep { decode_json($_->{body})->{type} eq 'session.expired' }
+             hooks_of($short);
+    });
+    ok($expired, "$name - session.expired is delivered (the sweep ran)");
+    is(psql("SELECT status FROM sessions WHERE id = '$short'"), 'expired',
+       "$name - the session is expired");
+};
+
+# reads that wait for the one connection go in one pipeline, under one
+# Sync: one transaction for PgBouncer
+$checks{pipeline} = sub {
+    my ($name) = @_;
+
+    # the LISTEN connection up first: when it comes up it empties the
+    # auth cache, and a key lookup would join the reads counted here
+    listening(1);
+
+    my @sid = map { create() } 1 .. 6;
+    my $iid = upload($sid[0]);
+
+    # the key in the auth cache: the only statements are the reads
+    api('GET', "/api/v1/sessions/$sid[0]");
+
+    my $lock = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE',
+                          q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+                          . q{ ON c.oid = l.relation}
+                          . q{ WHERE c.relname = 'sessions'}
+                          . q{ AND l.mode = 'AccessExclusiveLock'}
+                          . q{ AND l.granted});
+
+    my $holder = send_get("/api/v1/sessions/$sid[0]", $F->{key});
+
+    my ($blocked) = wait_until(10, 0.02, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}
+             . q{ AND application_name = 'nginx session pool'});
+    });
+    ok($blocked, "$name - the holder waits for the lock, in PostgreSQL");
+
+    my $before = status_json()->{database};
+
+    my @want = ((map { ["/api/v1/sessions/$_", $_] } @sid),
+                ["/api/v1/sessions/$sid[0]/images/$iid", $iid],
+                ["/api/v1/sessions/$sid[0]/images", $iid]);
+
+    my @req = map { send_get($_->[0], $F->{key}) } @want;
+
+    # nginx has read every request (its debug log says so; the handler
+    # queues the read in the same turn of the loop), and they wait (the
+    # sweep's and the webhook queue's statements may wait beside them)
+    my ($waiting) = wait_until(10, 0.02, sub {
+        my $log = error_log();
+        for my $w (@want) {
+            return 0 if index($log, qq{http request line: "GET $w->[0] })
+                        < 0;
+        }
+        return status_json()->{database}{waiting} >= @want;
+    });
+    ok($waiting, "$name - the reads wait for the connection");
+
+    psql_end($lock);
+
+    is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+    for my $i (0 .. $#want) {
+        my $r = answer($req[$i], 20);
+        my $got = ref $r->{json}{data} ? $r->{json}{data}[0]{id}
+                                       : $r->{json}{id};
+
+        is($r->{status}, 200, "$name - $want[$i][0]: 200");
+        is($got, $want[$i][1], "$name - $want[$i][0]: its own answer");
+    }
+
+    my $after = status_json()->{database};
+
+    is($after->{batches} - $before->{batches}, 1, "$name - one pipeline");
+    is($after->{batched} - $before->{batched}, scalar @want,
+       "$name - the reads in it");
+};
+
+
+# --- blocks -------------------------------------------------------------
+
+master_on();
+no_shuffle();
+no_long_string();
+
+my $HTTP = <<'EOF';
+    session_db $TEST_NGINX_PGB_CONF;
+    session_db_pooler transaction;
+    session_db_listen $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_cache_ttl 1h;
+    session_expiry_sweep_interval 1s;
+    session_webhook_allow_private on;
+EOF
+
+my $CONFIG = <<'EOF';
+    location /api/ {
+        session_api;
+        session_limits create=100000 list=100000 other=100000;
+    }
+    location = /status {
+        session_status;
+    }
+EOF
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    my $one = ($block->connections // '') =~ /^\s*1\s*$/;
+
+    workers($one ? 1 : 2);
+
+    $block->set_value('http_config',
+                      $HTTP . ($one ? "    session_db_connections 1;\n"
+                                      . "    session_db_timeout 20s;\n"
+                                    : "    session_db_connections 2;\n"))
+        unless defined $block->http_config;
+
+    $block->set_value('config', $CONFIG) unless defined $block->config;
+    $block->set_value('more_headers', "Authorization: Bearer $F->{key}\n");
+
+    run_action($block, \%actions);
+    check_init($block, \%checks);
+});
+
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: every endpoint through PgBouncer in transaction mode
+--- check: endpoints
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: PgBouncer replaces its server connection: nothing was prepared
+--- connections: 1
+--- action: fresh
+--- check: reconnect
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the long poll is woken through the LISTEN connection
+--- check: poll
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: revocation reaches both workers at once
+--- check: revocation
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: webhooks and the expiry sweep through PgBouncer
+--- check: webhooks
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: waiting reads in one pipeline through PgBouncer
+--- connections: 1
+--- check: pipeline
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
