@@ -42,6 +42,18 @@
 /* PostgreSQL holds at most 1 GB in a field, protocol overhead included */
 #define NGX_HTTP_SESSION_IMAGE_MAX_LIMIT    (512 * 1024 * 1024)
 
+/*
+ * session_image_chunk_size: the piece of an image that a worker holds
+ * per upload or download in flight (see docs/decisions.md, "Images")
+ */
+#define NGX_HTTP_SESSION_IMAGE_CHUNK        (64 * 1024)
+/* below a few kilobytes only a test wants it: a query per slice */
+#define NGX_HTTP_SESSION_IMAGE_CHUNK_MIN    16
+#define NGX_HTTP_SESSION_IMAGE_CHUNK_MAX    (1024 * 1024)
+
+/* session_image_upload_connections: streamed uploads at once per worker */
+#define NGX_HTTP_SESSION_IMAGE_UPLOADS      2
+
 
 static ngx_int_t ngx_http_session_preconfiguration(ngx_conf_t *cf);
 static ngx_int_t ngx_http_session_postconfiguration(ngx_conf_t *cf);
@@ -69,6 +81,10 @@ static char *ngx_http_session_db_connections_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_sweep_interval_check(ngx_conf_t *cf,
     void *post, void *data);
+static char *ngx_http_session_image_uploads_check(ngx_conf_t *cf,
+    void *post, void *data);
+static char *ngx_http_session_image_chunk_check(ngx_conf_t *cf,
+    void *post, void *data);
 static char *ngx_http_session_image_max_size_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_poll_timeout_check(ngx_conf_t *cf,
@@ -92,6 +108,10 @@ static ngx_conf_post_t  ngx_http_session_db_batch_post = {
     ngx_http_session_db_batch_check
 };
 
+static ngx_conf_post_t  ngx_http_session_image_uploads_post = {
+    ngx_http_session_image_uploads_check
+};
+
 static ngx_conf_post_t  ngx_http_session_sweep_interval_post = {
     ngx_http_session_sweep_interval_check
 };
@@ -102,6 +122,10 @@ static ngx_conf_post_t  ngx_http_session_positive_msec_post = {
 
 static ngx_conf_post_t  ngx_http_session_positive_sec_post = {
     ngx_http_session_positive_sec
+};
+
+static ngx_conf_post_t  ngx_http_session_image_chunk_post = {
+    ngx_http_session_image_chunk_check
 };
 
 static ngx_conf_post_t  ngx_http_session_image_max_size_post = {
@@ -231,6 +255,20 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_session_loc_conf_t, image_max_size),
       &ngx_http_session_image_max_size_post },
+
+    { ngx_string("session_image_chunk_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, image_chunk_size),
+      &ngx_http_session_image_chunk_post },
+
+    { ngx_string("session_image_upload_connections"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_num_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, image_upload_connections),
+      &ngx_http_session_image_uploads_post },
 
     { ngx_string("session_poll_timeout"),
       NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
@@ -439,6 +477,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
      */
 
     smcf->db_connections = NGX_CONF_UNSET_UINT;
+    smcf->image_upload_connections = NGX_CONF_UNSET_UINT;
     smcf->db_batch = NGX_CONF_UNSET_UINT;
     smcf->db_timeout = NGX_CONF_UNSET_MSEC;
     smcf->db_idle_check = NGX_CONF_UNSET_MSEC;
@@ -464,6 +503,8 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_str_t  name;
 
     ngx_conf_init_uint_value(smcf->db_connections, 4);
+    ngx_conf_init_uint_value(smcf->image_upload_connections,
+                             NGX_HTTP_SESSION_IMAGE_UPLOADS);
     ngx_conf_init_uint_value(smcf->db_batch, 16);
     ngx_conf_init_msec_value(smcf->db_timeout, 5000);
     ngx_conf_init_msec_value(smcf->db_idle_check, 5000);
@@ -572,6 +613,7 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->ttl = NGX_CONF_UNSET;
     slcf->max_ttl = NGX_CONF_UNSET;
     slcf->image_max_size = NGX_CONF_UNSET;
+    slcf->image_chunk_size = NGX_CONF_UNSET_SIZE;
     slcf->poll_timeout = NGX_CONF_UNSET;
     slcf->poll_max_timeout = NGX_CONF_UNSET;
     slcf->poll_park = NGX_CONF_UNSET;
@@ -627,6 +669,8 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 
     ngx_conf_merge_off_value(conf->image_max_size, prev->image_max_size,
                              NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX);
+    ngx_conf_merge_size_value(conf->image_chunk_size, prev->image_chunk_size,
+                              NGX_HTTP_SESSION_IMAGE_CHUNK);
 
     ngx_conf_merge_sec_value(conf->poll_timeout, prev->poll_timeout, 30);
     ngx_conf_merge_value(conf->poll_park, prev->poll_park, 1);
@@ -800,6 +844,19 @@ ngx_http_session_db_connections_check(ngx_conf_t *cf, void *post, void *data)
 
 
 static char *
+ngx_http_session_image_uploads_check(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_uint_t  *n = data;
+
+    if (*n < 1 || *n > 1024) {
+        return "must be between 1 and 1024";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
 ngx_http_session_db_batch_check(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_uint_t  *n = data;
@@ -828,6 +885,21 @@ ngx_http_session_sweep_interval_check(ngx_conf_t *cf, void *post,
         || *ms > NGX_HTTP_SESSION_SWEEP_INTERVAL_MAX)
     {
         return "must be between 1s and 30s";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_image_chunk_check(ngx_conf_t *cf, void *post, void *data)
+{
+    size_t  *size = data;
+
+    if (*size < NGX_HTTP_SESSION_IMAGE_CHUNK_MIN
+        || *size > NGX_HTTP_SESSION_IMAGE_CHUNK_MAX)
+    {
+        return "must be between 16 and 1m";
     }
 
     return NGX_CONF_OK;
@@ -968,6 +1040,10 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
+    if (ngx_http_session_db_copy_init_process(cycle) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
     if (ngx_http_session_poll_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;
     }
@@ -993,6 +1069,7 @@ ngx_http_session_exit_process(ngx_cycle_t *cycle)
     ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
     ngx_http_session_poll_exit_process(cycle);
+    ngx_http_session_db_copy_exit_process(cycle);
     ngx_http_session_db_exit_process(cycle);
     ngx_http_session_auth_exit_process();
 }

@@ -6,7 +6,12 @@
  * same bytes over the same kind of connection, with blocking libpq,
  * which is fine outside nginx.
  *
- *     pg-insert CONNINFO FILE CLIENTS SECONDS TABLE
+ *     pg-insert CONNINFO FILE CLIENTS SECONDS TABLE [read]
+ *
+ * With "read", the yardstick of downloads: each client selects the
+ * content of TABLE's one row (FILE's bytes, inserted by the caller) in
+ * binary result format, one query after another; prints "<selects>
+ * <seconds>".
  */
 
 #include <stdio.h>
@@ -32,7 +37,7 @@ now(void)
 
 static long
 client(const char *conninfo, const char *body, int len, double end,
-    const char *table)
+    const char *table, int read)
 {
     int          format;
     long         n;
@@ -47,16 +52,25 @@ client(const char *conninfo, const char *body, int len, double end,
         return -1;
     }
 
-    snprintf(sql, sizeof(sql), "INSERT INTO %s (content) VALUES ($1)", table);
+    if (read) {
+        snprintf(sql, sizeof(sql), "SELECT content FROM %s LIMIT 1", table);
+
+    } else {
+        snprintf(sql, sizeof(sql), "INSERT INTO %s (content) VALUES ($1)",
+                 table);
+    }
 
     values[0] = body;
     format = 1;
     n = 0;
 
     while (now() < end) {
-        res = PQexecParams(pg, sql, 1, NULL, values, &len, &format, 0);
+        res = read ? PQexecParams(pg, sql, 0, NULL, NULL, NULL, NULL, 1)
+                   : PQexecParams(pg, sql, 1, NULL, values, &len, &format, 0);
 
-        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        if (PQresultStatus(res) != (read ? PGRES_TUPLES_OK : PGRES_COMMAND_OK)
+            || (read && (PQntuples(res) != 1 || PQgetlength(res, 0, 0) != len)))
+        {
             fprintf(stderr, "pg-insert: %s", PQresultErrorMessage(res));
             PQclear(res);
             PQfinish(pg);
@@ -82,9 +96,9 @@ main(int argc, char **argv)
     FILE    *f;
     double   start, end, seconds;
 
-    if (argc != 6) {
+    if (argc != 6 && !(argc == 7 && strcmp(argv[6], "read") == 0)) {
         fprintf(stderr, "usage: pg-insert CONNINFO FILE CLIENTS SECONDS "
-                        "TABLE\n");
+                        "TABLE [read]\n");
         return 2;
     }
 
@@ -118,7 +132,7 @@ main(int argc, char **argv)
     for (i = 0; i < clients; i++) {
         if (fork() == 0) {
             close(fds[0]);
-            n = client(argv[1], body, (int) len, end, argv[5]);
+            n = client(argv[1], body, (int) len, end, argv[5], argc == 7);
             if (write(fds[1], &n, sizeof(n)) != sizeof(n)) {
                 _exit(1);
             }

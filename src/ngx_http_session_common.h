@@ -54,6 +54,8 @@ typedef struct {
     ngx_msec_t                  db_timeout;
     /* an idle connection is checked this often, 0: never */
     ngx_msec_t                  db_idle_check;
+    /* connections per worker for streamed uploads (COPY), see db_copy.c */
+    ngx_uint_t                  image_upload_connections;
     /* session_db_pooler: NGX_HTTP_SESSION_POOLER_OFF, ..._TRANSACTION */
     ngx_uint_t                  db_pooler;
     /* where "session_db_pooler" stands, for configuration errors */
@@ -122,6 +124,11 @@ typedef struct {
     time_t                      max_ttl;
     /* the largest image an upload may carry, bytes */
     off_t                       image_max_size;
+    /*
+     * the piece of an image held per transfer: an upload larger is
+     * streamed to PostgreSQL, a download is read a slice at a time
+     */
+    size_t                      image_chunk_size;
     /* long poll: the wait without "timeout", and the largest, seconds */
     time_t                      poll_timeout;
     time_t                      poll_max_timeout;

@@ -10,10 +10,14 @@
 #                                 endpoint that does work
 #     a row that commits after    the work is undone (409), nothing done
 #     the statement's snapshot    twice; the retry replays, or takes a
-#                                 claim over after its lease
+#                                 claim over after its lease (a create
+#                                 and an upload)
 #     the key's lock held         409 for as long as it is held, free at
 #                                 once after (a hash that collides too)
-#     a 5xx during the work       the key stays free: the retry runs
+#     a 5xx during the work       the key stays free: the retry runs (a
+#                                 create and an upload)
+#
+# t/050 runs every block again with images streamed (decision (zd)).
 #     nodes of the previous       their functions (migration 3 and 10)
 #     version                     replay and tell apart the new rows
 #
@@ -230,6 +234,20 @@ $checks{one_commit} = sub {
               idem($k));
     same_answer("$name - complete replayed", $r1, $r2);
 
+    # an upload the completed session refuses (409, from the statement
+    # that would have done the work) is kept too, and replayed; a
+    # streamed one is kept once its transaction is rolled back, when the
+    # key's lock is free again
+    for my $i (1 .. 3) {
+        $k = new_key("completed-$i");
+        $r1 = api('POST', $path, $KEY{PRO}, $PNG,
+                  { %{ idem($k) }, 'Content-Type' => 'image/png' });
+        is($r1->{status}, 409, "$name - upload into a completed session: 409");
+        $r2 = api('POST', $path, $KEY{PRO}, $PNG,
+                  { %{ idem($k) }, 'Content-Type' => 'image/png' });
+        same_answer("$name - the upload's 409 replayed ($i)", $r1, $r2);
+    }
+
     # an answer without work (a 404 of the statement) is kept too
     $k = new_key('404');
     my $nope = '/api/v1/sessions/00000000-0000-4000-8000-000000000000'
@@ -311,90 +329,107 @@ $checks{running} = sub {
 # A row of the key that commits after the statement took its snapshot
 # (here: held uncommitted by another transaction, which did not take the
 # key's lock, as a node of the previous version does not) is not seen by
-# the statement's read; its insert meets it, and the work it did is undone
+# the statement's read; its insert meets it, and the work it did is
+# undone.  A create, and an upload (a streamed one meets the row in its
+# last statement, after the COPY).
 $checks{late_row} = sub {
     my ($name) = @_;
-    my $sha = Digest::SHA::sha256_hex($LP);
     my $proj = sql_quote($PROJECT{LATE});
 
     # warm the auth cache
     api('GET', '/api/v1/sessions', $KEY{LATE});
 
+    my $sid = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP)->{json}{id};
+    my $images = "/api/v1/sessions/$sid/images";
+
+    # what, path, body, headers, the rows the work adds
+    my @work = (
+        ['create', '/api/v1/sessions', $LP,
+         { 'Content-Type' => 'application/json' }, sub { sessions_of('LATE') }],
+        ['upload', $images, $PNG, { 'Content-Type' => 'image/png' },
+         sub { count_of('images', 'session_id = ' . sql_quote($sid)) }],
+    );
+
     my @rows = (
         # another request's kept answer: the retry replays it
         ['answer', q{status, content_type, body) VALUES (%s, %s, 'POST',}
-                   . q{ '/api/v1/sessions', decode('%s', 'hex'), 201,}
+                   . q{ %s, decode('%s', 'hex'), 201,}
                    . q{ 'application/json', '\x7b22616e73776572223a317d')}],
         # an old node's claim: 409 until its lease ends, then taken over
         ['claim', q{claim_id, claimed_at) VALUES (%s, %s, 'POST',}
-                  . q{ '/api/v1/sessions', decode('%s', 'hex'),}
+                  . q{ %s, decode('%s', 'hex'),}
                   . q{ gen_random_uuid(), now())}],
         # rolled back: the statement goes on and keeps its own answer
         ['rollback', q{claim_id, claimed_at) VALUES (%s, %s, 'POST',}
-                     . q{ '/api/v1/sessions', decode('%s', 'hex'),}
+                     . q{ %s, decode('%s', 'hex'),}
                      . q{ gen_random_uuid(), now())}],
     );
 
-    for my $row (@rows) {
-        my ($what, $tpl) = @$row;
-        my $k = new_key("late-$what");
-        my $before = sessions_of('LATE');
-        my $usage = usage_of('LATE');
+    for my $w (@work) {
+        my ($work, $path, $body, $h, $count) = @$w;
+        my $sha = Digest::SHA::sha256_hex($body);
 
-        my $held = hold('INSERT INTO idempotency_keys (project_id, key,'
-                        . ' method, path, body_sha256, '
-                        . sprintf($tpl, $proj, sql_quote($k), $sha),
-                        "row-$what");
+        for my $row (@rows) {
+            my ($kind, $tpl) = @$row;
+            my $what = "$work, $kind";
+            my $k = new_key("late-$work-$kind");
+            my %h = (%$h, %{ idem($k) });
+            my $before = $count->();
+            my $usage = usage_of('LATE');
 
-        my $first = send_post('/api/v1/sessions', $KEY{LATE}, $LP,
-                              { %{ idem($k) },
-                                'Content-Type' => 'application/json' });
+            my $held = hold('INSERT INTO idempotency_keys (project_id, key,'
+                            . ' method, path, body_sha256, '
+                            . sprintf($tpl, $proj, sql_quote($k),
+                                      sql_quote($path), $sha),
+                            "row-$work-$kind");
 
-        my ($waiting) = wait_until(10, 0.02, sub { lock_waiters() >= 1 });
-        ok($waiting, "$name - $what: the insert of the key's row waits");
+            my $first = send_post($path, $KEY{LATE}, $body, \%h);
 
-        psql_end($held, $what eq 'rollback' ? 'ROLLBACK' : 'COMMIT');
+            my ($waiting) = wait_until(10, 0.02, sub { lock_waiters() >= 1 });
+            ok($waiting, "$name - $what: the insert of the key's row waits");
 
-        my $a = answer($first, 15);
+            psql_end($held, $kind eq 'rollback' ? 'ROLLBACK' : 'COMMIT');
 
-        if ($what eq 'rollback') {
-            is($a->{status}, 201, "$name - $what: the request's own 201");
-            is(sessions_of('LATE'), $before + 1, "$name - $what: one session");
-            is(key_row('LATE', $k, 'status'), '201',
-               "$name - $what: its answer kept");
-            next;
+            my $a = answer($first, 15);
+
+            if ($kind eq 'rollback') {
+                is($a->{status}, 201, "$name - $what: the request's own 201");
+                is($count->(), $before + 1, "$name - $what: done once");
+                is(key_row('LATE', $k, 'status'), '201',
+                   "$name - $what: its answer kept");
+                next;
+            }
+
+            is($a->{status}, 409, "$name - $what: 409");
+            is($a->{content}, $RUNNING, "$name - $what: in progress");
+            is($count->(), $before, "$name - $what: the work undone");
+            is(usage_of('LATE'), $usage, "$name - $what: the quota undone");
+
+            if ($kind eq 'answer') {
+                my $r = api('POST', $path, $KEY{LATE}, $body, \%h);
+                is($r->{status}, 201, "$name - $what: the retry: 201");
+                is($r->{content}, '{"answer":1}',
+                   "$name - $what: the kept answer replayed");
+                is($r->{headers}{'idempotent-replayed'}, 'true',
+                   "$name - $what: a replay");
+                next;
+            }
+
+            my $r = api('POST', $path, $KEY{LATE}, $body, \%h);
+            is($r->{status}, 409, "$name - $what: within its lease: 409");
+
+            psql('UPDATE idempotency_keys SET claimed_at = now()'
+                 . q{ - interval '1 hour' WHERE project_id = } . $proj
+                 . ' AND key = ' . sql_quote($k));
+
+            $r = api('POST', $path, $KEY{LATE}, $body, \%h);
+            is($r->{status}, 201, "$name - $what: past its lease: taken over");
+            ok(!exists $r->{headers}{'idempotent-replayed'},
+               "$name - $what: not a replay");
+            is($count->(), $before + 1, "$name - $what: done once");
+            is(key_row('LATE', $k, 'status IS NOT NULL AND claim_id IS NULL'),
+               't', "$name - $what: the claim replaced by the answer");
         }
-
-        is($a->{status}, 409, "$name - $what: 409");
-        is($a->{content}, $RUNNING, "$name - $what: in progress");
-        is(sessions_of('LATE'), $before, "$name - $what: the session undone");
-        is(usage_of('LATE'), $usage, "$name - $what: the quota undone");
-
-        if ($what eq 'answer') {
-            my $r = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP,
-                        idem($k));
-            is($r->{status}, 201, "$name - $what: the retry: 201");
-            is($r->{content}, '{"answer":1}',
-               "$name - $what: the kept answer replayed");
-            is($r->{headers}{'idempotent-replayed'}, 'true',
-               "$name - $what: a replay");
-            next;
-        }
-
-        my $r = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP, idem($k));
-        is($r->{status}, 409, "$name - $what: within its lease: 409");
-
-        psql('UPDATE idempotency_keys SET claimed_at = now()'
-             . q{ - interval '1 hour' WHERE project_id = } . $proj
-             . ' AND key = ' . sql_quote($k));
-
-        $r = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP, idem($k));
-        is($r->{status}, 201, "$name - $what: past its lease: taken over");
-        ok(!exists $r->{headers}{'idempotent-replayed'},
-           "$name - $what: not a replay");
-        is(sessions_of('LATE'), $before + 1, "$name - $what: one session");
-        is(key_row('LATE', $k, 'status IS NOT NULL AND claim_id IS NULL'),
-           't', "$name - $what: the claim replaced by the answer");
     }
 };
 
@@ -424,41 +459,85 @@ $checks{lock} = sub {
              idem(new_key('lock-other')));
     is($r->{status}, 201, "$name - another key: 201");
 
+    # an upload under the held key: 409 at once, before any work
+    my $sid = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP)->{json}{id};
+    my $up = "/api/v1/sessions/$sid/images";
+    my $png = { %{ idem($k) }, 'Content-Type' => 'image/png' };
+
+    $t0 = Time::HiRes::time();
+    $r = api('POST', $up, $KEY{LOCK}, $PNG, $png);
+    $took = Time::HiRes::time() - $t0;
+    is($r->{status}, 409, "$name - held, an upload: 409");
+    is($r->{content}, $RUNNING, "$name - held, an upload: in progress");
+    cmp_ok($took, '<', 2, "$name - held, an upload: at once");
+    is(count_of('images', 'session_id = ' . sql_quote($sid)), 0,
+       "$name - held, an upload: no image");
+    is(psql('SELECT image_count FROM sessions WHERE id = ' . sql_quote($sid)),
+       '0', "$name - held, an upload: no sequence taken");
+
     psql_end($held, 'COMMIT');
 
     $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP, idem($k));
     is($r->{status}, 201, "$name - released: 201");
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - released: not a replay");
+
+    # the key is the create's now: the upload under it is another request
+    $r = api('POST', $up, $KEY{LOCK}, $PNG, $png);
+    is($r->{status}, 422, "$name - released, the upload: 422");
+    $r = api('POST', $up, $KEY{LOCK}, $PNG,
+             { %{ idem(new_key('lock-upload')) },
+               'Content-Type' => 'image/png' });
+    is($r->{status}, 201, "$name - an upload under a free key: 201");
+    is($r->{json}{sequence}, 1, "$name - its sequence is the first");
 };
 
-# A statement of work that fails (500) keeps nothing: the retry runs
+# A statement of work that fails (500) keeps nothing: the retry runs.  A
+# create, and an upload (a streamed one fails at the end of its COPY).
 $checks{fails} = sub {
     my ($name) = @_;
     my $proj = sql_quote($PROJECT{ERR});
-    my $k = new_key('fails');
-    my $before = sessions_of('ERR');
-    my $usage = usage_of('ERR');
 
-    psql(q{CREATE FUNCTION t040_fail() RETURNS trigger LANGUAGE plpgsql AS}
-         . q{ $$BEGIN RAISE EXCEPTION 't040: the work fails'; END$$;}
-         . q{ CREATE TRIGGER t040_fail BEFORE INSERT ON sessions FOR EACH ROW}
-         . qq{ WHEN (NEW.project_id = $proj) EXECUTE FUNCTION t040_fail()});
+    my $sid = api('POST', '/api/v1/sessions', $KEY{ERR}, $LP)->{json}{id};
 
-    my $r = api('POST', '/api/v1/sessions', $KEY{ERR}, $LP, idem($k));
+    # what, the table the trigger refuses a row of, path, body, headers,
+    # the rows the work adds
+    my @work = (
+        ['create', 'sessions', "NEW.project_id = $proj", '/api/v1/sessions',
+         $LP, {}, sub { sessions_of('ERR') }],
+        ['upload', 'images', 'NEW.session_id = ' . sql_quote($sid),
+         "/api/v1/sessions/$sid/images", $PNG,
+         { 'Content-Type' => 'image/png' },
+         sub { count_of('images', 'session_id = ' . sql_quote($sid)) }],
+    );
 
-    psql('DROP TRIGGER t040_fail ON sessions; DROP FUNCTION t040_fail()');
+    for my $w (@work) {
+        my ($what, $table, $when, $path, $body, $h, $count) = @$w;
+        my $k = new_key("fails-$what");
+        my %h = (%$h, %{ idem($k) });
+        my $before = $count->();
+        my $usage = usage_of('ERR');
 
-    is($r->{status}, 500, "$name - the work fails: 500");
-    is(key_row('ERR', $k, 'count(*)'), '0', "$name - nothing kept");
-    is(sessions_of('ERR'), $before, "$name - nothing created");
-    is(usage_of('ERR'), $usage, "$name - no quota used");
+        psql(q{CREATE FUNCTION t040_fail() RETURNS trigger LANGUAGE plpgsql}
+             . q{ AS $$BEGIN RAISE EXCEPTION 't040: the work fails'; END$$;}
+             . qq{ CREATE TRIGGER t040_fail BEFORE INSERT ON $table}
+             . qq{ FOR EACH ROW WHEN ($when) EXECUTE FUNCTION t040_fail()});
 
-    $r = api('POST', '/api/v1/sessions', $KEY{ERR}, $LP, idem($k));
-    is($r->{status}, 201, "$name - the retry runs: 201");
-    ok(!exists $r->{headers}{'idempotent-replayed'},
-       "$name - the retry is not a replay");
-    is(sessions_of('ERR'), $before + 1, "$name - one session");
+        my $r = api('POST', $path, $KEY{ERR}, $body, \%h);
+
+        psql("DROP TRIGGER t040_fail ON $table; DROP FUNCTION t040_fail()");
+
+        is($r->{status}, 500, "$name - $what: the work fails: 500");
+        is(key_row('ERR', $k, 'count(*)'), '0', "$name - $what: nothing kept");
+        is($count->(), $before, "$name - $what: nothing done");
+        is(usage_of('ERR'), $usage, "$name - $what: no quota used");
+
+        $r = api('POST', $path, $KEY{ERR}, $body, \%h);
+        is($r->{status}, 201, "$name - $what: the retry runs: 201");
+        ok(!exists $r->{headers}{'idempotent-replayed'},
+           "$name - $what: the retry is not a replay");
+        is($count->(), $before + 1, "$name - $what: done once");
+    }
 };
 
 # The functions that nodes of the previous version call (migrations 3 and

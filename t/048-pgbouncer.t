@@ -3,9 +3,10 @@
 # (pool_mode = transaction, one server connection for everyone:
 # default_pool_size = 1), "session_db_pooler transaction" says so, and
 # LISTEN goes straight to PostgreSQL ("session_db_listen").  Sessions,
-# images, the long poll, revocation, webhooks and the expiry sweep work
-# through it, with two workers of two connections each sharing the one
-# server connection.
+# images (streamed ones too, on the upload connections: decisions (ze)),
+# the long poll, revocation, webhooks and the expiry sweep work through
+# it, with two workers of two connections each sharing the one server
+# connection.
 #
 # What would break them, each caught here:
 #   - startup options: this PgBouncer refuses them (no
@@ -59,6 +60,10 @@ our ($HOOK) = receiver_start($HOOKS);
 
 our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
+# over session_image_chunk_size (64k): streamed with COPY on an upload
+# connection, read back a slice at a time (docs/decisions.md (za), (zb))
+our $BIG = "\x89PNG\r\n\x1a\n" . join('', map { chr($_ % 251) } 1 .. 70000);
+
 
 # --- helpers -------------------------------------------------------------
 
@@ -95,7 +100,8 @@ sub upload {
 
 # one request of every statement the pool runs for the API (each kind
 # of create, of upload, of complete and of ack, with and without an
-# Idempotency-Key): [what, status wanted, status got]
+# Idempotency-Key), and of those of the upload connections (a streamed
+# upload, with and without a key): [what, status wanted, status got]
 my $Seq = 0;
 
 sub every_statement {
@@ -134,6 +140,27 @@ sub every_statement {
                'Idempotency-Key' => "$tag-upload" });
     $check->('upload with a key', 201, $r->{status});
     my $iid2 = $r->{json}{id} // 'none';
+
+    # streamed: BEGIN ... COMMIT through the pooler, nothing prepared
+    $r = api('POST', "/api/v1/sessions/$sid/images", $BIG,
+             { 'Content-Type' => 'image/png' });
+    $check->('streamed upload', 201, $r->{status});
+    my $big = $r->{json}{id} // 'none';
+
+    for my $i (1, 2) {
+        $r = api('POST', "/api/v1/sessions/$sid/images", $BIG,
+                 { 'Content-Type' => 'image/png',
+                   'Idempotency-Key' => "$tag-streamed" });
+        $check->("streamed upload with a key ($i)", 201, $r->{status});
+        $check->("streamed upload with a key ($i): replayed",
+                 $i == 2 ? 'true' : 'no',
+                 $r->{headers}{'idempotent-replayed'} // 'no');
+    }
+
+    $r = api('GET', "/api/v1/sessions/$sid/images/$big/content");
+    $check->('streamed download', 200, $r->{status});
+    $check->('streamed download: the bytes', 1,
+             ($r->{content} // '') eq $BIG);
 
     $r = api('GET', "/api/v1/sessions/$sid/images");
     $check->('image list', 200, $r->{status});
@@ -227,11 +254,17 @@ $checks{endpoints} = sub {
             . q{ WHERE application_name = 'nginx session pool'}
             . q{ AND pid NOT IN (} . join(',', @servers, 0) . q{)}), 0,
        "$name - no pool connection passes PgBouncer by");
+    is(psql(q{SELECT count(*) FROM pg_stat_activity}
+            . q{ WHERE application_name = 'nginx session upload'}
+            . q{ AND pid NOT IN (} . join(',', @servers, 0) . q{)}), 0,
+       "$name - no upload connection passes PgBouncer by");
 
     # four clients on one server connection: had they prepared, all but
     # the first would have failed to
     unlike(error_log(), qr/preparing the statements failed/,
            "$name - nothing is prepared");
+    unlike(error_log(), qr/preparing the upload statements failed/,
+           "$name - nothing is prepared on the upload connections");
     unlike(error_log(), qr/the statements are prepared/,
            "$name - nothing is prepared (the debug log)");
     unlike(error_log(), qr/statement_timeout is/,

@@ -15,6 +15,18 @@
 #    5 MB, 8 at a time, and after as many downloads of them.  Goal: back
 #    within 10% of where it started.
 #
+# 3. Streamed transfers (docs/decisions.md "Images"): for each N of
+#    BENCH_IMAGES_CONCURRENCY ("50 500"), N uploads of 10 MB at once
+#    (bench/image-load.pl: one process, every connection written
+#    together), then N downloads of them at once: MB/s and the workers'
+#    RSS growth per transfer in flight (peak of 0.1 s samples less the
+#    idle RSS before, over N; goal <= 256 KB), beside PostgreSQL's own
+#    rate for the same bytes (bench/pg-insert, BENCH_IMAGES_PG_CLIENTS (4,
+#    the upload connections of 2 workers) clients inserting, then
+#    selecting, a 10 MB bytea; goal >= 0.6), and the time to the first
+#    byte of a 10 MB download beside a 1 KB one (curl, median of 20 one
+#    after another; goal <= 2x).
+#
 # Prints a Markdown section on stdout (BENCH_IMAGES_OUT: to that file),
 # progress on stderr.  Loopback only; every row it adds is deleted at the
 # end.  Environment as util/bench.sh: BENCH_DURATION (5s), BENCH_ROUNDS
@@ -25,7 +37,9 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+# BENCH_IMAGES_MODULE: another build of the module (e.g. main's, for the
+# figures before a change), run the same way
+MODULE=${BENCH_IMAGES_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 DB=${BENCH_SESSION_DB:-}
 
@@ -35,6 +49,11 @@ WORKERS=${BENCH_WORKERS:-2}
 THREADS=${BENCH_THREADS:-2}
 CLIENTS=${BENCH_IMAGES_CLIENTS:-16}
 RSS_UPLOADS=${BENCH_IMAGES_RSS_UPLOADS:-200}
+CONCURRENCY=${BENCH_IMAGES_CONCURRENCY:-50 500}
+PG_CLIENTS=${BENCH_IMAGES_PG_CLIENTS:-4}
+BIG=$((10 * 1024 * 1024))
+# session_image_chunk_size, when not the default
+CHUNK=${BENCH_IMAGES_CHUNK:-}
 OUT=${BENCH_IMAGES_OUT:--}
 
 die() {
@@ -109,6 +128,7 @@ $(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
             session_api;
             session_limits create=1000000000 list=1000000000
                            other=1000000000;
+            ${CHUNK:+session_image_chunk_size $CHUNK;}
         }
     }
 }
@@ -279,6 +299,139 @@ rss_run() {
 }
 
 
+# --- 3. streamed transfers ------------------------------------------------
+
+restart_nginx() {
+    "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
+    for _ in $(seq 50); do
+        [ -f "$W/nginx.pid" ] || break
+        sleep 0.1
+    done
+    start_nginx
+}
+
+declare -A ST_UP ST_DOWN ST_RSS_UP ST_RSS_DOWN ST_OK
+PG_UP=
+PG_DOWN=
+TTFB_BIG=
+TTFB_SMALL=
+
+# the peak of the workers' summed RSS while CMD runs, less $1 (kB), in
+# $PEAK; CMD's output in $RUN_OUT
+sampled() {
+    local idle=$1 sampler
+    shift
+
+    ( while :; do worker_rss; sleep 0.1; done ) > "$W/rss-samples" &
+    sampler=$!
+
+    RUN_OUT=$("$@") || { kill "$sampler"; die "$* failed"; }
+
+    kill "$sampler"
+    wait "$sampler" 2>/dev/null || true
+    PEAK=$(( $(sort -n "$W/rss-samples" | tail -1) - idle ))
+}
+
+# median of 20 times to the first byte of PATH, ms
+ttfb() {
+    local path=$1 i
+
+    for i in $(seq 20); do
+        curl -s -o /dev/null -w '%{time_starttransfer}\n' \
+             -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT$path"
+    done | awk '{ printf "%.2f ", $1 * 1000 }' | median
+}
+
+stream_run() {
+    local f=$W/img-10m n sids paths idle ok failed secs bytes i sid small
+
+    image_file "$BIG" "$f"
+    image_file 1024 "$W/img-1k"
+
+    sids=
+    for i in $(seq 50); do
+        sids+="${sids:+,}$(new_session)"
+    done
+
+    for n in $CONCURRENCY; do
+        purge_images
+        restart_nginx
+        sleep 1
+        idle=$(worker_rss)
+
+        sampled "$idle" perl "$ROOT/bench/image-load.pl" up "$PORT" "$KEY" \
+            "$n" "$f" "$sids"
+        read -r ok failed secs bytes _ <<<"$RUN_OUT"
+        [ "$failed" = 0 ] || die "$n uploads of 10 MB: $failed failed"
+        ST_UP[$n]=$(awk -v b="$bytes" -v t="$secs" \
+                        'BEGIN { printf "%.1f", b / t / 1e6 }')
+        ST_RSS_UP[$n]=$(awk -v p="$PEAK" -v n="$n" \
+                            'BEGIN { printf "%.0f", p / n }')
+        log "$n uploads of 10 MB at once: ${ST_UP[$n]} MB/s in ${secs}s," \
+            "RSS growth ${PEAK} kB (${ST_RSS_UP[$n]} kB each)"
+
+        # a fresh nginx: what the uploads left in the heap is not reused
+        restart_nginx
+
+        paths=$(psql -X -At -d "$DB" -c "
+            SELECT string_agg('/api/v1/sessions/' || i.session_id
+                              || '/images/' || i.id || '/content', ',')
+              FROM images i JOIN sessions s ON s.id = i.session_id
+             WHERE s.project_id = '$PROJECT' AND i.size = $BIG")
+
+        sleep 1
+        idle=$(worker_rss)
+
+        sampled "$idle" perl "$ROOT/bench/image-load.pl" down "$PORT" \
+            "$KEY" "$n" - "$paths"
+        read -r ok failed secs bytes _ <<<"$RUN_OUT"
+        [ "$failed" = 0 ] || die "$n downloads of 10 MB: $failed failed"
+        ST_DOWN[$n]=$(awk -v b="$bytes" -v t="$secs" \
+                          'BEGIN { printf "%.1f", b / t / 1e6 }')
+        ST_RSS_DOWN[$n]=$(awk -v p="$PEAK" -v n="$n" \
+                              'BEGIN { printf "%.0f", p / n }')
+        log "$n downloads of 10 MB at once: ${ST_DOWN[$n]} MB/s in" \
+            "${secs}s, RSS growth ${PEAK} kB (${ST_RSS_DOWN[$n]} kB each)"
+    done
+
+    # the time to the first byte: 10 MB beside 1 KB
+
+    sid=${sids%%,*}
+    small=$(curl -s -X POST -H "Authorization: Bearer $KEY" \
+                 -H 'Content-Type: image/png' --data-binary @"$W/img-1k" \
+                 "http://127.0.0.1:$PORT/api/v1/sessions/$sid/images" \
+            | json_field id)
+    paths=${paths%%,*}
+
+    TTFB_BIG=$(ttfb "$paths")
+    TTFB_SMALL=$(ttfb "/api/v1/sessions/$sid/images/$small/content")
+    log "time to the first byte: 10 MB $TTFB_BIG ms, 1 KB $TTFB_SMALL ms"
+
+    purge_images
+
+    # PostgreSQL alone with the same bytes
+
+    read -r n secs < <("$W/pg-insert" "$DB" "$f" "$PG_CLIENTS" \
+                           "${DURATION%s}" "$BLOB") \
+        || die "pg-insert failed (10 MB)"
+    PG_UP=$(awk -v n="$n" -v s="$BIG" -v t="$secs" \
+                'BEGIN { printf "%.1f", n * s / t / 1e6 }')
+
+    psql -X -q -d "$DB" -c "DELETE FROM $BLOB WHERE ctid <> (SELECT min(ctid)
+                                                            FROM $BLOB)" \
+        >/dev/null
+    read -r n secs < <("$W/pg-insert" "$DB" "$f" "$PG_CLIENTS" \
+                           "${DURATION%s}" "$BLOB" read) \
+        || die "pg-insert read failed (10 MB)"
+    PG_DOWN=$(awk -v n="$n" -v s="$BIG" -v t="$secs" \
+                  'BEGIN { printf "%.1f", n * s / t / 1e6 }')
+    log "PostgreSQL alone, $PG_CLIENTS clients, 10 MB: INSERT $PG_UP MB/s," \
+        "SELECT $PG_DOWN MB/s"
+
+    purge_images
+}
+
+
 # --- run -------------------------------------------------------------------
 
 "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "sessionctl migrate failed"
@@ -308,15 +461,13 @@ throughput 100KB 102400
 throughput 2MB $((2 * 1024 * 1024))
 
 # a fresh nginx: "before" is a worker that has carried no large image
-"$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
-for _ in $(seq 50); do
-    [ -f "$W/nginx.pid" ] || break
-    sleep 0.1
-done
-start_nginx
+restart_nginx
 
 log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then downloads"
 rss_run
+
+log "streamed: $CONCURRENCY transfers of 10 MB at once, up then down"
+stream_run
 
 grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
     && die "the error log has alerts (above)"
@@ -354,6 +505,35 @@ report() {
     printf '| %s | %s | %s | %s | %s%% | %s |\n' "$RSS_BEFORE" "$RSS_PEAK" \
         "$RSS_AFTER_UP" "$RSS_AFTER_DOWN" "$growth" \
         "$(awk -v g="$growth" 'BEGIN { print (g <= 10) ? "met" : "NOT met" }')"
+    echo
+    echo "Streamed transfers of 10 MB (\`bench/image-load.pl\`): N at once,"
+    echo "uploads then downloads of the same images; MB/s of the whole run;"
+    echo "the workers' RSS growth (peak of 0.1 s samples less the idle RSS)"
+    echo "over N. PostgreSQL alone: \`bench/pg-insert\`, $PG_CLIENTS clients"
+    echo "inserting (selecting) the same 10 MB as a binary \`bytea\` for"
+    echo "$DURATION: $PG_UP MB/s in, $PG_DOWN MB/s out."
+    echo
+    echo "| N at once | upload MB/s | ratio to INSERT (≥ 0.6) | RSS per upload KB (≤ 256) | download MB/s | ratio to SELECT (≥ 0.6) | RSS per download KB (≤ 256) |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|"
+    for n in $CONCURRENCY; do
+        printf '| %s | %s | %s %s | %s %s | %s | %s %s | %s %s |\n' "$n" \
+            "${ST_UP[$n]}" "$(ratio "${ST_UP[$n]}" "$PG_UP")" \
+            "$(goal "$(ratio "${ST_UP[$n]}" "$PG_UP")" 0.6)" \
+            "${ST_RSS_UP[$n]}" "$(le "${ST_RSS_UP[$n]}" 256)" \
+            "${ST_DOWN[$n]}" "$(ratio "${ST_DOWN[$n]}" "$PG_DOWN")" \
+            "$(goal "$(ratio "${ST_DOWN[$n]}" "$PG_DOWN")" 0.6)" \
+            "${ST_RSS_DOWN[$n]}" "$(le "${ST_RSS_DOWN[$n]}" 256)"
+    done
+    echo
+    echo "Time to the first byte of a download (curl, median of 20 one after"
+    echo "another): 10 MB $TTFB_BIG ms, 1 KB $TTFB_SMALL ms, ratio"
+    echo "$(ratio "$TTFB_BIG" "$TTFB_SMALL") (goal ≤ 2:"
+    echo "$(le "$(ratio "$TTFB_BIG" "$TTFB_SMALL")" 2))."
+}
+
+# "met" when $1 <= $2
+le() {
+    awk -v v="$1" -v g="$2" 'BEGIN { print (v <= g) ? "met" : "NOT met" }'
 }
 
 if [ "$OUT" = - ]; then

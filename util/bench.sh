@@ -675,6 +675,15 @@ webhook_notes() {
 }
 
 
+# bench/images.md, kept by hand: streamed images before and after
+images_notes() {
+    if [ -f "$W/images.md" ] && [ -f "$ROOT/bench/images.md" ]; then
+        printf '\n'
+        cat "$ROOT/bench/images.md"
+    fi
+}
+
+
 # bench/poll.md, kept by hand: the figures of "make bench-poll"
 # (util/bench-poll.sh), a run of its own, go at the end of the page
 poll_section() {
@@ -842,6 +851,7 @@ the slab's own pages (81920 before decision (ua)).
 $(notes)
 
 $(cat "$W/images.md" 2>/dev/null)
+$(images_notes)
 
 $(cat "$W/webhook.md" 2>/dev/null)
 $(webhook_notes)

@@ -27,6 +27,10 @@
 #   CHAOS_DOWN      seconds PostgreSQL stays down (default 5)
 #   CHAOS_UP        seconds of load between cycles (default 15)
 #   CHAOS_CONNECTIONS  session_db_connections (default 4)
+#   CHAOS_IMAGE_CHUNK  session_image_chunk_size (default 512): half the
+#                   clients upload images over it (streamed with COPY on
+#                   an upload connection, decision (za)), half under it
+#                   (one statement on the query connections)
 #   CHAOS_PORT      nginx's port (default: a free one)
 #   CHAOS_KEEP      keep the scratch directory
 set -euo pipefail
@@ -46,6 +50,7 @@ UP=${CHAOS_UP:-15}
 # session_db_connections; fewer connections, fewer reconnect timers: the
 # backoff shows more in the recovery time
 CONNECTIONS=${CHAOS_CONNECTIONS:-4}
+CHUNK=${CHAOS_IMAGE_CHUNK:-512}
 # the service is back within this long of PostgreSQL
 RECOVERY_GOAL=2
 
@@ -96,11 +101,13 @@ pg() {
 # answer, and a line per attempt that failed: "retry KIND STATUS T".
 client() {
     perl -MHTTP::Tiny -MJSON::PP -MTime::HiRes=time,sleep -e '
-        my ($port, $key, $stop, $n) = @ARGV;
+        my ($port, $key, $stop, $n, $chunk) = @ARGV;
         $| = 1;
         my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
         my $base = "http://127.0.0.1:$port/api/v1/sessions";
-        my $png = "\x89PNG\r\n\x1a\n" . ("c" x 512);
+        # odd clients: an image over the chunk (streamed), even: under it
+        my $png = "\x89PNG\r\n\x1a\n"
+                  . ("c" x ($n % 2 ? $chunk + 8 : int($chunk / 2)));
         my $seq = 0;
 
         # the answer for a key, however many attempts it takes
@@ -133,7 +140,7 @@ client() {
                             q({"delivery_mode": "long_poll"}))
                 or next;
             final("upload", "$base/$sid/images", "image/png", $png);
-        }' "$PORT" "$KEY" "$W/stop" "$1"
+        }' "$PORT" "$KEY" "$W/stop" "$1" "$CHUNK"
 }
 
 
@@ -213,6 +220,7 @@ inside() {
     session_db_timeout 2s;
     session_db_connections $CONNECTIONS;
     session_auth_cache_ttl 60s;
+    session_image_chunk_size $CHUNK;
 
     server {
         listen 127.0.0.1:$PORT;
@@ -233,7 +241,8 @@ EOF
     start_nginx
     log "nginx on 127.0.0.1:$PORT, PostgreSQL $PGVERSION on port $PGPORT,"\
         "$CLIENTS clients, $CYCLES cycles of $DOWN s down, $UP s up,"\
-        "$CONNECTIONS connections per worker"
+        "$CONNECTIONS connections per worker, images streamed over"\
+        "$CHUNK bytes"
 
     : > "$W/up-times"
     : > "$W/killed"
@@ -311,7 +320,11 @@ EOF
                      WHERE project_id = '$project') || ' sessions, '
                 || (SELECT count(*) FROM images i JOIN sessions s
                        ON s.id = i.session_id
-                    WHERE s.project_id = '$project') || ' images'
+                    WHERE s.project_id = '$project') || ' images ('
+                || (SELECT count(*) FROM images i JOIN sessions s
+                       ON s.id = i.session_id
+                    WHERE s.project_id = '$project' AND i.size > $CHUNK)
+                || ' streamed)'
            FROM chaos_ok"
     echo "checks:         $missing 2xx not in the database, $extra rows" \
          "without a 2xx (duplicates or unanswered)"

@@ -13,11 +13,13 @@
  *      the key's row is read (a kept answer: replayed with
  *      Idempotent-Replayed: true; another request under the key: 422),
  *      and otherwise the work is done and its answer (status, Location,
- *      the resource as answered) inserted as the key's row.  The work
- *      and its answer commit together or not at all, whatever happens
- *      to the worker or the connection: a worker that dies, or a 503
- *      after the module gave up on the statement, leaves either nothing
- *      (the retry runs once) or the answer (the retry replays it);
+ *      the resource as answered) inserted as the key's row (a streamed
+ *      upload: the same pieces in the first and the last statement of
+ *      its transaction, decision (zd)).  The work and its answer commit
+ *      together or not at all, whatever happens to the worker or the
+ *      connection: a worker that dies, or a 503 after the module gave up
+ *      on the statement, leaves either nothing (the retry runs once) or
+ *      the answer (the retry replays it);
  *   2. an answer that did no work (a 4xx but 429, before any statement
  *      or from the keyed one: 400, 404, 409, 410, 403 ...) is kept
  *      before it is sent, by one statement of the same shape, which
@@ -84,8 +86,6 @@ static ngx_table_elt_t *ngx_http_session_idem_find(ngx_list_t *headers,
 static void ngx_http_session_idem_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_idem_start(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
-static ngx_int_t ngx_http_session_idem_outcome(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx, char *outcome);
 static void ngx_http_session_idem_read(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_idem_replay(ngx_http_request_t *r,
@@ -369,13 +369,7 @@ ngx_http_session_idem_worked(ngx_http_session_db_query_t *q, PGresult *res,
 }
 
 
-/*
- * The outcome of a keyed statement: NGX_DECLINED when the request went
- * on ("new"), else the key answers: the first answer again (read first),
- * 409, 422; what to finalize the request with
- */
-
-static ngx_int_t
+ngx_int_t
 ngx_http_session_idem_outcome(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, char *outcome)
 {

@@ -43,6 +43,14 @@ void ngx_http_session_idem_params(ngx_http_session_db_query_t *q);
 ngx_int_t ngx_http_session_idem_worked(ngx_http_session_db_query_t *q,
     PGresult *res, ngx_int_t *rc);
 
+/*
+ * The outcome of a keyed statement: NGX_DECLINED when the request went
+ * on ("new"), else the key answers: the first answer again (read first),
+ * 409 ("running"), 422 ("mismatch"); what to finalize the request with
+ */
+ngx_int_t ngx_http_session_idem_outcome(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, char *outcome);
+
 /* SHA-256 of the request body that nginx has read (memory or file) */
 ngx_int_t ngx_http_session_body_sha256(ngx_http_request_t *r, u_char *hash);
 

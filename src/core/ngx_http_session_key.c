@@ -10,6 +10,7 @@
 
 
 static int ngx_http_session_is_hex(unsigned char c);
+static EVP_MD_CTX *ngx_http_session_sha256_start(EVP_MD_CTX *ctx);
 
 
 /* a hex digit's lower-case form; 0 for every byte that is not one */
@@ -165,7 +166,46 @@ EVP_MD_CTX *
 ngx_http_session_sha256_init(void)
 {
     static EVP_MD_CTX   *ctx;
-    static const EVP_MD *md;
+
+    if (ctx == NULL) {
+        ctx = EVP_MD_CTX_new();
+        if (ctx == NULL) {
+            return NULL;
+        }
+    }
+
+    return ngx_http_session_sha256_start(ctx);
+}
+
+
+/*
+ * A digest of its own, for one that spans turns of the event loop (a
+ * streamed upload): the process's context may serve others meanwhile
+ */
+
+EVP_MD_CTX *
+ngx_http_session_sha256_new(void)
+{
+    EVP_MD_CTX  *ctx;
+
+    ctx = EVP_MD_CTX_new();
+    if (ctx == NULL) {
+        return NULL;
+    }
+
+    if (ngx_http_session_sha256_start(ctx) == NULL) {
+        EVP_MD_CTX_free(ctx);
+        return NULL;
+    }
+
+    return ctx;
+}
+
+
+static EVP_MD_CTX *
+ngx_http_session_sha256_start(EVP_MD_CTX *ctx)
+{
+    static const EVP_MD  *md;
 
     if (md == NULL) {
 #if OPENSSL_VERSION_NUMBER >= 0x30000000L
@@ -174,13 +214,6 @@ ngx_http_session_sha256_init(void)
         md = EVP_sha256();
 #endif
         if (md == NULL) {
-            return NULL;
-        }
-    }
-
-    if (ctx == NULL) {
-        ctx = EVP_MD_CTX_new();
-        if (ctx == NULL) {
             return NULL;
         }
     }

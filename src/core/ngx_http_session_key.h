@@ -53,6 +53,9 @@ void ngx_http_session_key_lower(const unsigned char *token,
 /* the process's SHA-256 context, ready for a new digest; NULL on failure */
 EVP_MD_CTX *ngx_http_session_sha256_init(void);
 
+/* a SHA-256 context of the caller's, ready; EVP_MD_CTX_free() it */
+EVP_MD_CTX *ngx_http_session_sha256_new(void);
+
 /*
  * SHA-256 of the lower-case form of a well-formed key of
  * NGX_HTTP_SESSION_KEY_LEN bytes; the key's hex digits may be in either

@@ -73,6 +73,83 @@ struct ngx_http_session_db_query_s {
 };
 
 
+/*
+ * A COPY ... FROM STDIN between two statements, in one transaction, on a
+ * connection of its own (db_copy.c): BEGIN and before, the COPY fed from
+ * read, after and COMMIT.  The statements' text and parameters are given as
+ * queries (before, after) that never run on the pool.
+ */
+typedef struct ngx_http_session_db_copy_s  ngx_http_session_db_copy_t;
+
+/* the next bytes of the COPY's data into buf: their count, 0 at the end */
+typedef ssize_t (*ngx_http_session_db_copy_read_pt)(
+    ngx_http_session_db_copy_t *cp, u_char *buf, size_t size);
+
+/*
+ * Called twice at most: with before's result (cp->phase
+ * NGX_HTTP_SESSION_DB_COPY_DECIDE), when the owner calls
+ * ngx_http_session_db_copy_go() or _stop() before it returns; then with
+ * after's result once it has committed (NGX_HTTP_SESSION_DB_COPY_DONE),
+ * or, after _stop(), with NULL once the transaction is over (cp->stopped
+ * set: rolled back, or its connection closed).  res NULL otherwise: the
+ * database is unavailable (or was, or the copy took longer than
+ * session_db_timeout a step), nothing was committed; res is an error
+ * when a statement failed.  res is freed afterwards.
+ */
+typedef void (*ngx_http_session_db_copy_pt)(ngx_http_session_db_copy_t *cp,
+    PGresult *res);
+
+
+#define NGX_HTTP_SESSION_DB_COPY_WAITING   0
+#define NGX_HTTP_SESSION_DB_COPY_BEFORE    1
+#define NGX_HTTP_SESSION_DB_COPY_DECIDE    2
+#define NGX_HTTP_SESSION_DB_COPY_START     3
+#define NGX_HTTP_SESSION_DB_COPY_DATA      4
+#define NGX_HTTP_SESSION_DB_COPY_END       5
+#define NGX_HTTP_SESSION_DB_COPY_AFTER     6
+#define NGX_HTTP_SESSION_DB_COPY_ROLLBACK  7
+#define NGX_HTTP_SESSION_DB_COPY_DONE      8
+
+
+struct ngx_http_session_db_copy_s {
+    ngx_queue_t                         queue;
+    /* session_db_timeout for each step, the wait for a connection too */
+    ngx_event_t                         timeout;
+    /* posted: the next pieces of data, after other events had a turn */
+    ngx_event_t                         resume;
+    ngx_http_request_t                 *request;
+    ngx_log_t                          *log;
+    ngx_http_session_db_conn_t         *conn;
+
+    ngx_http_session_db_query_t        *before;
+    const char                         *copy;
+    ngx_http_session_db_query_t        *after;
+
+    ngx_http_session_db_copy_read_pt    read;
+    ngx_http_session_db_copy_pt         handler;
+    void                               *data;
+
+    /* a piece of the data: buf[pos..len) not handed to libpq yet */
+    u_char                             *buf;
+    size_t                              size;
+    size_t                              pos;
+    size_t                              len;
+    /* bytes handed to libpq */
+    off_t                               copied;
+
+    /* the first result of each statement of a pair (see db_copy.c) */
+    PGresult                           *pipe[2];
+    ngx_uint_t                          npipe;
+
+    ngx_uint_t                          phase;
+
+    unsigned                            queued:1;
+    unsigned                            done:1;
+    /* the owner stopped it after before's result */
+    unsigned                            stopped:1;
+};
+
+
 ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
 void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
 
@@ -106,6 +183,38 @@ void ngx_http_session_db_param(ngx_http_session_db_query_t *q,
  * NGX_DECLINED: the database is unavailable now (answer 503).
  */
 ngx_int_t ngx_http_session_db_query_run(ngx_http_session_db_query_t *q);
+
+/*
+ * An answered query made ready to run again, with the same statement,
+ * handler and parameters (whose values may have changed in place): a
+ * request that runs one statement many times (an image's slices) does
+ * not allocate a query each time.
+ */
+void ngx_http_session_db_query_again(ngx_http_session_db_query_t *q);
+
+/*
+ * A copy owned by r (freed with it; a copy under way when r goes away is
+ * rolled back), with a buffer of size bytes for its data
+ */
+ngx_http_session_db_copy_t *ngx_http_session_db_copy_create(
+    ngx_http_request_t *r, size_t size);
+
+/*
+ * NGX_OK: the handler will be called from the event loop; NGX_DECLINED:
+ * the database is unavailable now (answer 503)
+ */
+ngx_int_t ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp);
+
+/*
+ * From the handler of before's result: copy and commit, or roll back
+ * (the handler is called once more when the transaction is over, so
+ * that what before locked is free when the owner answers)
+ */
+void ngx_http_session_db_copy_go(ngx_http_session_db_copy_t *cp);
+void ngx_http_session_db_copy_stop(ngx_http_session_db_copy_t *cp);
+
+ngx_int_t ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle);
+void ngx_http_session_db_copy_exit_process(ngx_cycle_t *cycle);
 
 /* is res a successful result? logs the error when not */
 ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,

@@ -639,8 +639,10 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
 
     dc->connected = 0;
     dc->checking = 0;
+    dc->unsent = 0;
     dc->probing = 0;
     dc->reader = NULL;
+    dc->drained = NULL;
 
     if (dc->result) {
         PQclear(dc->result);
@@ -815,6 +817,13 @@ ngx_http_session_db_event_handler(ngx_event_t *ev)
     if (ev->write) {
         if (ngx_http_session_db_flush(dc) != NGX_OK) {
             ngx_http_session_db_conn_fail(dc);
+            return;
+        }
+
+        if (!dc->unsent && dc->drained
+            && dc->state == NGX_HTTP_SESSION_DB_BUSY)
+        {
+            dc->drained(dc);
         }
 
         return;
@@ -836,6 +845,8 @@ ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc)
                       ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         return NGX_ERROR;
     }
+
+    dc->unsent = (rc == 1);
 
     return ngx_http_session_db_want_write(dc, rc == 1);
 }
@@ -994,4 +1005,29 @@ ngx_http_session_db_conn_clear(ngx_http_session_db_conn_t *dc, PGresult *res)
     }
 
     PQclear(res);
+}
+
+
+/* errors that mean "the database is not there", not "the query is wrong" */
+
+ngx_int_t
+ngx_http_session_db_unavailable(PGresult *res)
+{
+    char  *state;
+
+    if (PQresultStatus(res) != PGRES_FATAL_ERROR) {
+        return 0;
+    }
+
+    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    if (state == NULL) {
+        return 1;
+    }
+
+    /* 08 connection, 53 resources, 57 operator intervention, 3D000 no db */
+
+    return ngx_strncmp(state, "08", 2) == 0
+           || ngx_strncmp(state, "53", 2) == 0
+           || ngx_strncmp(state, "57", 2) == 0
+           || ngx_strncmp(state, "3D000", 5) == 0;
 }

@@ -15,7 +15,9 @@
  *            the owner sent on it gets no answer
  *   notify   a NOTIFY arrived
  *   reader   while set and the connection is busy, reads in its place
- *            (the answers of a pipeline); cleared when it closes
+ *            (the answers of a pipeline, a COPY); cleared when it closes
+ *   drained  while set, libpq has just sent all the output it held (a
+ *            COPY's owner hands it the next piece then)
  */
 
 #ifndef _NGX_HTTP_SESSION_DB_CONN_H_INCLUDED_
@@ -97,6 +99,7 @@ struct ngx_http_session_db_conn_s {
     ngx_http_session_db_conn_pt      failed;
     ngx_http_session_db_notify_pt    notify;
     ngx_http_session_db_conn_pt      reader;
+    ngx_http_session_db_conn_pt      drained;
     void                            *data;
 
     /*
@@ -135,6 +138,8 @@ struct ngx_http_session_db_conn_s {
     unsigned                         prepared:1;
     /* a result of the pipeline was large: reconnect once it is over */
     unsigned                         recycle:1;
+    /* libpq holds output that the socket did not take yet */
+    unsigned                         unsent:1;
 };
 
 
@@ -178,6 +183,12 @@ void ngx_http_session_db_conn_keep(ngx_http_session_db_conn_t *dc,
 /* a result nobody reads: its error is logged, and it is freed */
 void ngx_http_session_db_conn_clear(ngx_http_session_db_conn_t *dc,
     PGresult *res);
+
+/*
+ * Does res (an error) mean "the database is not there", not "the
+ * statement is wrong"?  Its requests answer 503 then.
+ */
+ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
 
 /* a libpq message on one log line (in a static buffer) */
 char *ngx_http_session_db_message(const char *msg);

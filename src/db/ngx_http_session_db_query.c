@@ -88,7 +88,6 @@ static void ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q, PGresult *res);
 static void ngx_http_session_db_deliver(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q, PGresult *res);
-static ngx_int_t ngx_http_session_db_unavailable(PGresult *res);
 static void ngx_http_session_db_recycle(ngx_http_session_db_conn_t *dc);
 static ngx_uint_t ngx_http_session_db_large(ngx_http_session_db_query_t *q,
     PGresult *res);
@@ -591,31 +590,6 @@ ngx_http_session_db_row_size(PGresult *res)
 }
 
 
-/* errors that mean "the database is not there", not "the query is wrong" */
-
-static ngx_int_t
-ngx_http_session_db_unavailable(PGresult *res)
-{
-    char  *state;
-
-    if (PQresultStatus(res) != PGRES_FATAL_ERROR) {
-        return 0;
-    }
-
-    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-    if (state == NULL) {
-        return 1;
-    }
-
-    /* 08 connection, 53 resources, 57 operator intervention, 3D000 no db */
-
-    return ngx_strncmp(state, "08", 2) == 0
-           || ngx_strncmp(state, "53", 2) == 0
-           || ngx_strncmp(state, "57", 2) == 0
-           || ngx_strncmp(state, "3D000", 5) == 0;
-}
-
-
 ngx_http_session_db_query_t *
 ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
     ngx_http_session_db_handler_pt handler)
@@ -766,6 +740,15 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
     ngx_add_timer(&q->timeout, pool->timeout);
 
     return NGX_OK;
+}
+
+
+void
+ngx_http_session_db_query_again(ngx_http_session_db_query_t *q)
+{
+    /* complete() has stopped its timer and unlinked it */
+    q->done = 0;
+    q->conn = NULL;
 }
 
 

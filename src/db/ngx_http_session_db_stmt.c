@@ -35,7 +35,8 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE_KEYED,
     NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED_KEYED,
     NGX_HTTP_SESSION_SQL_IDEM_STORE,
-    NGX_HTTP_SESSION_SQL_IDEM_READ
+    NGX_HTTP_SESSION_SQL_IDEM_READ,
+    NGX_HTTP_SESSION_SQL_IMAGE_SLICE
 };
 
 /* the name a statement is prepared under: "ngx_session_<n>" */

@@ -163,6 +163,11 @@
  * snapshot was taken is not in ie; ik then inserts nothing, and the work
  * done meanwhile is undone (idempotency_conflict(),
  * src/sql/012_idempotent_commit.sql).
+ *
+ * A streamed upload's transaction (db_copy.c) holds these pieces in its
+ * first statement (il, ie, the session's update) and its last (ik and
+ * the columns), with the COPY between them: see
+ * NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED.
  */
 #define NGX_HTTP_SESSION_SQL_IDEM_SEEN(k, p, h, l)                            \
     "il AS (SELECT pg_try_advisory_xact_lock(hashtextextended("               \
@@ -414,12 +419,7 @@
 
 /* the CTEs s, i, o of the upload; held: a condition on s */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_WORK(held)                                \
-    "s AS ("                                                                  \
-    "UPDATE sessions s SET image_count = s.image_count + 1"                   \
-    " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
-    " AND s.status = 'open' AND now() < s.expires_at" held                    \
-    " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
-    " s.webhook_url),"                                                        \
+    NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held) ","                             \
     " i AS ("                                                                 \
     "INSERT INTO images AS i (session_id, sequence, content_type, size,"      \
     " sha256, content)"                                                       \
@@ -427,6 +427,19 @@
     " $4::bytea, $5::bytea FROM s"                                            \
     " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                    \
     " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n),"  \
+    NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
+
+/* s: the session that takes the image, its image_count incremented */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held)                             \
+    "s AS ("                                                                  \
+    "UPDATE sessions s SET image_count = s.image_count + 1"                   \
+    " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
+    " AND s.status = 'open' AND now() < s.expires_at" held                    \
+    " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
+    " s.webhook_url)"
+
+/* o: image.uploaded for a webhook session s, with the image i as data */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX                                    \
     " o AS ("                                                                 \
     "INSERT INTO webhook_outbox (id, project_id, session_id, event_type,"     \
     " url, payload)"                                                          \
@@ -442,15 +455,97 @@
 #define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD_KEYED                               \
     "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("6", "7", "8", "9") ", "           \
     NGX_HTTP_SESSION_SQL_UPLOAD_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)    \
-    ", " NGX_HTTP_SESSION_SQL_IDEM_KEEP("6", "7", "8", "9", "201",            \
+    ", " NGX_HTTP_SESSION_SQL_IDEM_UPLOADED("6", "7", "8", "9")               \
+    NGX_HTTP_SESSION_SQL_UPLOAD_KEYED_ROW("7", "8")
+
+/* ik of an upload: the image i as answered, with its Location */
+#define NGX_HTTP_SESSION_SQL_IDEM_UPLOADED(k, p, h, l)                        \
+    NGX_HTTP_SESSION_SQL_IDEM_KEEP(k, p, h, l, "201",                         \
         "'/api/v1/sessions/' || i.session_id || '/images/' || i.id",          \
-        "NULL", "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")            \
+        "NULL", "NULL", NGX_HTTP_SESSION_SQL_IDEM_IMAGE("i"), "i")
+
+/* the row of a keyed upload: the check columns, the image's, the key's */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_KEYED_ROW(p, h)                           \
     " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
     NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ", "                                 \
-    NGX_HTTP_SESSION_SQL_IDEM_COLS("7", "8",                                  \
-                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("i"))       \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS(p, h, NGX_HTTP_SESSION_SQL_IDEM_KEPT("i")) \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"                    \
     NGX_HTTP_SESSION_SQL_IDEM_FROM
+
+/*
+ * A streamed upload (an image over session_image_chunk_size, see
+ * db_copy.c) is one transaction of three statements on a connection of
+ * its own: the session takes the image (BEGIN), the bytes are copied
+ * into a new images row, and the image is announced (then COMMIT).
+ * What commits is what IMAGE_UPLOAD commits.
+ *
+ * $1 project, $2 session id: the check columns and the session's
+ * image_count, the new image's sequence (NULL: the session is missing,
+ * another project's, expired or completed); the session row stays
+ * locked until the end of the transaction, as in IMAGE_UPLOAD.
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN                               \
+    "WITH " NGX_HTTP_SESSION_SQL_UPLOAD_SESSION("")                           \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", s.image_count"              \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN s ON true"
+
+/*
+ * $3 key, $4 path, $5 SHA-256, $6 lease: the same under an
+ * Idempotency-Key, whose statement of work it begins (decision (zd)):
+ * the key's advisory lock, held until the COMMIT or ROLLBACK, and its
+ * row (NGX_HTTP_SESSION_SQL_IDEM_SEEN); the session takes the image only
+ * when NGX_HTTP_SESSION_SQL_IDEM_GO.  The key's two columns follow, kept
+ * always false: the answer is kept by the end, with the image.
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED                         \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("3", "4", "5", "6") ", "           \
+    NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO) \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", s.image_count, "            \
+    NGX_HTTP_SESSION_SQL_IDEM_COLS("4", "5", "false")                         \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN s ON true"                    \
+    NGX_HTTP_SESSION_SQL_IDEM_FROM
+
+/*
+ * The row, in COPY's binary format (the worker writes it): the session,
+ * the sequence, content type, size, the bytes, and their SHA-256 last,
+ * as it is computed while they stream
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_COPY                                       \
+    "COPY images (session_id, sequence, content_type, size, content,"         \
+    " sha256) FROM STDIN (FORMAT binary)"
+
+/*
+ * $1 project, $2 session id, $3 the sequence: the columns of
+ * IMAGE_UPLOAD, its notification and outbox row
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END                                 \
+    "WITH " NGX_HTTP_SESSION_SQL_STREAM_WORK                                  \
+    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
+    NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
+
+/* the CTEs s, i, o of the streamed upload's end */
+#define NGX_HTTP_SESSION_SQL_STREAM_WORK                                      \
+    "s AS (SELECT s.id, s.project_id, s.image_count, s.delivery_mode,"        \
+    " s.webhook_url FROM sessions s WHERE s.id = $2::uuid"                    \
+    " AND s.project_id = $1::uuid),"                                          \
+    " i AS (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                 \
+    " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n"    \
+    " FROM images i WHERE i.session_id = $2::uuid"                            \
+    " AND i.sequence = $3::integer),"                                         \
+    NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
+
+/*
+ * $4 key, $5 path, $6 SHA-256, $7 lease: the same, and the answer kept
+ * as IMAGE_UPLOAD_KEYED keeps it, with its columns: a row of the key
+ * committed since the beginning (by a node of the previous version,
+ * which takes no advisory lock) undoes the whole upload
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END_KEYED                           \
+    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("4", "5", "6", "7") ", "           \
+    NGX_HTTP_SESSION_SQL_STREAM_WORK ", "                                     \
+    NGX_HTTP_SESSION_SQL_IDEM_UPLOADED("4", "5", "6", "7")                    \
+    NGX_HTTP_SESSION_SQL_UPLOAD_KEYED_ROW("5", "6")
 
 /*
  * $1 project, $2 session id, $3 acknowledged or NULL, $4 after this
@@ -521,22 +616,33 @@
 
 /*
  * $1 project, $2 session id, $3 image id or NULL, $4 If-None-Match tags
- * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD):
- * the check columns, content type (NULL: no such image), etag, size,
- * whether the tags hold the image's, and the bytes (NULL when not
- * modified or not wanted, so that PostgreSQL neither reads nor sends
- * them)
+ * (text[]) or NULL, $5 whether the bytes are wanted (false for HEAD), $6
+ * the most bytes wanted: the check columns, content type (NULL: no such
+ * image), etag, size, whether the tags hold the image's, and the first
+ * $6 bytes (NULL when not modified or not wanted, so that PostgreSQL
+ * neither reads nor sends them).  The content is stored uncompressed out
+ * of line (src/sql/004_images.sql): a slice reads only its own pieces.
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_CONTENT                                    \
     "SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", i.content_type,"             \
     " encode(i.sha256, 'hex'), i.size, t.hit,"                                \
-    " CASE WHEN $5::boolean AND NOT t.hit THEN i.content END"                 \
+    " CASE WHEN $5::boolean AND NOT t.hit"                                    \
+    " THEN substring(i.content FROM 1 FOR $6::integer) END"                   \
     NGX_HTTP_SESSION_SQL_CHECK_FROM                                           \
     " LEFT JOIN images i ON x.project_id = $1::uuid AND i.id = $3::uuid"      \
     " AND i.session_id = x.id"                                                \
     " LEFT JOIN LATERAL (SELECT coalesce('*' = ANY ($4::text[])"              \
     " OR encode(i.sha256, 'hex') = ANY ($4::text[]), false) AS hit) t"        \
     " ON true"
+
+/*
+ * The rest of a download, a slice at a time: $1 image id, $2 session id,
+ * $3 the first byte (from 1), $4 the most bytes: the slice, or no row
+ * when the image is gone meanwhile (its session deleted)
+ */
+#define NGX_HTTP_SESSION_SQL_IMAGE_SLICE                                      \
+    "SELECT substring(i.content FROM $3::integer FOR $4::integer)"            \
+    " FROM images i WHERE i.id = $1::uuid AND i.session_id = $2::uuid"
 
 
 /*
@@ -591,6 +697,7 @@ typedef enum {
     NGX_HTTP_SESSION_STMT_SESSION_CREATE_COUNTED_KEYED,
     NGX_HTTP_SESSION_STMT_IDEM_STORE,
     NGX_HTTP_SESSION_STMT_IDEM_READ,
+    NGX_HTTP_SESSION_STMT_IMAGE_SLICE,
     NGX_HTTP_SESSION_NSTMTS
 } ngx_http_session_stmt_e;
 
@@ -607,6 +714,7 @@ typedef enum {
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_LIST)                               \
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_GET)                                \
      | (1U << NGX_HTTP_SESSION_STMT_IMAGE_CONTENT)                            \
+     | (1U << NGX_HTTP_SESSION_STMT_IMAGE_SLICE)                              \
      | (1U << NGX_HTTP_SESSION_STMT_POLL)                                     \
      | (1U << NGX_HTTP_SESSION_STMT_IDEM_READ))
 

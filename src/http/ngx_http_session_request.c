@@ -230,6 +230,64 @@ ngx_http_session_read_body(ngx_http_request_t *r, size_t max, size_t *len)
 }
 
 
+off_t
+ngx_http_session_body_size(ngx_http_request_t *r)
+{
+    off_t         size;
+    ngx_chain_t  *cl;
+
+    size = 0;
+
+    if (r->request_body == NULL) {
+        return 0;
+    }
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        size += ngx_buf_size(cl->buf);
+    }
+
+    return size;
+}
+
+
+ssize_t
+ngx_http_session_body_read(ngx_http_request_t *r, off_t offset, u_char *buf,
+    size_t size)
+{
+    off_t         len;
+    ssize_t       n;
+    ngx_buf_t    *b;
+    ngx_chain_t  *cl;
+
+    if (r->request_body == NULL) {
+        return 0;
+    }
+
+    for (cl = r->request_body->bufs; cl; cl = cl->next) {
+        b = cl->buf;
+        len = ngx_buf_size(b);
+
+        if (offset >= len) {
+            offset -= len;
+            continue;
+        }
+
+        size = (size_t) ngx_min((off_t) size, len - offset);
+
+        if (ngx_buf_in_memory(b)) {
+            ngx_memcpy(buf, b->pos + offset, size);
+            return size;
+        }
+
+        n = ngx_read_file(b->file, buf, size, b->file_pos + offset);
+
+        return (n == (ssize_t) size) ? n : NGX_ERROR;
+    }
+
+    return 0;
+}
+
+
 ngx_int_t
 ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
     ngx_str_t *name, ngx_str_t *value)

@@ -47,6 +47,17 @@ char *ngx_http_session_project(ngx_http_request_t *r,
 u_char *ngx_http_session_read_body(ngx_http_request_t *r, size_t max,
     size_t *len);
 
+/* the size of the body that was read (memory and temporary file) */
+off_t ngx_http_session_body_size(ngx_http_request_t *r);
+
+/*
+ * Up to size bytes of the body from offset into buf, from memory or from
+ * the temporary file: their count (fewer where a buffer ends), 0 past
+ * the end, NGX_ERROR when the file cannot be read
+ */
+ssize_t ngx_http_session_body_read(ngx_http_request_t *r, off_t offset,
+    u_char *buf, size_t size);
+
 /*
  * Stage 5 from the first row of a session-scoped statement's result
  * (project and status in the given columns): NGX_HTTP_SESSION_ERR_LAST

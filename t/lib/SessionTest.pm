@@ -763,6 +763,14 @@ sub check_init {
 
     return unless defined $block->check;
 
+    # a block skipped by "--- skip_eval: N: CODE" runs no check either
+    if (defined $block->skip_eval
+        && $block->skip_eval =~ /^\s*\d+\s*:\s*(.*?)\s*$/s)
+    {
+        my $skip = eval "package main; $1";
+        return if $skip;
+    }
+
     (my $check = $block->check) =~ s/\s+//g;
     die "no check $check" unless $checks->{$check};
 
@@ -810,10 +818,27 @@ sub run_action {
 sub db_http_config {
     my ($block, $lines) = @_;
 
-    return if defined $block->http_config;
+    # TEST_NGINX_SESSION_IMAGE_CHUNK: a script run again with images
+    # streamed in pieces of that size (t/042, t/043, t/045), its blocks
+    # with an http_config of their own too
+    my $chunk = $ENV{TEST_NGINX_SESSION_IMAGE_CHUNK};
+
+    if (defined $block->http_config) {
+        my $conf = $block->http_config;
+
+        if ($chunk && $conf =~ /^\s*session_db\s/m
+            && $conf !~ /session_image_chunk_size/)
+        {
+            $block->set_value('http_config',
+                              "$conf\n    session_image_chunk_size $chunk;\n");
+        }
+
+        return;
+    }
 
     $block->set_value('http_config',
                       "session_db \$TEST_NGINX_SESSION_DB_CONF;\n"
+                      . ($chunk ? "session_image_chunk_size $chunk;\n" : '')
                       . ($lines // ''));
 }
 

@@ -553,6 +553,36 @@ START_TEST(test_key_hash)
 END_TEST
 
 
+/*
+ * A digest of its own (a streamed upload's) is not disturbed by the
+ * process's context hashing something else between two of its pieces
+ */
+START_TEST(test_sha256_new)
+{
+    unsigned int    len;
+    unsigned char   digest[32], hex[64], hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+    EVP_MD_CTX     *md;
+
+    md = ngx_http_session_sha256_new();
+    ck_assert_ptr_nonnull(md);
+
+    ck_assert_int_eq(EVP_DigestUpdate(md, "a", 1), 1);
+    ck_assert_int_eq(ngx_http_session_key_hash(U(KEY_L), hash), 0);
+    ck_assert_int_eq(EVP_DigestUpdate(md, "bc", 2), 1);
+
+    ck_assert_int_eq(EVP_DigestFinal_ex(md, digest, &len), 1);
+    ck_assert_uint_eq(len, 32);
+    EVP_MD_CTX_free(md);
+
+    ngx_http_session_hex(digest, sizeof(digest), hex);
+
+    /* sha256("abc"), FIPS 180-2 */
+    ck_assert_int_eq(memcmp(hex, "ba7816bf8f01cfea414140de5dae2223"
+                                 "b00361a396177a9cb410ff61f20015ad", 64), 0);
+}
+END_TEST
+
+
 /* the hash works on a copy: the key itself keeps its case */
 START_TEST(test_key_hash_leaves_key)
 {
@@ -782,6 +812,7 @@ make_key_suite(void)
     tcase_add_test(tc, test_key_hash_leaves_key);
     tcase_add_loop_test(tc, test_key_hash_case_twins, 0, 16);
     tcase_add_test(tc, test_header_to_stored_hash);
+    tcase_add_test(tc, test_sha256_new);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("hex");

@@ -1,0 +1,1201 @@
+/*
+ * Streamed uploads: a COPY ... FROM STDIN inside a transaction, on
+ * connections of their own, session_image_upload_connections per worker,
+ * opened when the first upload needs one.  libpq allows no COPY in
+ * pipeline mode, and a transaction of several statements holds its
+ * connection until COMMIT: the pool's connections, shared a statement at
+ * a time by every request, stay with the other queries.
+ *
+ * A copy waits for a free connection (session_db_timeout from the last
+ * move of the queue), then, in four round trips: BEGIN and before under
+ * one Sync (pipeline mode), whose handler decides to go on or to roll
+ * back; the COPY (its start, then its end), fed a piece at a time: the
+ * next piece is read only once libpq has sent the previous one, so that
+ * neither the worker nor libpq holds more than a piece; after and COMMIT
+ * under one Sync.  The statements are prepared once per connection.
+ * Each step is bounded by session_db_timeout.  A failure closes the
+ * connection (the server rolls the transaction back) and the connection
+ * is opened again.
+ */
+
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_db_conn.h"
+#include "ngx_http_session_stats.h"
+
+
+/* pieces handed to libpq in one turn of the event loop, at most */
+#define NGX_HTTP_SESSION_DB_COPY_TURN  16
+
+/* a copy that failed in go(): its handler runs from the posted event */
+#define NGX_HTTP_SESSION_DB_COPY_FAILED  (NGX_HTTP_SESSION_DB_COPY_DONE + 1)
+
+
+typedef struct {
+    /*
+     * "PREPARE ngx_upload_1 AS ...; ...": sent once per connection; NULL
+     * through a pooler in transaction mode (session_db_pooler)
+     */
+    char                        *prepare;
+    ngx_http_session_db_conn_t  *conns;
+    ngx_uint_t                   nconns;
+    /* the connections opened so far: they open as uploads need them */
+    ngx_uint_t                   opened;
+    /* copies that wait for a connection, each until its timeout */
+    ngx_queue_t                  waiting;
+    ngx_msec_t                   timeout;
+    /* session_db_pooler */
+    ngx_uint_t                   pooler;
+} ngx_http_session_db_copies_t;
+
+
+static ngx_int_t ngx_http_session_db_copy_start(
+    ngx_http_session_db_copy_t *cp, ngx_http_session_db_conn_t *dc);
+static char *ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle);
+static ngx_int_t ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
+    ngx_http_session_db_query_t *q, ngx_uint_t begin);
+static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q);
+static void ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_checked(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
+static void ngx_http_session_db_copy_failed(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_reader(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_drained(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_copy_pump(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_resume(ngx_event_t *ev);
+static void ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp,
+    PGresult *res, ngx_uint_t abort);
+static void ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_dispatch(void);
+static void ngx_http_session_db_copy_timeout(ngx_event_t *ev);
+static void ngx_http_session_db_copy_cleanup(void *data);
+
+
+static ngx_http_session_db_copies_t  *ngx_http_session_db_copies;
+
+/* the statements of the copies' owners, prepared as ngx_upload_<n + 1> */
+static const char  *ngx_http_session_db_copy_stmts[] = {
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN,
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED,
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END,
+    NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END_KEYED
+};
+
+#define NGX_HTTP_SESSION_DB_COPY_NSTMTS                                       \
+    (sizeof(ngx_http_session_db_copy_stmts) / sizeof(const char *))
+
+
+ngx_int_t
+ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                     i;
+    const char                    *options;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copies_t  *copies;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+    if (smcf == NULL || !smcf->enabled) {
+        return NGX_OK;
+    }
+
+    copies = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_copies_t));
+    if (copies == NULL) {
+        return NGX_ERROR;
+    }
+
+    copies->nconns = smcf->image_upload_connections;
+    copies->conns = ngx_pcalloc(cycle->pool, copies->nconns
+                                * sizeof(ngx_http_session_db_conn_t));
+    if (copies->conns == NULL) {
+        return NGX_ERROR;
+    }
+
+    /*
+     * As the pool's (decisions (pa), (pc)): no startup options through a
+     * pooler, no statement prepared through one that pools transactions
+     * (each goes with its text); a streamed upload's transaction keeps
+     * its server connection from BEGIN to COMMIT there too
+     */
+
+    copies->pooler = smcf->db_pooler;
+
+    options = NULL;
+
+    if (copies->pooler == NGX_HTTP_SESSION_POOLER_OFF) {
+        options = ngx_http_session_db_options(cycle, &smcf->db_options);
+        if (options == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    if (copies->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
+        copies->prepare = ngx_http_session_db_copy_prepare(cycle);
+        if (copies->prepare == NULL) {
+            return NGX_ERROR;
+        }
+    }
+
+    ngx_queue_init(&copies->waiting);
+    copies->timeout = smcf->db_timeout;
+
+    for (i = 0; i < copies->nconns; i++) {
+        dc = &copies->conns[i];
+
+        dc->log = cycle->log;
+        dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->role = "nginx session upload";
+        dc->hosts = smcf->db_hosts;
+        dc->options = options;
+        dc->timeout = smcf->db_timeout;
+        dc->check = smcf->db_idle_check;
+        dc->ready = ngx_http_session_db_copy_ready;
+        dc->answer = ngx_http_session_db_copy_answer;
+        dc->checked = ngx_http_session_db_copy_checked;
+        dc->failed = ngx_http_session_db_copy_failed;
+    }
+
+    ngx_http_session_db_copies = copies;
+
+    return NGX_OK;
+}
+
+
+void
+ngx_http_session_db_copy_exit_process(ngx_cycle_t *cycle)
+{
+    ngx_uint_t                     i;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    if (copies == NULL) {
+        return;
+    }
+
+    for (i = 0; i < copies->opened; i++) {
+        ngx_http_session_db_conn_close(&copies->conns[i]);
+    }
+
+    ngx_http_session_db_copies = NULL;
+}
+
+
+ngx_http_session_db_copy_t *
+ngx_http_session_db_copy_create(ngx_http_request_t *r, size_t size)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = ngx_pcalloc(r->pool, sizeof(ngx_http_session_db_copy_t));
+    if (cp == NULL) {
+        return NULL;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    cln->handler = ngx_http_session_db_copy_cleanup;
+    cln->data = cp;
+
+    cp->request = r;
+    cp->log = r->connection->log;
+    cp->size = size;
+
+    cp->timeout.handler = ngx_http_session_db_copy_timeout;
+    cp->timeout.data = cp;
+    cp->timeout.log = cp->log;
+
+    cp->resume.handler = ngx_http_session_db_copy_resume;
+    cp->resume.data = cp;
+    cp->resume.log = cp->log;
+
+    return cp;
+}
+
+
+ngx_int_t
+ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
+{
+    ngx_uint_t                     i, alive;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    if (copies == NULL) {
+        return NGX_DECLINED;
+    }
+
+    alive = 0;
+
+    for (i = 0; i < copies->opened; i++) {
+        dc = &copies->conns[i];
+
+        if (dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL
+            && ngx_http_session_db_copy_start(cp, dc) == NGX_OK)
+        {
+            return NGX_OK;
+        }
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (copies->opened < copies->nconns) {
+        dc = &copies->conns[copies->opened++];
+
+        ngx_http_session_db_conn_add(dc);
+        ngx_http_session_db_conn_open(dc);
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (alive == 0) {
+        ngx_http_session_stat(db_failures, 1);
+        return NGX_DECLINED;
+    }
+
+    /* a connection will be free: the others' uploads end, or it connects */
+
+    ngx_queue_insert_tail(&copies->waiting, &cp->queue);
+    cp->queued = 1;
+
+    ngx_add_timer(&cp->timeout, copies->timeout);
+
+    return NGX_OK;
+}
+
+
+static char *
+ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle)
+{
+    u_char      *p, *prepare;
+    size_t       len;
+    ngx_uint_t   i;
+
+    len = 1;
+
+    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
+        len += sizeof("PREPARE ngx_upload_ AS ; ") - 1 + NGX_INT_T_LEN
+               + ngx_strlen(ngx_http_session_db_copy_stmts[i]);
+    }
+
+    prepare = ngx_pnalloc(cycle->pool, len);
+    if (prepare == NULL) {
+        return NULL;
+    }
+
+    p = prepare;
+
+    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
+        p = ngx_sprintf(p, "PREPARE ngx_upload_%ui AS %s; ", i + 1,
+                        ngx_http_session_db_copy_stmts[i]);
+    }
+
+    *p = '\0';
+
+    return (char *) prepare;
+}
+
+
+/* cp takes the free connection dc: BEGIN and before */
+
+static ngx_int_t
+ngx_http_session_db_copy_start(ngx_http_session_db_copy_t *cp,
+    ngx_http_session_db_conn_t *dc)
+{
+    dc->data = cp;
+    cp->conn = dc;
+
+    if (ngx_http_session_db_copy_pair(cp, cp->before, 1) != NGX_OK) {
+        /* nobody's yet: the connection connects again */
+        dc->data = NULL;
+        cp->conn = NULL;
+        ngx_http_session_db_conn_fail(dc);
+        return NGX_ERROR;
+    }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_BEFORE;
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+
+    return NGX_OK;
+}
+
+
+/*
+ * BEGIN and q, or q and COMMIT, under one Sync: one round trip; the
+ * connection leaves pipeline mode once the Sync is answered
+ */
+
+static ngx_int_t
+ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
+    ngx_http_session_db_query_t *q, ngx_uint_t begin)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    cp->npipe = 0;
+
+    if (!PQenterPipelineMode(dc->pg)
+        || (begin
+            && !PQsendQueryParams(dc->pg, "BEGIN", 0, NULL, NULL, NULL, NULL,
+                                  0))
+        || ngx_http_session_db_copy_send(dc, q) != NGX_OK
+        || (!begin
+            && !PQsendQueryParams(dc->pg, "COMMIT", 0, NULL, NULL, NULL,
+                                  NULL, 0))
+        || !PQpipelineSync(dc->pg))
+    {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        return NGX_ERROR;
+    }
+
+    dc->reader = ngx_http_session_db_copy_pipe;
+
+    return ngx_http_session_db_conn_busy(dc);
+}
+
+
+/* q to libpq: by name where the connection prepared it, binary results */
+
+static ngx_int_t
+ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+    ngx_http_session_db_query_t *q)
+{
+    ngx_uint_t  i;
+    u_char      name[sizeof("ngx_upload_") + NGX_INT_T_LEN];
+
+    for (i = 0; dc->prepared && i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
+        if (q->sql == ngx_http_session_db_copy_stmts[i]) {
+            ngx_sprintf(name, "ngx_upload_%ui%Z", i + 1);
+
+            return PQsendQueryPrepared(dc->pg, (char *) name, q->nparams,
+                                       q->values, q->lengths, q->formats, 1)
+                   ? NGX_OK : NGX_ERROR;
+        }
+    }
+
+    return PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
+                             q->lengths, q->formats, 1)
+           ? NGX_OK : NGX_ERROR;
+}
+
+
+/*
+ * dc's reader while a pair runs: each statement's first result (or its
+ * error) is kept, then at the Sync the pair is over
+ */
+
+static void
+ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc)
+{
+    PGresult                    *res;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp == NULL) {
+        /* not left this way: a copy that goes away closes it */
+        ngx_http_session_db_conn_fail(dc);
+        return;
+    }
+
+    while (!PQisBusy(dc->pg)) {
+        res = PQgetResult(dc->pg);
+
+        if (res == NULL) {
+            /* the end of a statement's results */
+            cp->npipe++;
+            continue;
+        }
+
+        if (PQresultStatus(res) == PGRES_PIPELINE_SYNC) {
+            PQclear(res);
+
+            if (!PQexitPipelineMode(dc->pg)) {
+                ngx_http_session_db_copy_fail(cp, NULL, 1);
+                return;
+            }
+
+            dc->reader = NULL;
+            ngx_http_session_db_conn_idle(dc);
+
+            ngx_http_session_db_copy_paired(cp);
+            return;
+        }
+
+        if (cp->npipe < 2 && cp->pipe[cp->npipe] == NULL) {
+            cp->pipe[cp->npipe] = res;
+
+        } else {
+            PQclear(res);
+        }
+    }
+
+    if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_http_session_db_conn_fail(dc);
+    }
+}
+
+
+/* a pair is answered: before's result to the owner, or after's */
+
+static void
+ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
+{
+    PGresult        *first, *second, *res, *other;
+    ngx_uint_t       before;
+    ExecStatusType   want;
+
+    first = cp->pipe[0];
+    second = cp->pipe[1];
+    cp->pipe[0] = NULL;
+    cp->pipe[1] = NULL;
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    before = (cp->phase == NGX_HTTP_SESSION_DB_COPY_BEFORE);
+
+    /* the owner's statement, and BEGIN or COMMIT */
+
+    res = before ? second : first;
+    other = before ? first : second;
+    want = PGRES_COMMAND_OK;
+
+    if (other == NULL || PQresultStatus(other) != want
+        || (!before && ngx_strcmp(PQcmdStatus(other), "COMMIT") != 0))
+    {
+        /* the error is the first statement's: the second did not run */
+
+        if (before) {
+            if (res) {
+                PQclear(res);
+            }
+
+            ngx_http_session_db_copy_fail(cp, other, 1);
+            return;
+        }
+
+        if (res && PQresultStatus(res) == PGRES_TUPLES_OK) {
+            ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                          "session db: the upload was not committed");
+            PQclear(res);
+            res = NULL;
+
+            if (other && PQresultStatus(other) == PGRES_FATAL_ERROR) {
+                res = other;
+                other = NULL;
+            }
+        }
+
+        if (other) {
+            PQclear(other);
+        }
+
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    PQclear(other);
+
+    if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    if (before) {
+
+        /*
+         * The owner goes on or stops before the handler returns; it may
+         * also finalize its request, which frees cp
+         */
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DECIDE;
+        cp->handler(cp, res);
+        PQclear(res);
+        return;
+    }
+
+    ngx_http_session_db_copy_release(cp);
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+    ngx_http_session_stat(db_queries, 1);
+
+    cp->handler(cp, res);
+    PQclear(res);
+
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+void
+ngx_http_session_db_copy_go(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    if (dc == NULL || cp->phase != NGX_HTTP_SESSION_DB_COPY_DECIDE) {
+        return;
+    }
+
+    cp->buf = ngx_palloc(cp->request->pool, cp->size);
+
+    if (cp->buf == NULL
+        || ngx_http_session_db_conn_send(dc, cp->copy) != NGX_OK)
+    {
+        /* the handler is not called again before go() returns */
+        ngx_http_session_db_copy_release(cp);
+        ngx_http_session_db_conn_fail(dc);
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_FAILED;
+        ngx_post_event(&cp->resume, &ngx_posted_events);
+        return;
+    }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_START;
+    cp->pos = 0;
+    cp->len = 0;
+
+    /* while the COPY runs, its owner reads, and feeds libpq as it drains */
+    dc->reader = ngx_http_session_db_copy_reader;
+    dc->drained = ngx_http_session_db_copy_drained;
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+}
+
+
+/*
+ * The owner answers once the ROLLBACK is: the locks of before (the
+ * session's row, an Idempotency-Key's advisory lock) are free by then,
+ * and an answer kept for the key meanwhile does not find its own lock
+ * taken
+ */
+
+void
+ngx_http_session_db_copy_stop(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    if (dc == NULL || cp->phase != NGX_HTTP_SESSION_DB_COPY_DECIDE) {
+        return;
+    }
+
+    cp->stopped = 1;
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_ROLLBACK;
+
+    if (ngx_http_session_db_conn_send(dc, "ROLLBACK") != NGX_OK) {
+        /* closed: the server rolls back; the handler runs when posted */
+        ngx_http_session_db_copy_release(cp);
+        ngx_http_session_db_conn_fail(dc);
+
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_FAILED;
+        ngx_post_event(&cp->resume, &ngx_posted_events);
+        return;
+    }
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+}
+
+
+/* connected: the statements first, as the pool does */
+
+static void
+ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+
+    /* behind a pooler that session_db_pooler does not name: unprepared */
+
+    if (copies && copies->prepare && !dc->prepared
+        && !(dc->pooled && copies->pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    {
+        dc->preparing = 1;
+
+        if (ngx_http_session_db_conn_send(dc, copies->prepare) != NGX_OK) {
+            dc->preparing = 0;
+            ngx_http_session_db_conn_fail(dc);
+        }
+
+        return;
+    }
+
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+static void
+ngx_http_session_db_copy_checked(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+/*
+ * The answer to what was sent alone: the PREPARE, the end of the COPY,
+ * or a ROLLBACK (whose copy may be over)
+ */
+
+static void
+ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
+    PGresult *res)
+{
+    ngx_connection_t            *c;
+    ngx_http_session_db_copy_t  *cp;
+
+    if (dc->preparing) {
+        dc->preparing = 0;
+        dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
+
+        if (!dc->prepared) {
+            ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                          "session db: preparing the upload statements "
+                          "failed, they are sent as text on this "
+                          "connection");
+        }
+
+        ngx_http_session_db_conn_clear(dc, res);
+        ngx_http_session_db_copy_dispatch();
+        return;
+    }
+
+    cp = dc->data;
+
+    if (cp == NULL) {
+        /* the connection is free */
+        ngx_http_session_db_conn_clear(dc, res);
+        ngx_http_session_db_copy_dispatch();
+        return;
+    }
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_ROLLBACK) {
+        ngx_http_session_db_copy_release(cp);
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+        if (res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK) {
+            /* the transaction's state is not known: a new connection */
+            ngx_http_session_db_conn_clear(dc, res);
+            ngx_http_session_db_conn_close(dc);
+            ngx_http_session_db_conn_open(dc);
+
+        } else {
+            PQclear(res);
+        }
+
+        c = cp->request->connection;
+
+        cp->handler(cp, NULL);
+        ngx_http_run_posted_requests(c);
+
+        ngx_http_session_db_copy_dispatch();
+        return;
+    }
+
+    if (cp->phase != NGX_HTTP_SESSION_DB_COPY_END
+        || res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK)
+    {
+        ngx_http_session_db_copy_fail(cp, res, 1);
+        return;
+    }
+
+    PQclear(res);
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    if (ngx_http_session_db_copy_pair(cp, cp->after, 0) != NGX_OK) {
+        ngx_http_session_db_copy_fail(cp, NULL, 1);
+        return;
+    }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_AFTER;
+
+    ngx_add_timer(&cp->timeout, dc->timeout);
+}
+
+
+/* dc failed and is closed (it connects again after its backoff) */
+
+static void
+ngx_http_session_db_copy_failed(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+    dc->data = NULL;
+
+    if (cp) {
+        cp->conn = NULL;
+        ngx_http_session_db_copy_fail(cp, NULL, 0);
+    }
+
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+/*
+ * dc's reader while the COPY runs: its start, then anything the server
+ * says while the data flows (it only speaks to refuse it)
+ */
+
+static void
+ngx_http_session_db_copy_reader(ngx_http_session_db_conn_t *dc)
+{
+    PGresult                    *res;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp == NULL || PQisBusy(dc->pg)) {
+        return;
+    }
+
+    res = PQgetResult(dc->pg);
+
+    if (res && PQresultStatus(res) == PGRES_COPY_IN) {
+        PQclear(res);
+
+        if (cp->phase == NGX_HTTP_SESSION_DB_COPY_START) {
+            cp->phase = NGX_HTTP_SESSION_DB_COPY_DATA;
+        }
+
+        /* the read may have flushed what libpq held: no write event */
+
+        if (!dc->unsent) {
+            ngx_http_session_db_copy_pump(cp);
+        }
+
+        return;
+    }
+
+    ngx_http_session_db_copy_fail(cp, res, 1);
+}
+
+
+/* libpq has sent the last piece */
+
+static void
+ngx_http_session_db_copy_drained(ngx_http_session_db_conn_t *dc)
+{
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = dc->data;
+
+    if (cp && cp->phase == NGX_HTTP_SESSION_DB_COPY_DATA) {
+        ngx_http_session_db_copy_pump(cp);
+    }
+}
+
+
+/*
+ * Feeds the COPY: a piece is read and handed to libpq once the previous
+ * one is out, up to a turn's worth; then the other events have a turn
+ */
+
+static void
+ngx_http_session_db_copy_pump(ngx_http_session_db_copy_t *cp)
+{
+    int                          rc;
+    ssize_t                      n;
+    ngx_uint_t                   i;
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_TURN; i++) {
+
+        if (cp->pos == cp->len) {
+            /*
+             * a piece and the 5 bytes of its message fill libpq's
+             * output buffer, which then grows to the piece's size, no more
+             */
+            n = cp->read(cp, cp->buf, cp->size - 5);
+
+            if (n < 0) {
+                ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                              "session db: the upload's data could not be "
+                              "read");
+                ngx_http_session_db_copy_fail(cp, NULL, 1);
+                return;
+            }
+
+            if (n == 0) {
+                break;
+            }
+
+            cp->pos = 0;
+            cp->len = n;
+        }
+
+        rc = PQputCopyData(dc->pg, (const char *) cp->buf + cp->pos,
+                           (int) (cp->len - cp->pos));
+
+        if (rc != 1) {
+            /* 0: libpq could not make room, it has sent what it held */
+            ngx_log_error(NGX_LOG_ERR, cp->log, 0,
+                          "session db: copy failed: %s",
+                          ngx_http_session_db_message(
+                                                  PQerrorMessage(dc->pg)));
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        cp->copied += cp->len - cp->pos;
+        cp->pos = cp->len;
+
+        if (ngx_http_session_db_conn_busy(dc) != NGX_OK) {
+            ngx_http_session_db_copy_fail(cp, NULL, 1);
+            return;
+        }
+
+        /* progress: the step's timeout starts again */
+
+        if (cp->timeout.timer_set) {
+            ngx_del_timer(&cp->timeout);
+        }
+
+        ngx_add_timer(&cp->timeout, dc->timeout);
+
+        if (dc->unsent) {
+            /* the socket is full: drained() calls again */
+            return;
+        }
+    }
+
+    if (i == NGX_HTTP_SESSION_DB_COPY_TURN) {
+        ngx_post_event(&cp->resume, &ngx_posted_events);
+        return;
+    }
+
+    /* the data is over: COPY's answer, then after */
+
+    if (PQputCopyEnd(dc->pg, NULL) != 1) {
+        ngx_log_error(NGX_LOG_ERR, cp->log, 0, "session db: copy failed: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+        ngx_http_session_db_copy_fail(cp, NULL, 1);
+        return;
+    }
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_END;
+
+    dc->reader = NULL;
+    dc->drained = NULL;
+
+    if (ngx_http_session_db_conn_busy(dc) != NGX_OK) {
+        ngx_http_session_db_copy_fail(cp, NULL, 1);
+    }
+}
+
+
+static void
+ngx_http_session_db_copy_resume(ngx_event_t *ev)
+{
+    ngx_connection_t            *c;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = ev->data;
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_FAILED) {
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+        c = cp->request->connection;
+        cp->handler(cp, NULL);
+        ngx_http_run_posted_requests(c);
+        return;
+    }
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_DATA && cp->conn
+        && !cp->conn->unsent)
+    {
+        ngx_http_session_db_copy_pump(cp);
+    }
+}
+
+
+/*
+ * cp is over with res (an error, or NULL): the owner is told; abort:
+ * the connection, in a transaction that must not commit, is closed and
+ * opened again
+ */
+
+static void
+ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp, PGresult *res,
+    ngx_uint_t abort)
+{
+    ngx_connection_t            *c;
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    ngx_http_session_db_copy_release(cp);
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+    if (res && ngx_http_session_db_unavailable(res)) {
+        ngx_log_error(NGX_LOG_ERR, cp->log, 0, "session db: %s",
+                      ngx_http_session_db_message(PQresultErrorMessage(res)));
+        PQclear(res);
+        res = NULL;
+    }
+
+    if (dc && abort) {
+        ngx_http_session_db_conn_close(dc);
+        ngx_http_session_db_conn_open(dc);
+    }
+
+    ngx_http_session_stat(db_failures, 1);
+
+    c = cp->request->connection;
+
+    cp->handler(cp, res);
+
+    if (res) {
+        PQclear(res);
+    }
+
+    ngx_http_run_posted_requests(c);
+}
+
+
+/* cp lets its connection go; no handler of it runs after this but one */
+
+static void
+ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    if (dc) {
+        dc->data = NULL;
+        dc->reader = NULL;
+        dc->drained = NULL;
+        cp->conn = NULL;
+    }
+
+    if (cp->timeout.timer_set) {
+        ngx_del_timer(&cp->timeout);
+    }
+
+    if (cp->resume.posted) {
+        ngx_delete_posted_event(&cp->resume);
+    }
+
+    if (cp->buf) {
+        ngx_pfree(cp->request->pool, cp->buf);
+        cp->buf = NULL;
+    }
+
+    if (cp->pipe[0]) {
+        PQclear(cp->pipe[0]);
+        cp->pipe[0] = NULL;
+    }
+
+    if (cp->pipe[1]) {
+        PQclear(cp->pipe[1]);
+        cp->pipe[1] = NULL;
+    }
+
+    cp->done = 1;
+}
+
+
+/* free connections to the waiting copies, in turn */
+
+static void
+ngx_http_session_db_copy_dispatch(void)
+{
+    ngx_uint_t                     i, alive, moved;
+    ngx_queue_t                   *head, *q;
+    ngx_connection_t              *c;
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copy_t    *cp;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    if (copies == NULL) {
+        return;
+    }
+
+    alive = 0;
+    moved = 0;
+
+    for (i = 0; i < copies->opened; i++) {
+        dc = &copies->conns[i];
+
+        if (!ngx_queue_empty(&copies->waiting)
+            && dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL)
+        {
+            head = ngx_queue_head(&copies->waiting);
+            cp = ngx_queue_data(head, ngx_http_session_db_copy_t, queue);
+
+            ngx_queue_remove(head);
+            cp->queued = 0;
+
+            if (ngx_http_session_db_copy_start(cp, dc) == NGX_OK) {
+                moved = 1;
+
+            } else {
+                ngx_queue_insert_head(&copies->waiting, &cp->queue);
+                cp->queued = 1;
+            }
+        }
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (ngx_queue_empty(&copies->waiting)) {
+        return;
+    }
+
+    /*
+     * The queue moves: those behind wait session_db_timeout from now.  A
+     * burst of large uploads is served in turn however long it takes; a
+     * database that stops taking them fails them within the timeout.
+     */
+
+    if (moved) {
+        for (q = ngx_queue_head(&copies->waiting);
+             q != ngx_queue_sentinel(&copies->waiting);
+             q = ngx_queue_next(q))
+        {
+            cp = ngx_queue_data(q, ngx_http_session_db_copy_t, queue);
+
+            if (cp->timeout.timer_set) {
+                ngx_del_timer(&cp->timeout);
+            }
+
+            ngx_add_timer(&cp->timeout, copies->timeout);
+        }
+    }
+
+    if (copies->opened < copies->nconns) {
+        dc = &copies->conns[copies->opened++];
+
+        ngx_http_session_db_conn_add(dc);
+        ngx_http_session_db_conn_open(dc);
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
+            alive++;
+        }
+    }
+
+    if (alive) {
+        return;
+    }
+
+    /* every connection is down: the waiting uploads answer now */
+
+    while (!ngx_queue_empty(&copies->waiting)) {
+        head = ngx_queue_head(&copies->waiting);
+        cp = ngx_queue_data(head, ngx_http_session_db_copy_t, queue);
+
+        ngx_queue_remove(head);
+        cp->queued = 0;
+
+        ngx_http_session_db_copy_release(cp);
+        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
+
+        ngx_http_session_stat(db_failures, 1);
+
+        c = cp->request->connection;
+        cp->handler(cp, NULL);
+        ngx_http_run_posted_requests(c);
+    }
+}
+
+
+static void
+ngx_http_session_db_copy_timeout(ngx_event_t *ev)
+{
+    ngx_http_session_db_conn_t  *dc;
+    ngx_http_session_db_copy_t  *cp;
+
+    cp = ev->data;
+
+    ngx_log_error(NGX_LOG_ERR, ev->log, 0,
+                  "session db: upload timed out %s",
+                  cp->queued ? "waiting for a connection"
+                             : "waiting for the database");
+
+    if (cp->queued) {
+        ngx_queue_remove(&cp->queue);
+        cp->queued = 0;
+    }
+
+    dc = cp->conn;
+
+    if (dc) {
+        /* as a query that timed out: connect again after the backoff */
+        ngx_http_session_db_copy_release(cp);
+        ngx_http_session_db_conn_fail(dc);
+    }
+
+    ngx_http_session_db_copy_fail(cp, NULL, 0);
+}
+
+
+/* the request goes away: a transaction under way must not commit */
+
+static void
+ngx_http_session_db_copy_cleanup(void *data)
+{
+    ngx_http_session_db_copy_t  *cp = data;
+
+    ngx_http_session_db_conn_t  *dc;
+
+    if (cp->queued) {
+        ngx_queue_remove(&cp->queue);
+        cp->queued = 0;
+    }
+
+    dc = cp->conn;
+
+    ngx_http_session_db_copy_release(cp);
+
+    if (dc == NULL) {
+        return;
+    }
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_ROLLBACK) {
+        /* its answer frees the connection */
+        return;
+    }
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_DECIDE) {
+        /* between two statements: ROLLBACK, whose answer frees it */
+        if (ngx_http_session_db_conn_send(dc, "ROLLBACK") != NGX_OK) {
+            ngx_http_session_db_conn_fail(dc);
+        }
+
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_INFO, cp->log, 0,
+                  "session db: an upload under way is given up");
+
+    ngx_http_session_db_conn_close(dc);
+    ngx_http_session_db_conn_open(dc);
+}
