@@ -487,34 +487,25 @@ static ngx_int_t
 ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     u_char **sid)
 {
-    u_char     *p, uuid[16];
-    ngx_int_t   rc;
+    ngx_int_t  rc;
 
     rc = ngx_http_session_no_args(r);
     if (rc != NGX_DECLINED) {
         return rc;
     }
 
-    if (ngx_http_session_uuid_parse(ctx->route.sid, ctx->route.sid_len, uuid)
-        != 0)
-    {
-        return ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
-    }
+    *sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
+                                      &rc);
 
-    p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
-    if (p == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    if (*sid == NULL) {
+        return ngx_http_session_error(r, (rc == NGX_DECLINED)
+                                     ? NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND
+                                     : NGX_HTTP_SESSION_ERR_INTERNAL);
     }
-
-    ngx_http_session_uuid_format(uuid, p);
-    p[NGX_HTTP_SESSION_UUID_LEN] = '\0';
 
     if (ngx_http_session_project(r, ctx) == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
-
-    *sid = p;
 
     return NGX_OK;
 }

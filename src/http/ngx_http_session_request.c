@@ -420,3 +420,34 @@ ngx_http_session_unknown_arg(ngx_http_request_t *r, ngx_str_t *name)
 
     return ngx_http_session_error_message(r, NGX_HTTP_BAD_REQUEST, &msg);
 }
+
+
+/*
+ * The canonical text of a UUID from the path, NUL-terminated; NULL and
+ * *rc NGX_DECLINED when malformed, NGX_ERROR when out of memory.
+ */
+
+u_char *
+ngx_http_session_uuid_text(ngx_http_request_t *r, const u_char *s,
+    size_t len, ngx_int_t *rc)
+{
+    u_char  *p, uuid[NGX_HTTP_SESSION_UUID_BIN_LEN];
+
+    if (ngx_http_session_uuid_parse(s, len, uuid) != 0) {
+        *rc = NGX_DECLINED;
+        return NULL;
+    }
+
+    p = ngx_pnalloc(r->pool, NGX_HTTP_SESSION_UUID_LEN + 1);
+    if (p == NULL) {
+        *rc = NGX_ERROR;
+        return NULL;
+    }
+
+    ngx_http_session_uuid_format(uuid, p);
+    p[NGX_HTTP_SESSION_UUID_LEN] = '\0';
+
+    *rc = NGX_OK;
+
+    return p;
+}

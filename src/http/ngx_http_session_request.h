@@ -130,6 +130,13 @@ ngx_int_t ngx_http_session_arg_limit(ngx_http_request_t *r,
 /* for endpoints that take no query parameter */
 #define ngx_http_session_no_args(r)  ngx_http_session_args(r, NULL, NULL)
 
+/*
+ * The canonical text of a UUID from the path, NUL-terminated; NULL and
+ * *rc NGX_DECLINED when malformed, NGX_ERROR when out of memory.
+ */
+u_char *ngx_http_session_uuid_text(ngx_http_request_t *r, const u_char *s,
+    size_t len, ngx_int_t *rc);
+
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,
     ngx_str_t *name);

@@ -1,0 +1,24 @@
+/*
+ * The bytes of an image (the folder's own, for images.c): GET and HEAD of
+ * .../content, ETag and 304, a slice at a time as the client reads them
+ * (decision (zb)).
+ */
+
+#ifndef _NGX_HTTP_SESSION_IMAGE_CONTENT_H_INCLUDED_
+#define _NGX_HTTP_SESSION_IMAGE_CONTENT_H_INCLUDED_
+
+
+#include "ngx_http_session_common.h"
+#include "ngx_http_session_db.h"
+
+
+/* an image's ETag: its SHA-256 in hex, within the quotes */
+#define NGX_HTTP_SESSION_IMAGE_ETAG_LEN  64
+
+
+/* the db handler of the content statement: the answer, then its slices */
+void ngx_http_session_image_bytes(ngx_http_session_db_query_t *q,
+    PGresult *res);
+
+
+#endif /* _NGX_HTTP_SESSION_IMAGE_CONTENT_H_INCLUDED_ */
