@@ -10,6 +10,8 @@
 
 #include <libpq-fe.h>
 
+#include "ngx_http_session_db.h"
+
 
 /*
  * The key's two columns at the end of a keyed statement's row (the whole
@@ -53,6 +55,36 @@ ngx_int_t ngx_http_session_idem_outcome(ngx_http_request_t *r,
 
 /* SHA-256 of the request body that nginx has read (memory or file) */
 ngx_int_t ngx_http_session_body_sha256(ngx_http_request_t *r, u_char *hash);
+
+
+/*
+ * The statement of an endpoint that does work: the keyed one (see
+ * NGX_HTTP_SESSION_SQL_IDEM_SEEN) for a request with an Idempotency-Key,
+ * else the plain one.
+ */
+ngx_http_session_db_query_t *ngx_http_session_work_query(
+    ngx_http_request_t *r, ngx_http_session_stmt_e plain,
+    ngx_http_session_stmt_e keyed, ngx_http_session_db_handler_pt handler);
+
+/* after the endpoint's own parameters: the key's, if keyed */
+void ngx_http_session_work_params(ngx_http_session_db_query_t *q);
+
+/*
+ * The columns that a keyed statement adds at the end (the key's, see
+ * NGX_HTTP_SESSION_IDEM_NCOLS): 0 for a plain one.
+ */
+int ngx_http_session_work_ncols(ngx_http_session_db_query_t *q);
+
+/*
+ * Reads the key's columns of a keyed statement's result first: NGX_OK
+ * for the endpoint to answer from the result as usual (a plain statement
+ * always; a keyed one that did its work sets ctx->idem_kept); NGX_DONE
+ * when the key answered instead (its first answer again, 409 while
+ * another request holds it, 422 for another request under it), *rc then
+ * being what sending returned.
+ */
+ngx_int_t ngx_http_session_work_held(ngx_http_session_db_query_t *q,
+    PGresult *res, ngx_int_t *rc);
 
 
 #endif /* _NGX_HTTP_SESSION_IDEMPOTENCY_H_INCLUDED_ */

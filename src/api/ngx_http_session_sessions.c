@@ -9,6 +9,7 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"

@@ -10,7 +10,6 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
-#include "ngx_http_session_idempotency.h"
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -85,60 +84,6 @@ ngx_http_session_check(ngx_http_session_db_query_t *q, PGresult *res,
     }
 
     return NGX_HTTP_SESSION_ERR_LAST;
-}
-
-
-ngx_http_session_db_query_t *
-ngx_http_session_work_query(ngx_http_request_t *r,
-    ngx_http_session_stmt_e plain, ngx_http_session_stmt_e keyed,
-    ngx_http_session_db_handler_pt handler)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-    return ngx_http_session_db_query_stmt(r, ctx->idem_key ? keyed : plain,
-                                          handler);
-}
-
-
-void
-ngx_http_session_work_params(ngx_http_session_db_query_t *q)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
-
-    if (ctx->idem_key) {
-        ngx_http_session_idem_params(q);
-    }
-}
-
-
-int
-ngx_http_session_work_ncols(ngx_http_session_db_query_t *q)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
-
-    return ctx->idem_key ? NGX_HTTP_SESSION_IDEM_NCOLS : 0;
-}
-
-
-ngx_int_t
-ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res,
-    ngx_int_t *rc)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
-
-    if (ctx->idem_key == NULL) {
-        return NGX_OK;
-    }
-
-    return ngx_http_session_idem_worked(q, res, rc);
 }
 
 

@@ -69,35 +69,6 @@ ngx_http_session_err_e ngx_http_session_check(
     int status_col);
 
 /*
- * The statement of an endpoint that does work: the keyed one (see
- * NGX_HTTP_SESSION_SQL_IDEM_SEEN) for a request with an Idempotency-Key,
- * else the plain one.
- */
-ngx_http_session_db_query_t *ngx_http_session_work_query(
-    ngx_http_request_t *r, ngx_http_session_stmt_e plain,
-    ngx_http_session_stmt_e keyed, ngx_http_session_db_handler_pt handler);
-
-/* after the endpoint's own parameters: the key's, if keyed */
-void ngx_http_session_work_params(ngx_http_session_db_query_t *q);
-
-/*
- * The columns that a keyed statement adds at the end (the key's, see
- * NGX_HTTP_SESSION_IDEM_NCOLS): 0 for a plain one.
- */
-int ngx_http_session_work_ncols(ngx_http_session_db_query_t *q);
-
-/*
- * Reads the key's columns of a keyed statement's result first: NGX_OK
- * for the endpoint to answer from the result as usual (a plain statement
- * always; a keyed one that did its work sets ctx->idem_kept); NGX_DONE
- * when the key answered instead (its first answer again, 409 while
- * another request holds it, 422 for another request under it), *rc then
- * being what sending returned.
- */
-ngx_int_t ngx_http_session_work_held(ngx_http_session_db_query_t *q,
-    PGresult *res, ngx_int_t *rc);
-
-/*
  * The query parameters an endpoint takes, as a table ended by a row with
  * no name: each name with what reads its value into the endpoint's
  * arguments, at offset.  A reader returns NGX_DECLINED when the value is
