@@ -1,0 +1,475 @@
+/*
+ * sessionctl's helpers: arguments, the database connection and its
+ * errors, and the output (text, or one JSON object with --json).
+ */
+
+#include "sessionctl.h"
+
+
+static void sessionctl_notice(void *arg, const char *message);
+
+
+const char  sessionctl_usage_text[] =
+    "usage: sessionctl [--json] [-d CONNINFO] COMMAND [ARGS]\n"
+    "\n"
+    "commands:\n"
+    "  migrate\n"
+    "  plan set NAME [--quota N|unlimited] [--features a,b]\n"
+    "  account create NAME --plan PLAN\n"
+    "  account suspend ACCOUNT_ID\n"
+    "  account activate ACCOUNT_ID\n"
+    "  project create ACCOUNT_ID NAME\n"
+    "  key create PROJECT_ID [--prefix XXXX]\n"
+    "  key list PROJECT_ID\n"
+    "  key delete KEY_ID\n"
+    "  webhook list (--project ID | --session ID) [--state STATE]"
+    " [--limit N]\n"
+    "  webhook retry EVENT_ID\n"
+    "  help [COMMAND]\n"
+    "\n"
+    "options:\n"
+    "  --json        print one JSON object instead of text\n"
+    "  -d CONNINFO   libpq connection string; default $SESSION_DB,\n"
+    "                else the libpq environment (PGHOST, PGDATABASE...)\n"
+    "  -h, --help    this text; \"sessionctl COMMAND --help\" for one\n"
+    "                command\n"
+    "\n"
+    "features: long_poll, webhook\n"
+    "webhook states: pending, sending, delivered, failed\n"
+    "key prefix: --prefix, else $SESSION_KEY_PREFIX, else \"sess\"\n"
+    "exit status: 0 success, 1 refused request, 2 usage error,\n"
+    "             3 database unreachable or failed\n";
+
+
+int
+sessionctl_usage(const char *fmt, ...)
+{
+    va_list  args;
+
+    if (fmt) {
+        fprintf(stderr, "sessionctl: ");
+        va_start(args, fmt);
+        vfprintf(stderr, fmt, args);
+        va_end(args);
+        fprintf(stderr, "\n");
+    }
+
+    fputs(sessionctl_usage_text, stderr);
+
+    return SESSIONCTL_USAGE;
+}
+
+
+int
+sessionctl_refuse(const char *fmt, ...)
+{
+    va_list  args;
+
+    fprintf(stderr, "sessionctl: ");
+    va_start(args, fmt);
+    vfprintf(stderr, fmt, args);
+    va_end(args);
+    fprintf(stderr, "\n");
+
+    return SESSIONCTL_REFUSED;
+}
+
+
+/*
+ * Exactly npos positional arguments, and options "--name VALUE" or
+ * "--name=VALUE" among opts, in any order; "--" ends the options.
+ */
+
+int
+sessionctl_parse_args(int argc, char **argv, const char **pos, int npos,
+    sessionctl_opt_t *opts, int nopts)
+{
+    int          i, j, n, options;
+    size_t       len;
+    const char  *arg, *value;
+
+    n = 0;
+    len = 0;
+    options = 1;
+
+    for (i = 0; i < argc; i++) {
+        arg = argv[i];
+
+        if (options && strcmp(arg, "--") == 0) {
+            options = 0;
+            continue;
+        }
+
+        if (!options || arg[0] != '-' || arg[1] == '\0') {
+            if (n == npos) {
+                return sessionctl_usage("unexpected argument \"%s\"", arg);
+            }
+
+            pos[n++] = arg;
+            continue;
+        }
+
+        for (j = 0; j < nopts; j++) {
+            len = strlen(opts[j].name);
+
+            if (strncmp(arg, opts[j].name, len) == 0
+                && (arg[len] == '\0' || arg[len] == '='))
+            {
+                break;
+            }
+        }
+
+        if (j == nopts) {
+            return sessionctl_usage("unknown option \"%s\"", arg);
+        }
+
+        if (opts[j].value) {
+            return sessionctl_usage("option %s given twice", opts[j].name);
+        }
+
+        if (arg[len] == '=') {
+            value = arg + len + 1;
+
+        } else if (i + 1 < argc) {
+            value = argv[++i];
+
+        } else {
+            return sessionctl_usage("option %s needs a value", opts[j].name);
+        }
+
+        opts[j].value = value;
+    }
+
+    if (n < npos) {
+        return sessionctl_usage("missing argument");
+    }
+
+    return SESSIONCTL_OK;
+}
+
+
+/*
+ * The opening of every "COMMAND ID" command: exactly one argument, a
+ * UUID (anything else cannot name a row: "<what> not found", exit 1,
+ * without a connection), then the connection.
+ */
+
+int
+sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
+    const char *what, const char **id)
+{
+    int  rc;
+
+    rc = sessionctl_parse_args(argc, argv, id, 1, NULL, 0);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    if (!sessionctl_uuid_valid(id[0])) {
+        return sessionctl_refuse("%s not found", what);
+    }
+
+    return sessionctl_connect(ctx);
+}
+
+
+int
+sessionctl_connect(sessionctl_ctx_t *ctx)
+{
+    const char  *keys[3], *values[3];
+
+    /* an empty dbname is ignored, so the libpq environment applies */
+    keys[0] = "dbname";
+    values[0] = ctx->conninfo;
+    keys[1] = "fallback_application_name";
+    values[1] = "sessionctl";
+    keys[2] = NULL;
+    values[2] = NULL;
+
+    ctx->conn = PQconnectdbParams(keys, values, 1);
+
+    if (ctx->conn == NULL) {
+        return sessionctl_refuse("out of memory");
+    }
+
+    if (PQstatus(ctx->conn) != CONNECTION_OK) {
+        fprintf(stderr, "sessionctl: cannot connect to the database: ");
+        sessionctl_db_error(ctx, NULL);
+        ctx->db_failed = 1;
+        return SESSIONCTL_REFUSED;
+    }
+
+    /* "relation already exists, skipping" and the like are not news */
+    PQsetNoticeProcessor(ctx->conn, sessionctl_notice, NULL);
+
+    return SESSIONCTL_OK;
+}
+
+
+static void
+sessionctl_notice(void *arg, const char *message)
+{
+}
+
+
+/* one statement; on failure prints the reason and returns NULL */
+
+PGresult *
+sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const int *lengths, const int *formats)
+{
+    PGresult        *res;
+    ExecStatusType   status;
+
+    res = PQexecParams(ctx->conn, sql, n, NULL, values, lengths, formats, 0);
+
+    status = PQresultStatus(res);
+
+    if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) {
+        return res;
+    }
+
+    fprintf(stderr, "sessionctl: database error: ");
+    sessionctl_db_error(ctx, res);
+
+    ctx->db_failed = !sessionctl_db_refused(res);
+
+    PQclear(res);
+
+    return NULL;
+}
+
+
+int
+sessionctl_run(sessionctl_ctx_t *ctx, const char *sql)
+{
+    PGresult  *res;
+
+    res = sessionctl_exec(ctx, sql, 0, NULL, NULL, NULL);
+
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    PQclear(res);
+
+    return SESSIONCTL_OK;
+}
+
+
+/*
+ * The server refused the values (SQLSTATE class 22, data exception, or
+ * 23, integrity constraint violation): a refused request, exit 1.  Any
+ * other failure, a lost connection included, is the database's: exit 3.
+ */
+
+int
+sessionctl_db_refused(PGresult *res)
+{
+    const char  *state;
+
+    state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+
+    return state && (strncmp(state, "22", 2) == 0
+                     || strncmp(state, "23", 2) == 0);
+}
+
+
+/* the first line of the server's or libpq's message, then a newline */
+
+void
+sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res)
+{
+    size_t       len;
+    const char  *msg;
+
+    msg = NULL;
+
+    if (res) {
+        msg = PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY);
+    }
+
+    if (msg == NULL || *msg == '\0') {
+        msg = PQerrorMessage(ctx->conn);
+    }
+
+    if (msg == NULL || *msg == '\0') {
+        msg = "unknown error";
+    }
+
+    len = strcspn(msg, "\n");
+
+    fprintf(stderr, "%.*s\n", (int) len, msg);
+}
+
+
+/*
+ * The answer of a create that returns the new row's id and shows a secret
+ * (a key, a webhook secret) this once: both printed, the secret wiped on
+ * every path.
+ */
+
+int
+sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
+    const char *not_found, const char *id_name, const char *secret_name,
+    char *secret, size_t size)
+{
+    int   rc;
+    char  id[SESSIONCTL_UUID_LEN + 1];
+
+    if (res == NULL) {
+        rc = SESSIONCTL_REFUSED;
+
+    } else if (PQntuples(res) == 0) {
+        PQclear(res);
+        rc = sessionctl_refuse(not_found);
+
+    } else {
+        snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
+        PQclear(res);
+
+        if (ctx->json) {
+            rc = sessionctl_print_json(json_pack("{s:s, s:s}", id_name, id,
+                                                 secret_name, secret));
+
+        } else {
+            printf("%s %s\n%s %s\n", id_name, id, secret_name, secret);
+            rc = SESSIONCTL_OK;
+        }
+    }
+
+    OPENSSL_cleanse(secret, size);
+
+    return rc;
+}
+
+
+int
+sessionctl_print_json(json_t *obj)
+{
+    char  *text;
+
+    if (obj == NULL) {
+        return sessionctl_refuse("out of memory");
+    }
+
+    text = json_dumps(obj, JSON_PRESERVE_ORDER);
+    json_decref(obj);
+
+    if (text == NULL) {
+        return sessionctl_refuse("out of memory");
+    }
+
+    printf("%s\n", text);
+
+    /* the text may hold a key that was just made */
+    OPENSSL_cleanse(text, strlen(text));
+    free(text);
+
+    return SESSIONCTL_OK;
+}
+
+
+/*
+ * n rows of res as a listing: a header and a line a row of the text
+ * columns (NULL shown as "-"), or with --json one object, {name: [...]},
+ * of the JSON columns (NULL as null).  Clears res.
+ */
+
+int
+sessionctl_print_rows(sessionctl_ctx_t *ctx, PGresult *res, int n,
+    const sessionctl_col_t *text, const sessionctl_col_t *json,
+    const char *name)
+{
+    int                      i;
+    json_t                  *rows, *row, *v;
+    const char              *value;
+    const sessionctl_col_t  *c;
+
+    if (!ctx->json) {
+        for (c = text; c->name; c++) {
+            printf("%s%*s", c == text ? "" : "  ", c->width, c->name);
+        }
+
+        putchar('\n');
+
+        for (i = 0; i < n; i++) {
+            for (c = text; c->name; c++) {
+                value = PQgetisnull(res, i, c->col)
+                        ? "-" : PQgetvalue(res, i, c->col);
+                printf("%s%*s", c == text ? "" : "  ", c->width, value);
+            }
+
+            putchar('\n');
+        }
+
+        PQclear(res);
+
+        return SESSIONCTL_OK;
+    }
+
+    rows = json_array();
+
+    for (i = 0; rows && i < n; i++) {
+        row = json_object();
+
+        for (c = json; row && c->name; c++) {
+            value = PQgetvalue(res, i, c->col);
+
+            v = PQgetisnull(res, i, c->col) ? json_null()
+                : c->number ? json_integer(strtoll(value, NULL, 10))
+                : json_string(value);
+
+            if (json_object_set_new(row, c->name, v) != 0) {
+                json_decref(row);
+                row = NULL;
+            }
+        }
+
+        if (row == NULL || json_array_append_new(rows, row) != 0) {
+            json_decref(rows);
+            rows = NULL;
+        }
+    }
+
+    PQclear(res);
+
+    if (rows == NULL) {
+        return sessionctl_refuse("out of memory");
+    }
+
+    return sessionctl_print_json(json_pack("{s:o}", name, rows));
+}
+
+
+/* the canonical 8-4-4-4-12 form, hex digits in either case */
+
+int
+sessionctl_uuid_valid(const char *s)
+{
+    size_t  i;
+
+    if (strlen(s) != SESSIONCTL_UUID_LEN) {
+        return 0;
+    }
+
+    for (i = 0; i < SESSIONCTL_UUID_LEN; i++) {
+
+        if (i == 8 || i == 13 || i == 18 || i == 23) {
+            if (s[i] != '-') {
+                return 0;
+            }
+
+            continue;
+        }
+
+        if (!((s[i] >= '0' && s[i] <= '9')
+              || (s[i] >= 'a' && s[i] <= 'f')
+              || (s[i] >= 'A' && s[i] <= 'F')))
+        {
+            return 0;
+        }
+    }
+
+    return 1;
+}
