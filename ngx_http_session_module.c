@@ -3,6 +3,11 @@
  *
  * Directives, configuration, and the process hooks that open the
  * per-worker PostgreSQL connections.
+ *
+ * A little over a thousand lines: the module's definition, in nginx's
+ * order (the command table, the configuration's create and merge, the
+ * process hooks) and the checks of the directives that belong to no
+ * folder; the database's directives are db/db_conf.c's.
  */
 
 #include "ngx_http_session_common.h"

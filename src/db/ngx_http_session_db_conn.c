@@ -12,6 +12,10 @@
  * level-triggered, so input that libpq leaves in the kernel buffer is
  * never lost to an edge; write interest is added only while libpq has
  * unsent output.
+ *
+ * A little over a thousand lines on purpose: connecting, reading,
+ * flushing, the idle check and the reconnect are one connection's state
+ * machine, each step handing on to the next.
  */
 
 #include "ngx_http_session_db_conn.h"

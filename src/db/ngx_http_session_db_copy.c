@@ -16,6 +16,11 @@
  * Each step is bounded by session_db_timeout.  A failure closes the
  * connection (the server rolls the transaction back) and the connection
  * is opened again.
+ *
+ * About 1,200 lines on purpose: a copy's steps and its connection's
+ * handlers are one state machine (an answer moves the copy on, the end
+ * of a copy hands the connection to the next one waiting); each half of
+ * a split would call the other.
  */
 
 #include "ngx_http_session_db.h"
