@@ -18,6 +18,7 @@
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_handover.h"
+#include "ngx_http_session_lease.h"
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_db_listen.h"
@@ -125,6 +126,13 @@ static ngx_conf_post_t  ngx_http_session_webhook_attempts_post = {
 
 static ngx_conf_post_t  ngx_http_session_webhook_concurrency_post = {
     ngx_http_session_webhook_concurrency_check
+};
+
+/* session_limit_scope node | cluster */
+static ngx_conf_enum_t  ngx_http_session_limit_scopes[] = {
+    { ngx_string("node"), NGX_HTTP_SESSION_SCOPE_NODE },
+    { ngx_string("cluster"), NGX_HTTP_SESSION_SCOPE_CLUSTER },
+    { ngx_null_string, 0 }
 };
 
 /* what the worker's LISTEN connection wakes (see db_listen.h) */
@@ -312,6 +320,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       offsetof(ngx_http_session_main_conf_t, auth_fail_limit),
       NULL },
 
+    { ngx_string("session_limit_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_enum_slot,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, limit_scope),
+      &ngx_http_session_limit_scopes },
+
       ngx_null_command
 };
 
@@ -437,6 +452,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->sweep_interval = NGX_CONF_UNSET_MSEC;
     smcf->retention = NGX_CONF_UNSET;
     smcf->auth_fail_limit = NGX_CONF_UNSET_UINT;
+    smcf->limit_scope = NGX_CONF_UNSET_UINT;
 
     return smcf;
 }
@@ -465,6 +481,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(smcf->retention, NGX_HTTP_SESSION_RETENTION);
     ngx_conf_init_uint_value(smcf->auth_fail_limit,
                              NGX_HTTP_SESSION_AUTH_FAIL_LIMIT);
+    ngx_conf_init_uint_value(smcf->limit_scope, NGX_HTTP_SESSION_SCOPE_NODE);
 
     if (smcf->key_prefix.data == NULL) {
         ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);
@@ -1026,6 +1043,7 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
 
 #endif
     ngx_http_session_auth_init_process();
+    ngx_http_session_lease_init_process();
 
     if (ngx_http_session_status_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;

@@ -25,7 +25,9 @@ void ngx_http_session_limit_prepare(ngx_http_request_t *r,
 /*
  * Counts the request (unless stage 1 already did) and adds the
  * X-RateLimit-* headers.  NGX_OK: admitted; NGX_DECLINED: refused,
- * ctx->err says how to answer.
+ * ctx->err says how to answer; NGX_AGAIN (session_limit_scope cluster):
+ * the node holds none of the key's budget, the request waits for a lease
+ * (ngx_http_session_lease_wait()), then comes back here.
  */
 ngx_int_t ngx_http_session_limit(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);

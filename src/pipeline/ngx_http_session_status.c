@@ -28,6 +28,7 @@ typedef struct {
     ngx_http_session_gauges_t         g;
     ngx_str_t                         zone;
     ngx_http_session_zone_figures_t   fig;
+    ngx_uint_t                        cluster;
 } ngx_http_session_status_t;
 
 
@@ -234,7 +235,7 @@ ngx_http_session_status_handler(ngx_http_request_t *r)
     ngx_http_session_status_read(r, &st);
 
     /* a line per figure and per status, with room to spare */
-    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 40)
+    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 50)
                                      * NGX_HTTP_SESSION_STATUS_LINE * 2);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -358,6 +359,7 @@ ngx_http_session_status_read(ngx_http_request_t *r,
     /* each counter read once, though others may move meanwhile */
     st->s = *ngx_http_session_zone_stats(smcf->shm_zone);
     st->zone = smcf->shm_zone->shm.name;
+    st->cluster = (smcf->limit_scope == NGX_HTTP_SESSION_SCOPE_CLUSTER);
 
     ngx_http_session_status_sum_gauges(smcf->shm_zone, &st->g);
 
@@ -462,6 +464,17 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
         p = ngx_http_session_status_ms(p, st->s.webhooks_measured);
         *p++ = '}';
     }
+
+    /* session_limit_scope, and the leases of its cluster scope */
+
+    p = ngx_sprintf(p, "}, "
+                   "\"rate_limit\": {\"scope\": \"%s\", \"leases\": %uA, "
+                   "\"leased\": %uA, \"spent\": %uA, \"failures\": %uA, "
+                   "\"waits\": %uA, \"held\": %ui, \"unused\": %uA",
+                   st->cluster ? "cluster" : "node", st->s.leases,
+                   st->s.lease_granted, st->s.lease_spent,
+                   st->s.lease_failures, st->s.lease_waits,
+                   st->fig.lease_held, st->s.lease_unused);
 
     return ngx_sprintf(p, "}, "
                    "\"zone\": {\"name\": \"%V\", \"size\": %uz, "
@@ -581,6 +594,30 @@ ngx_http_session_status_prometheus(u_char *p, ngx_http_session_status_t *st)
         *p++ = LF;
     }
 
+    p = ngx_http_session_status_metric(p, "rate_leases_total", "counter",
+                            "Lease statements sent (session_limit_scope "
+                            "cluster).", st->s.leases);
+    p = ngx_http_session_status_metric(p, "rate_leased_total", "counter",
+                            "Requests' worth of key budgets leased to this "
+                            "node.", st->s.lease_granted);
+    p = ngx_http_session_status_metric(p, "rate_lease_spent_total",
+                            "counter", "Lease answers after which the "
+                            "window's budget was leased out.",
+                            st->s.lease_spent);
+    p = ngx_http_session_status_metric(p, "rate_lease_failures_total",
+                            "counter", "Lease statements without an answer "
+                            "(waiting requests got 503).",
+                            st->s.lease_failures);
+    p = ngx_http_session_status_metric(p, "rate_lease_waits_total",
+                            "counter", "Requests that waited for a lease.",
+                            st->s.lease_waits);
+    p = ngx_http_session_status_metric(p, "rate_lease_held", "gauge",
+                            "Leased budget this node holds and has not "
+                            "admitted yet.", st->fig.lease_held);
+    p = ngx_http_session_status_metric(p, "rate_lease_unused_total",
+                            "counter", "Leased budget whose window ended "
+                            "unused on this node (under-admission).",
+                            st->s.lease_unused);
     p = ngx_http_session_status_metric(p, "zone_size_bytes", "gauge",
                             "Size of session_limit_zone.", st->fig.size);
     p = ngx_http_session_status_metric(p, "zone_free_bytes", "gauge",
