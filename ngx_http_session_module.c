@@ -128,13 +128,6 @@ static ngx_conf_post_t  ngx_http_session_webhook_concurrency_post = {
     ngx_http_session_webhook_concurrency_check
 };
 
-/* session_limit_scope node | cluster */
-static ngx_conf_enum_t  ngx_http_session_limit_scopes[] = {
-    { ngx_string("node"), NGX_HTTP_SESSION_SCOPE_NODE },
-    { ngx_string("cluster"), NGX_HTTP_SESSION_SCOPE_CLUSTER },
-    { ngx_null_string, 0 }
-};
-
 /* what the worker's LISTEN connection wakes (see db_listen.h) */
 static const ngx_http_session_listen_handlers_t  ngx_http_session_wake = {
     ngx_http_session_poll_wake,
@@ -322,10 +315,10 @@ static ngx_command_t  ngx_http_session_commands[] = {
 
     { ngx_string("session_limit_scope"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
-      ngx_conf_set_enum_slot,
+      ngx_http_session_limit_scope,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_session_main_conf_t, limit_scope),
-      &ngx_http_session_limit_scopes },
+      NULL },
 
       ngx_null_command
 };

@@ -346,3 +346,46 @@ ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,
 
     return NGX_CONF_OK;
 }
+
+
+/*
+ * session_limit_scope node | cluster: counters in the node's zone, or
+ * the node's leases of the budgets in the database (decisions.md (qa))
+ */
+
+char *
+ngx_http_session_limit_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t   *value;
+    ngx_uint_t  *sp;
+
+    sp = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*sp != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == sizeof("node") - 1
+        && ngx_strncmp(value[1].data, "node", value[1].len) == 0)
+    {
+        *sp = NGX_HTTP_SESSION_SCOPE_NODE;
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == sizeof("cluster") - 1
+        && ngx_strncmp(value[1].data, "cluster", value[1].len) == 0)
+    {
+        *sp = NGX_HTTP_SESSION_SCOPE_CLUSTER;
+        return NGX_CONF_OK;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\", it must be "
+                       "\"node\" or \"cluster\"", &value[1], &cmd->name);
+
+    return NGX_CONF_ERROR;
+}

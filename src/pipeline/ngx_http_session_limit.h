@@ -42,6 +42,10 @@ char *ngx_http_session_limits(ngx_conf_t *cf, ngx_command_t *cmd,
 /* "create", "list" or "other" */
 const char *ngx_http_session_limit_class_name(ngx_uint_t cls);
 
+/* session_limit_scope node | cluster; */
+char *ngx_http_session_limit_scope(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
+
 /* session_auth_fail_limit <n> | off; */
 char *ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
