@@ -45,6 +45,8 @@ typedef struct {
     uint32_t                      minute;
     /* the zone's mark of a lease ahead of need, 0: none */
     uint32_t                      asked;
+    /* how many requests joined it */
+    uint32_t                      nwaiters;
     u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
     u_char                        text[NGX_HTTP_SESSION_LEASE_TEXTS][
                                                         NGX_INT64_LEN + 1];
@@ -130,6 +132,7 @@ ngx_http_session_lease_wait(ngx_http_request_t *r,
     w->request = r;
     w->flight = f;
     ngx_queue_insert_tail(&f->waiters, &w->queue);
+    f->nwaiters++;
 
     cln->handler = ngx_http_session_lease_cleanup;
     cln->data = w;
@@ -365,6 +368,7 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
     a.limit = f->limit;
     a.minute = f->minute;
     a.asked = f->asked;
+    a.waiters = f->nwaiters;
 
     /* a statement that failed is a 500, no answer at all a 503 */
 
@@ -436,6 +440,7 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
             if (nf) {
                 w->flight = nf;
                 ngx_queue_insert_tail(&nf->waiters, &w->queue);
+                nf->nwaiters++;
                 continue;
             }
 

@@ -8,6 +8,14 @@
  * the window's budget spent (429, no statement), or neither: it waits
  * for a lease (src/pipeline/ngx_http_session_lease.c).
  *
+ * A block's size follows the key's rate on this node: what it admits in
+ * NGX_HTTP_SESSION_LEASE_SECONDS, from NGX_HTTP_SESSION_LEASE_MIN to a
+ * tenth of the limit; the database gives less near the end of the budget
+ * (an equal share of what is left among the nodes).  A key still busy in
+ * the last NGX_HTTP_SESSION_LEASE_AHEAD seconds of a window leases its
+ * first block of the next one ahead, so that it does not wait at the
+ * turn of the minute.
+ *
  * Budget held when its window ends is lost, never carried on: counted as
  * unused (the node's under-admission).  So is a block whose key is
  * evicted, or whose answer comes after its window.
@@ -18,9 +26,14 @@
 #include "ngx_http_session_window.h"
 
 
-/* a block spent faster than this asks for a larger one, slower a smaller */
-#define NGX_HTTP_SESSION_LEASE_FAST  2000
-#define NGX_HTTP_SESSION_LEASE_SLOW  10000
+/* a block is what the node admits of the key in this many seconds */
+#define NGX_HTTP_SESSION_LEASE_SECONDS  30
+
+/* the rate is measured over at least this long, milliseconds */
+#define NGX_HTTP_SESSION_LEASE_SAMPLE   100
+
+/* the last seconds of a window, when a busy key leases the next one's */
+#define NGX_HTTP_SESSION_LEASE_AHEAD    5
 
 
 static ngx_http_session_lease_node_t *ngx_http_session_lease_node_get(
@@ -39,7 +52,7 @@ void
 ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take)
 {
-    uint32_t                        minute, now, left;
+    uint32_t                        minute, now, left, size;
     ngx_uint_t                      evicted;
     ngx_http_session_lease_t       *l;
     ngx_http_session_zone_sh_t     *sh;
@@ -84,25 +97,41 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
     if (l->held) {
         l->held--;
+        l->used++;
         sh->lease_held--;
 
         take->rc = NGX_OK;
         take->remaining = l->held + left;
 
-        /*
-         * Half the block is spent: the next one is asked for now, so that
-         * a busy key rarely waits; one such lease at a time per node (a
-         * mark older than take->stale is a lease whose worker is gone).
-         */
+        /* one lease ahead of need at a time per node (see take->stale) */
 
-        if (left
-            && l->held * 2 < ngx_http_session_lease_size(l, take->limit)
-            && (l->asked == 0 || now - l->asked > take->stale))
-        {
-            l->asked = now | 1;
-            take->asked = l->asked;
-            take->lease = ngx_http_session_lease_size(l, take->limit);
+        if (l->asked && now - l->asked <= take->stale) {
+            goto done;
         }
+
+        size = ngx_http_session_lease_size(l, take->limit);
+
+        if (left && l->held * 2 < size) {
+            /* half the block is spent: the next one, so that none waits */
+            take->lease = size;
+
+        } else if (l->next == 0
+                   && l->used >= NGX_HTTP_SESSION_LEASE_MIN / 2
+                   && take->now - (time_t) minute
+                                  * NGX_HTTP_SESSION_WINDOW_SECONDS
+                      >= NGX_HTTP_SESSION_WINDOW_SECONDS
+                         - NGX_HTTP_SESSION_LEASE_AHEAD)
+        {
+            /* the window ends soon and the key is busy: the next one's */
+            take->lease = size;
+            take->minute = minute + 1;
+
+        } else {
+            goto done;
+        }
+
+        l->asked = now | 1;
+        take->asked = l->asked;
 
     } else if (left == 0) {
         /* the window's budget is leased out and this node's is spent */
@@ -114,6 +143,8 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
         take->remaining = 0;
         take->lease = ngx_http_session_lease_size(l, take->limit);
     }
+
+done:
 
     if (evicted) {
         sh->evictions += evicted;
@@ -131,7 +162,8 @@ void
 ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     ngx_http_session_lease_answer_t *a)
 {
-    uint32_t                        now, cap;
+    uint32_t                        now, cap, want;
+    uint64_t                        rate;
     ngx_uint_t                      evicted;
     ngx_http_session_lease_t       *l;
     ngx_http_session_zone_sh_t     *sh;
@@ -175,6 +207,18 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
         goto done;
     }
 
+    if (a->minute == l->minute + 1) {
+        /* leased ahead for the next window */
+        l->next += a->given;
+        sh->lease_held += a->given;
+
+        if (a->granted > l->next_granted) {
+            l->next_granted = a->granted;
+        }
+
+        goto done;
+    }
+
     if (l->minute < a->minute) {
         ngx_http_session_lease_roll(sh, l, a->minute);
     }
@@ -192,22 +236,42 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
         l->granted = a->granted;
     }
 
-    /* the next block's size from how long this node took to need it */
+    /*
+     * The next block's size: what the node admitted of the key since the
+     * last lease came in, per NGX_HTTP_SESSION_LEASE_SECONDS (down by half
+     * at most); four times larger when requests waited for this one
+     */
+
+    want = ngx_max(l->want, NGX_HTTP_SESSION_LEASE_MIN);
+
+    if (a->waiters) {
+        want = ngx_max(want * 4, a->waiters);
+    }
+
+    if (l->last == 0) {
+        l->last = now | 1;
+        l->used = 0;
+
+    } else if (now - l->last >= NGX_HTTP_SESSION_LEASE_SAMPLE) {
+        rate = (uint64_t) l->used * NGX_HTTP_SESSION_LEASE_SECONDS * 1000
+               / (now - l->last);
+
+        if (rate > want) {
+            want = (rate < NGX_MAX_UINT32_VALUE) ? (uint32_t) rate
+                                                 : NGX_MAX_UINT32_VALUE;
+
+        } else if (a->waiters == 0) {
+            want = ngx_max((uint32_t) rate, want / 2);
+        }
+
+        l->last = now | 1;
+        l->used = 0;
+    }
 
     cap = ngx_max(NGX_HTTP_SESSION_LEASE_MIN,
                   a->limit / NGX_HTTP_SESSION_LEASE_SHARE);
 
-    if (l->want == 0) {
-        l->want = NGX_HTTP_SESSION_LEASE_MIN;
-
-    } else if (l->last && now - l->last < NGX_HTTP_SESSION_LEASE_FAST) {
-        l->want = ngx_min(l->want * 2, cap);
-
-    } else if (l->last && now - l->last > NGX_HTTP_SESSION_LEASE_SLOW) {
-        l->want = ngx_max(l->want / 2, NGX_HTTP_SESSION_LEASE_MIN);
-    }
-
-    l->last = now | 1;
+    l->want = ngx_max(ngx_min(want, cap), NGX_HTTP_SESSION_LEASE_MIN);
 
 done:
 
@@ -279,27 +343,41 @@ ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
 }
 
 
-/* a new window: what the old one held is lost to this node */
+/*
+ * A new window: what the old one held is lost to this node, what was
+ * leased ahead for it is held now; a key busy in the window before keeps
+ * its block size and its rate.
+ */
 
 static void
 ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
     ngx_http_session_lease_t *l, uint32_t minute)
 {
-    if (l->held) {
-        ngx_http_session_stat(lease_unused, l->held);
-        sh->lease_held -= l->held;
+    uint32_t  lost;
+
+    lost = l->held;
+
+    if (l->minute + 1 == minute) {
+        l->held = l->next;
+        l->granted = l->next_granted;
+
+    } else {
+        lost += l->next;
+        l->held = 0;
+        l->granted = 0;
+        l->want = 0;
+        l->used = 0;
+        l->last = 0;
     }
 
-    /* a key busy in the window before keeps its block size */
-
-    if (l->minute + 1 != minute) {
-        l->want = 0;
+    if (lost) {
+        ngx_http_session_stat(lease_unused, lost);
+        sh->lease_held -= lost;
     }
 
     l->minute = minute;
-    l->held = 0;
-    l->granted = 0;
-    l->last = 0;
+    l->next = 0;
+    l->next_granted = 0;
     l->asked = 0;
 }
 
@@ -308,12 +386,15 @@ static void
 ngx_http_session_lease_drop(ngx_http_session_zone_ctx_t *ctx,
     ngx_http_session_lease_node_t *ln)
 {
+    uint32_t    lost;
     ngx_uint_t  i;
 
     for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
-        if (ln->leases[i].held) {
-            ngx_http_session_stat(lease_unused, ln->leases[i].held);
-            ctx->sh->lease_held -= ln->leases[i].held;
+        lost = ln->leases[i].held + ln->leases[i].next;
+
+        if (lost) {
+            ngx_http_session_stat(lease_unused, lost);
+            ctx->sh->lease_held -= lost;
         }
     }
 
@@ -321,7 +402,11 @@ ngx_http_session_lease_drop(ngx_http_session_zone_ctx_t *ctx,
 }
 
 
-/* drops keys whose windows are all over, a few at a time */
+/*
+ * Drops keys idle for a whole window, a few at a time: a key of the window
+ * just over keeps its block size and rate (and what it leased ahead) for
+ * the new one.
+ */
 
 static void
 ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
@@ -341,7 +426,7 @@ ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
         ln = ngx_queue_data(q, ngx_http_session_lease_node_t, sn.queue);
 
         for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
-            if (ln->leases[i].minute >= minute) {
+            if (ln->leases[i].minute + 1 >= minute) {
                 return;
             }
         }

@@ -29,6 +29,8 @@ typedef struct {
     uint32_t                    granted;
     /* the mark of a lease asked for ahead of need, 0: none */
     uint32_t                    asked;
+    /* the requests of this worker that waited for it */
+    uint32_t                    waiters;
     /* no answer: the database is unavailable, or the statement failed */
     unsigned                    failed:1;
     /* set by the call: the first failure (1) or the first answer (2) */

@@ -112,16 +112,20 @@ typedef struct {
     uint32_t                      held;
     /* the window's total leased to all nodes, as the last answer said */
     uint32_t                      granted;
-    /* the next lease's size: grows with the key's rate on this node */
+    /* leased ahead for the next window, and that window's total then */
+    uint32_t                      next;
+    uint32_t                      next_granted;
+    /* the next lease's size, from the key's rate on this node */
     uint32_t                      want;
-    /* ngx_current_msec of the last lease asked for in the window, 0: none */
+    /* admitted since the last lease came in, and when that was (0: not) */
+    uint32_t                      used;
     uint32_t                      last;
     /* the stamp of a lease ahead of need in flight, 0: none */
     uint32_t                      asked;
 } ngx_http_session_lease_t;
 
 
-/* 160 bytes: a 256-byte slab chunk per key, all classes together */
+/* 196 bytes: a 256-byte slab chunk per key, all classes together */
 typedef struct {
     ngx_http_session_zone_node_t  sn;
     ngx_http_session_lease_t      leases[NGX_HTTP_SESSION_NCLASSES];
