@@ -22,12 +22,19 @@
 #      - one busy key, limits that never trip (1,000,000,000 a minute:
 #        leases grow to a tenth of that);
 #      - BENCH_CLUSTER_KEYS (1000) keys, each request the next key;
-#      - one key past its limit: 429 (other=200, spent before the run).
+#      - one key past its limit: 429 (other=200, spent before the run);
+#    each run inside one window, after a second of the same load; then,
+#    once per set (BENCH_CLUSTER_TURN=0: not), the 1,000 keys for 13 s
+#    across the turn of a minute, from second 50, which a node-local
+#    counter does not notice and a lease does (the keys lease their first
+#    block of the new window in the last seconds of the old one).
 # 2. Requests admitted in one window, the sum of the nodes' 404s from
 #    session_status, beside the limit, with the lease statements they
-#    took: one busy key at the default other=200, and the 1,000 keys at
-#    other=20 (every key spent within the run); each run shorter than
-#    what is left of its minute, with keys of its own.
+#    took: one busy key at limits 100, 200 and 300 (the defaults of
+#    create, other and list; the class does not matter to a lease), and
+#    the 1,000 keys at other=20 (every key spent within the run); each
+#    run 8 s, shorter than what is left of its minute, with keys of its
+#    own.
 #
 # On a 2-CPU machine the six nginx, PostgreSQL and wrk share two CPUs:
 # what counts is each ratio of the two sets in the same run, not the
@@ -117,8 +124,9 @@ cleanup() {
     done
 
     if [ -n "$PROJECT" ]; then
-        psql -X -q -d "$DB" -c "DELETE FROM rate_leases" >/dev/null 2>&1 \
-            || true
+        psql -X -q -d "$DB" -c "DELETE FROM rate_leases WHERE key_hash IN
+                (SELECT key_hash FROM api_keys
+                  WHERE project_id = '$PROJECT')" >/dev/null 2>&1 || true
         delete_rows "$PROJECT" "$ACCOUNT"
     fi
 
@@ -169,10 +177,20 @@ $(W=$d nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
                            other=1000000000;
         }
 
-        # the default limit of class other
+        # the default limit of class other, and those of create and list
         location /dl/ {
             session_api;
             session_limits other=200;
+        }
+
+        location /l100/ {
+            session_api;
+            session_limits other=100;
+        }
+
+        location /l300/ {
+            session_api;
+            session_limits other=300;
         }
 
         # a low one, which every one of the 1,000 keys reaches in a run
@@ -302,9 +320,9 @@ measure() {
     ALLRPS[$name/$scope]+="$rps "
     ALLP99[$name/$scope]+="$p99 "
     ALLWAITS[$name/$scope]+="$(awk -v w=$((w1 - w0)) -v n="$total" \
-                                   'BEGIN { printf "%.4f", 100 * w / n }') "
+                                   'BEGIN { printf "%.3f", 1000 * w / n }') "
     ALLSTMTS[$name/$scope]+="$(awk -v l=$((l1 - l0)) -v n="$total" \
-                                   'BEGIN { printf "%.4f", 100 * l / n }') "
+                                   'BEGIN { printf "%.3f", 1000 * l / n }') "
     log "$name, $scope: $rps requests/s, p99 $p99 ms," \
         "$((l1 - l0)) leases, $((w1 - w0)) waited, of $total"
 }
@@ -377,6 +395,10 @@ SCENARIOS=(
     "one key past its limit (429)|/dl/x|$SPENT"
 )
 
+# each run in one window, after a second of the same load: what is
+# measured is a window's steady state (the turn of the minute is below)
+secs=${DURATION%s}
+
 for round in $(seq "$ROUNDS"); do
     order=(node cluster)
     [ $((round % 2)) = 0 ] && order=(cluster node)
@@ -384,21 +406,47 @@ for round in $(seq "$ROUNDS"); do
     for s in "${SCENARIOS[@]}"; do
         IFS='|' read -r name path key <<<"$s"
         for scope in "${order[@]}"; do
-            # the key past its limit is spent in the window of the run
-            if [ "$path" = /dl/x ]; then
-                wait_window 8
-                wrk_run "$scope" /dl/x "$SPENT" 1s >/dev/null
-            fi
+            wait_window $((secs + 3))
+            wrk_run "$scope" "$path" "$key" 1s >/dev/null
             measure "$name" "$scope" "$path" "$key"
         done
     done
 done
 
+# the turn of a minute under load: the 1,000 keys from second 50 of a
+# minute to second 3 of the next (a window's budget is the node's until
+# it ends; a busy key leases its first block of the next one ahead)
+
+TURN=${BENCH_CLUSTER_TURN:-1}
+
+if [ "$TURN" != 0 ]; then
+    for scope in node cluster; do
+        left=$(( 60 - $(date +%s) % 60 ))
+        if [ "$left" -lt 12 ]; then
+            sleep $((left + 48))
+        else
+            sleep $((left - 12))
+        fi
+        wrk_run "$scope" /api/v1/nope "@$W/keys" 2s >/dev/null
+        DURATION=13s measure "across a minute's turn" "$scope" \
+            /api/v1/nope "@$W/keys"
+    done
+fi
+
 # requests admitted in a window: keys of their own for each set
 
+PER_MINUTE=(
+    "one busy key, limit 100|100|/l100/x"
+    "one busy key, limit 200|200|/dl/x"
+    "one busy key, limit 300|300|/l300/x"
+)
+
 for scope in node cluster; do
-    busy=$(ctl key create "$PROJECT" | json_field key)
-    per_minute "one busy key, other=200" "$scope" /dl/x "$busy"
+    for s in "${PER_MINUTE[@]}"; do
+        IFS='|' read -r name limit path <<<"$s"
+        busy=$(ctl key create "$PROJECT" | json_field key)
+        per_minute "$name" "$scope" "$path" "$busy"
+    done
 
     keys "$NKEYS" "$W/keys-$scope"
     per_minute "$NKEYS keys, other=20 each" "$scope" /lo/x "@$W/keys-$scope"
@@ -416,7 +464,7 @@ done
 report() {
     local s name path key n c rn rc pn pc
 
-    echo "### Three nodes on one PostgreSQL (session_limit_scope)"
+    echo "## Three nodes on one PostgreSQL (session_limit_scope)"
     echo
     echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPUs," \
          "load average before $(cut -d' ' -f1-3 /proc/loadavg | tr ' ' /)" \
@@ -426,34 +474,39 @@ report() {
          "(-t$NODES -c$CONNS -d$DURATION, thread i on node i)," \
          "median of $ROUNDS runs each, the sets in turn."
     echo
-    echo "| load | node: requests/s | cluster: requests/s | ratio (goal ≥ 0.90) | node: p99 ms | cluster: p99 ms | ratio (goal ≤ 1.20) |"
-    echo "|---|---:|---:|---:|---:|---:|---:|"
+    echo "| load | node: requests/s | cluster: requests/s | ratio (goal ≥ 0.90) | node: p99 ms | cluster: p99 ms | ratio (goal ≤ 1.20) | cluster: lease statements per 1,000 requests | cluster: requests that waited per 1,000 |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 
-    for s in "${SCENARIOS[@]}"; do
+    local rows=("${SCENARIOS[@]}")
+    [ "$TURN" != 0 ] && rows+=("across a minute's turn ($NKEYS keys)")
+
+    for s in "${rows[@]}"; do
         IFS='|' read -r name path key <<<"$s"
+        name=${name% ($NKEYS keys)}
         rn=$(median <<<"${ALLRPS[$name/node]}")
         rc=$(median <<<"${ALLRPS[$name/cluster]}")
         pn=$(median <<<"${ALLP99[$name/node]}")
         pc=$(median <<<"${ALLP99[$name/cluster]}")
-        printf '| %s | %.0f | %.0f | %s | %s | %s | %s |\n' "$name" \
-               "$rn" "$rc" "$(ratio "$rc" "$rn")" "$pn" "$pc" \
-               "$(ratio "$pc" "$pn")"
+        [ "$name" = "across a minute's turn" ] \
+            && name="$NKEYS keys, admitted, across a minute's turn (13 s, once)"
+        printf '| %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n' \
+               "$name" "$rn" "$rc" "$(ratio "$rc" "$rn")" "$pn" "$pc" \
+               "$(ratio "$pc" "$pn")" \
+               "$(median <<<"${ALLSTMTS[$name/cluster]}")" \
+               "$(median <<<"${ALLWAITS[$name/cluster]}")"
     done
 
     echo
     echo "| in one window | limit | node: admitted | cluster: admitted (goal: the limit) | cluster: lease statements | admitted per statement |"
     echo "|---|---:|---:|---:|---:|---:|"
 
-    for name in "one busy key, other=200" "$NKEYS keys, other=20 each"; do
+    for s in "${PER_MINUTE[@]}" "$NKEYS keys, other=20 each|$((NKEYS * 20))|"
+    do
+        IFS='|' read -r name limit path <<<"$s"
         n=${ADMITTED[$name/node]}
         c=${ADMITTED[$name/cluster]}
-        if [ "$name" = "one busy key, other=200" ]; then
-            key=200
-        else
-            key=$((NKEYS * 20))
-        fi
-        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$key" "$n" "$c" \
-               "${LEASES[$name/cluster]}" \
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$limit" "$n" \
+               "$c" "${LEASES[$name/cluster]}" \
                "$(ratio "$c" "${LEASES[$name/cluster]}")"
     done
 }

@@ -188,6 +188,8 @@ weight() {
         027-plan-cache.t)   echo 3 ;;
         016-webhook-wakeup.t) echo 1 ;;
         037-upgrade.t)      echo 20 ;;
+        045-cluster.t)      echo 45 ;;
+        046-lease.t)        echo 15 ;;
         038-db-gss.t)       echo 3 ;;
         004-db-outage.t)    echo 10 ;;
         014-hostile.t)      echo 8 ;;
