@@ -13,7 +13,9 @@
 # (bench/cluster.lua), BENCH_CLUSTER_CONNECTIONS (48) connections in all:
 # every node gets a third of the load, as behind a round-robin balancer.
 # The two sets take turns, run by run, BENCH_CLUSTER_ROUNDS (3) times,
-# every other round the cluster set first; medians are reported.
+# every other round the cluster set first; medians are reported, and
+# each ratio is the median of the rounds' own ratios (the two runs of a
+# round are next to each other, so the machine's drift cancels).
 #
 # 1. Requests/s and p99 (wrk's latency distribution, all threads
 #    together), BENCH_CLUSTER_DURATION (5s) a run, on the cheapest
@@ -25,7 +27,7 @@
 #      - one key past its limit: 429 (other=200, spent before the run);
 #    each run inside one window, after a second of the same load; then,
 #    once per set (BENCH_CLUSTER_TURN=0: not), the 1,000 keys for 13 s
-#    across the turn of a minute, from second 50, which a node-local
+#    across the turn of a minute, from second 49, which a node-local
 #    counter does not notice and a lease does (the keys lease their first
 #    block of the new window in the last seconds of the old one).
 # 2. Requests admitted in one window, the sum of the nodes' 404s from
@@ -55,7 +57,7 @@ DB=${BENCH_SESSION_DB:-}
 WORKERS=${BENCH_CLUSTER_WORKERS:-1}
 CONNS=${BENCH_CLUSTER_CONNECTIONS:-48}
 DURATION=${BENCH_CLUSTER_DURATION:-5s}
-ROUNDS=${BENCH_CLUSTER_ROUNDS:-3}
+ROUNDS=${BENCH_CLUSTER_ROUNDS:-5}
 NKEYS=${BENCH_CLUSTER_KEYS:-1000}
 OUT=${BENCH_CLUSTER_OUT:--}
 NODES=3
@@ -413,8 +415,8 @@ for round in $(seq "$ROUNDS"); do
     done
 done
 
-# the turn of a minute under load: the 1,000 keys from second 50 of a
-# minute to second 3 of the next (a window's budget is the node's until
+# the turn of a minute under load: the 1,000 keys from second 49 of a
+# minute to second 2 of the next, after 2 s of the same load (a window's budget is the node's until
 # it ends; a busy key leases its first block of the next one ahead)
 
 TURN=${BENCH_CLUSTER_TURN:-1}
@@ -422,10 +424,10 @@ TURN=${BENCH_CLUSTER_TURN:-1}
 if [ "$TURN" != 0 ]; then
     for scope in node cluster; do
         left=$(( 60 - $(date +%s) % 60 ))
-        if [ "$left" -lt 12 ]; then
-            sleep $((left + 48))
+        if [ "$left" -lt 13 ]; then
+            sleep $((left + 47))
         else
-            sleep $((left - 12))
+            sleep $((left - 13))
         fi
         wrk_run "$scope" /api/v1/nope "@$W/keys" 2s >/dev/null
         DURATION=13s measure "across a minute's turn" "$scope" \
@@ -461,8 +463,14 @@ done
 
 # --- the report ---------------------------------------------------------------
 
+# pairs A B: the median of the ratios B_i / A_i of two lists of numbers
+pairs() {
+    paste <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) \
+        | awk '{ printf "%.4f\n", $2 / $1 }' | median
+}
+
 report() {
-    local s name path key n c rn rc pn pc
+    local s name path key n c rn rc pn pc label
 
     echo "## Three nodes on one PostgreSQL (session_limit_scope)"
     echo
@@ -472,7 +480,8 @@ report() {
     echo "\`bash util/bench-cluster.sh\`: two sets of $NODES nodes" \
          "($WORKERS worker each) on one database, one wrk" \
          "(-t$NODES -c$CONNS -d$DURATION, thread i on node i)," \
-         "median of $ROUNDS runs each, the sets in turn."
+         "median of $ROUNDS runs each, the sets in turn; a ratio is the" \
+         "median of the rounds' cluster/node ratios."
     echo
     echo "| load | node: requests/s | cluster: requests/s | ratio (goal ≥ 0.90) | node: p99 ms | cluster: p99 ms | ratio (goal ≤ 1.20) | cluster: lease statements per 1,000 requests | cluster: requests that waited per 1,000 |"
     echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -483,15 +492,19 @@ report() {
     for s in "${rows[@]}"; do
         IFS='|' read -r name path key <<<"$s"
         name=${name% ($NKEYS keys)}
+        [ -n "${ALLRPS[$name/node]:-}" ] || continue
         rn=$(median <<<"${ALLRPS[$name/node]}")
         rc=$(median <<<"${ALLRPS[$name/cluster]}")
         pn=$(median <<<"${ALLP99[$name/node]}")
         pc=$(median <<<"${ALLP99[$name/cluster]}")
+        label=$name
         [ "$name" = "across a minute's turn" ] \
-            && name="$NKEYS keys, admitted, across a minute's turn (13 s, once)"
-        printf '| %s | %.0f | %.0f | %s | %s | %s | %s | %s | %s |\n' \
-               "$name" "$rn" "$rc" "$(ratio "$rc" "$rn")" "$pn" "$pc" \
-               "$(ratio "$pc" "$pn")" \
+            && label="$NKEYS keys, admitted, across a minute's turn (13 s, once)"
+        printf '| %s | %.0f | %.0f | %.2f | %s | %s | %.2f | %s | %s |\n' \
+               "$label" "$rn" "$rc" \
+               "$(pairs "${ALLRPS[$name/node]}" "${ALLRPS[$name/cluster]}")" \
+               "$pn" "$pc" \
+               "$(pairs "${ALLP99[$name/node]}" "${ALLP99[$name/cluster]}")" \
                "$(median <<<"${ALLSTMTS[$name/cluster]}")" \
                "$(median <<<"${ALLWAITS[$name/cluster]}")"
     done
