@@ -12,7 +12,8 @@
 #   - a long poll on node 0 is woken by an upload on node 2;
 #   - a key deleted is refused by every node within one second;
 #   - every webhook event is delivered once, by some node;
-#   - the expiry sweep expires each session once, one node at a time;
+#   - the expiry sweep expires each session once, one node at a time (no
+#     node sweeps while the sweep's lock is held elsewhere);
 #   - with session_limit_scope node (the default) the same client gets
 #     three times the limit: the check the cluster scope exists for.
 #
@@ -357,7 +358,7 @@ sub no_errors {
 }
 
 
-# --- the expiry sweep, one node at a time --------------------------------------
+# --- the expiry sweep, one node at a time ------------------------------------
 
 {
     my $key = fixture(plan => 'pro', name => "$TAG-sweep")->{key};
@@ -380,6 +381,29 @@ sub no_errors {
     is(scalar @sid, $n, "sweep: $n sessions of one second created");
 
     my $list = join ',', map { "'$_'" } @sid;
+
+    # the sweep's lock held elsewhere: no node sweeps (each tries every
+    # second), however long the sessions have been due
+
+    my $locker = psql_begin('SELECT pg_advisory_xact_lock('
+                            . '8315179226771058804)',
+                            "SELECT count(*) FROM pg_locks"
+                            . " WHERE locktype = 'advisory' AND granted");
+    my %held;
+    $held{$_} = $C->status($_)->{expiry_sweep}{runs} for 0 .. $C->nodes - 1;
+
+    Time::HiRes::sleep(3);
+
+    my $runs = 0;
+    $runs += $C->status($_)->{expiry_sweep}{runs} - $held{$_}
+        for 0 .. $C->nodes - 1;
+
+    is($runs, 0, 'sweep: no node sweeps while another holds the lock');
+    is(psql("SELECT count(*) FROM sessions WHERE id IN ($list)"
+            . " AND status = 'expired'"), 0,
+       'sweep: nothing marked meanwhile');
+
+    psql_end($locker, 'ROLLBACK');
 
     my ($ok) = wait_until(20, 0.2, sub {
         psql("SELECT count(*) FROM sessions WHERE id IN ($list)"

@@ -224,8 +224,9 @@ sum() {
                 local $/;
                 my $j = JSON::PP->new->decode(<STDIN>);
                 my $w = $ARGV[0];
-                print exists $j->{rate_limit}{$w} ? $j->{rate_limit}{$w}
-                                                  : $j->{requests}{by_status}{$w};' \
+                my $r = $j->{rate_limit};
+                print exists $r->{$w} ? $r->{$w}
+                                      : $j->{requests}{by_status}{$w};' \
                 "$what")
         total=$((total + v))
     done
@@ -416,8 +417,9 @@ for round in $(seq "$ROUNDS"); do
 done
 
 # the turn of a minute under load: the 1,000 keys from second 49 of a
-# minute to second 2 of the next, after 2 s of the same load (a window's budget is the node's until
-# it ends; a busy key leases its first block of the next one ahead)
+# minute to second 2 of the next, after 2 s of the same load (a
+# window's budget is the node's until it ends; a busy key leases its
+# first block of the next one ahead)
 
 TURN=${BENCH_CLUSTER_TURN:-1}
 
@@ -499,7 +501,8 @@ report() {
         pc=$(median <<<"${ALLP99[$name/cluster]}")
         label=$name
         [ "$name" = "across a minute's turn" ] \
-            && label="$NKEYS keys, admitted, across a minute's turn (13 s, once)"
+            && label="$NKEYS keys, admitted, across a minute's turn"
+        [ "$name" = "across a minute's turn" ] && label+=" (13 s, once)"
         printf '| %s | %.0f | %.0f | %.2f | %s | %s | %.2f | %s | %s |\n' \
                "$label" "$rn" "$rc" \
                "$(pairs "${ALLRPS[$name/node]}" "${ALLRPS[$name/cluster]}")" \
