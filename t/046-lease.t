@@ -109,7 +109,7 @@ $C->start;
 {
     my $key = fixture(plan => 'unlimited', name => "$TAG-figures")->{key};
 
-    my $reset = fresh_window(15);
+    my $reset = fresh_window(25);
     my $s0 = $C->status(0)->{rate_limit};
 
     is($s0->{scope}, 'cluster', 'session_status: scope cluster');

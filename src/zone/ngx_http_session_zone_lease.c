@@ -11,10 +11,10 @@
  * A block's size follows the key's rate on this node: what it admits in
  * NGX_HTTP_SESSION_LEASE_SECONDS, from NGX_HTTP_SESSION_LEASE_MIN to a
  * tenth of the limit; the database gives less near the end of the budget
- * (an equal share of what is left among the nodes).  A key still busy in
- * the last NGX_HTTP_SESSION_LEASE_AHEAD seconds of a window leases its
- * first block of the next one ahead, so that it does not wait at the
- * turn of the minute.
+ * (an equal share of what is left among the nodes).  A key still busy
+ * near the end of a window (from a second of its own among the last
+ * NGX_HTTP_SESSION_LEASE_AHEAD) leases its first block of the next one
+ * ahead, so that it does not wait at the turn of the minute.
  *
  * Budget held when its window ends is lost, never carried on: counted as
  * unused (the node's under-admission).  So is a block whose key is
@@ -32,8 +32,14 @@
 /* the rate is measured over at least this long, milliseconds */
 #define NGX_HTTP_SESSION_LEASE_SAMPLE   100
 
-/* the last seconds of a window, when a busy key leases the next one's */
-#define NGX_HTTP_SESSION_LEASE_AHEAD    5
+/*
+ * The last seconds of a window, when a busy key leases the next one's: at
+ * a second of its own among the first NGX_HTTP_SESSION_LEASE_SPREAD of
+ * them (from its hash), so that the keys of a node do not all lease at
+ * once
+ */
+#define NGX_HTTP_SESSION_LEASE_AHEAD    15
+#define NGX_HTTP_SESSION_LEASE_SPREAD   12
 
 
 static ngx_http_session_lease_node_t *ngx_http_session_lease_node_get(
@@ -120,7 +126,8 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
                    && take->now - (time_t) minute
                                   * NGX_HTTP_SESSION_WINDOW_SECONDS
                       >= NGX_HTTP_SESSION_WINDOW_SECONDS
-                         - NGX_HTTP_SESSION_LEASE_AHEAD)
+                         - NGX_HTTP_SESSION_LEASE_AHEAD
+                         + hash[5] % NGX_HTTP_SESSION_LEASE_SPREAD)
         {
             /* the window ends soon and the key is busy: the next one's */
             take->lease = size;
