@@ -265,14 +265,14 @@
 /*
  * session_limit_scope cluster, see src/sql/015_rate_leases.sql: $1 SHA-256
  * of the key (bytea, binary), $2 class, $3 window (epoch minute), $4 the
- * lease wanted, $5 the limit, $6 the node's id: (leased, total), or no
- * row when the window's budget is leased out.  Sent as text with its
+ * lease wanted, $5 the limit, $6 the node's id: (leased, total, nodes),
+ * or no row when the window's budget is leased out.  Sent as text with its
  * parameters: it runs at most once per NGX_HTTP_SESSION_LEASE_MIN
  * requests of a key, and db_stmt.c's prepared list is left to the
  * statements of every request.
  */
 #define NGX_HTTP_SESSION_SQL_LEASE                                            \
-    "SELECT leased, total FROM session_rate_lease($1, $2::integer,"           \
+    "SELECT leased, total, nodes FROM session_rate_lease($1, $2::integer,"    \
     " $3::integer, $4::integer, $5::integer, $6::bigint)"
 
 

@@ -457,13 +457,13 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
 }
 
 
-/* (leased, total), or no row: the window's budget is leased out */
+/* (leased, total, nodes), or no row: the window's budget is leased out */
 
 static ngx_int_t
 ngx_http_session_lease_read(PGresult *res,
     ngx_http_session_lease_answer_t *a)
 {
-    ngx_int_t  given, granted;
+    ngx_int_t  given, granted, nodes;
 
     if (PQntuples(res) == 0) {
         a->given = 0;
@@ -471,22 +471,25 @@ ngx_http_session_lease_read(PGresult *res,
         return NGX_OK;
     }
 
-    if (PQntuples(res) != 1 || PQnfields(res) != 2) {
+    if (PQntuples(res) != 1 || PQnfields(res) != 3) {
         goto invalid;
     }
 
     given = ngx_atoi((u_char *) PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0));
     granted = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
                        PQgetlength(res, 0, 1));
+    nodes = ngx_atoi((u_char *) PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2));
 
-    if (given == NGX_ERROR || granted == NGX_ERROR || given > granted
-        || granted > NGX_MAX_INT32_VALUE)
+    if (given == NGX_ERROR || granted == NGX_ERROR || nodes == NGX_ERROR
+        || given > granted || granted > NGX_MAX_INT32_VALUE
+        || nodes > NGX_MAX_INT32_VALUE)
     {
         goto invalid;
     }
 
     a->given = (uint32_t) given;
     a->granted = (uint32_t) granted;
+    a->nodes = (uint32_t) nodes;
 
     return NGX_OK;
 
@@ -494,7 +497,7 @@ invalid:
 
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "session limit: the lease statement's answer is not "
-                  "(leased, total)");
+                  "(leased, total, nodes)");
 
     return NGX_ERROR;
 }

@@ -36,14 +36,15 @@ CREATE TABLE rate_leases (
 -- of what is left among the nodes that took a lease in the window (at
 -- least 1), so that near the end of the budget the nodes hold about as
 -- much as one another and a key spread evenly over them is refused
--- nowhere before its limit is reached.  Returns (leased, total): the
--- lease and the window's total after it; no row when the budget is
--- leased out already (or p_limit is lower than what was leased under a
--- higher limit).  The row's lock orders concurrent leases of one key.
+-- nowhere before its limit is reached.  Returns (leased, total, nodes):
+-- the lease, the window's total after it and the nodes that leased in
+-- the window; no row when the budget is leased out already (or p_limit
+-- is lower than what was leased under a higher limit).  The row's lock
+-- orders concurrent leases of one key.
 CREATE FUNCTION session_rate_lease(p_key bytea, p_class integer,
                                    p_minute integer, p_want integer,
                                    p_limit integer, p_node bigint)
-RETURNS TABLE (leased integer, total integer)
+RETURNS TABLE (leased integer, total integer, nodes integer)
 LANGUAGE plpgsql AS $$
 DECLARE
     v_want  integer := greatest(coalesce(p_want, 1), 1);
@@ -75,7 +76,7 @@ BEGIN
                         THEN l.nodes
                         ELSE l.nodes || p_node END
      WHERE l.granted < p_limit
-    RETURNING l.given, l.granted;
+    RETURNING l.given, l.granted, cardinality(l.nodes);
 END
 $$;
 

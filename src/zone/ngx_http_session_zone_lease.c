@@ -29,6 +29,9 @@
 /* a block is what the node admits of the key in this many seconds */
 #define NGX_HTTP_SESSION_LEASE_SECONDS  30
 
+/* no lease ahead of need with less than this many blocks left (at least) */
+#define NGX_HTTP_SESSION_LEASE_TAIL     4
+
 /* the rate is measured over at least this long, milliseconds */
 #define NGX_HTTP_SESSION_LEASE_SAMPLE   100
 
@@ -117,8 +120,18 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
         size = ngx_http_session_lease_size(l, take->limit);
 
-        if (left && l->held * 2 < size) {
-            /* half the block is spent: the next one, so that none waits */
+        if (l->held * 2 < size
+            && left >= (uint64_t) ngx_max(NGX_HTTP_SESSION_LEASE_TAIL,
+                                          2 * l->nodes) * size)
+        {
+            /*
+             * Half the block is spent: the next one now, so that none
+             * waits.  Not near the end of the budget (less left than two
+             * blocks for each node): there a lease is asked for when it
+             * is needed, so that the database sees the nodes ask in the
+             * order their requests come, and shares what is left evenly
+             * among them.
+             */
             take->lease = size;
 
         } else if (l->next == 0
@@ -241,6 +254,10 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
 
     if (a->granted > l->granted) {
         l->granted = a->granted;
+    }
+
+    if (a->nodes > l->nodes) {
+        l->nodes = a->nodes;
     }
 
     /*
@@ -383,6 +400,7 @@ ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
     }
 
     l->minute = minute;
+    l->nodes = 0;
     l->next = 0;
     l->next_granted = 0;
     l->asked = 0;

@@ -27,6 +27,8 @@ typedef struct {
     uint32_t                    given;
     /* the window's total leased to all nodes after the statement */
     uint32_t                    granted;
+    /* the nodes that leased in the window */
+    uint32_t                    nodes;
     /* the mark of a lease asked for ahead of need, 0: none */
     uint32_t                    asked;
     /* the requests of this worker that waited for it */

@@ -112,6 +112,8 @@ typedef struct {
     uint32_t                      held;
     /* the window's total leased to all nodes, as the last answer said */
     uint32_t                      granted;
+    /* the nodes that leased in the window, as the last answer said */
+    uint32_t                      nodes;
     /* leased ahead for the next window, and that window's total then */
     uint32_t                      next;
     uint32_t                      next_granted;
@@ -125,7 +127,7 @@ typedef struct {
 } ngx_http_session_lease_t;
 
 
-/* 196 bytes: a 256-byte slab chunk per key, all classes together */
+/* 208 bytes: a 256-byte slab chunk per key, all classes together */
 typedef struct {
     ngx_http_session_zone_node_t  sn;
     ngx_http_session_lease_t      leases[NGX_HTTP_SESSION_NCLASSES];
