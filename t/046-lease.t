@@ -6,7 +6,9 @@
 # session_db_timeout) or gone (its connections cut): requests the node
 # holds budget for are admitted, the others get 503 "database
 # unavailable" and are not counted, the failure is logged once, and the
-# node leases again by itself once the database answers.
+# node leases again by itself once the database answers.  A lease that
+# timed out on the node can still commit in the database when the lock
+# goes: its block is lost to the window (fewer requests, never more).
 #
 # The node is t/lib/Cluster.pm's, with one worker (so that the order of
 # leases is the test's); each check waits for a fresh minute when too
@@ -246,8 +248,13 @@ $C->start;
     my $admitted = scalar(grep { $_ == 404 } @st) + 2;
     $admitted += nope($C, $key)->{status} == 404 ? 1 : 0 for 1 .. $LIMIT;
 
-    is($admitted, $LIMIT,
-       'slow database: exactly the limit in the window (503s not counted)');
+    # a lease that timed out on the node may still commit once the lock
+    # goes (its answer lost): that block is lost, never more is admitted
+
+    cmp_ok($admitted, '<=', $LIMIT,
+           'slow database: at most the limit in the window');
+    cmp_ok($admitted, '>=', $LIMIT - 10,
+           'slow database: at most a block lost (503s not counted)');
 }
 
 $C->stop;
