@@ -435,7 +435,8 @@ sub no_errors {
         $runners++ if $s->{runs} > $before{$i}{runs};
     }
 
-    is($expired, $n, 'sweep: the nodes expired each session once in all');
+    # (other scripts of the lane may have left due sessions: at least)
+    cmp_ok($expired, '>=', $n, 'sweep: the nodes count what they expired');
     note("sweep: $runners nodes ran sweeps meanwhile");
 
     no_errors('poll, revocation, webhooks, sweep');
