@@ -7,6 +7,7 @@
 #   make bench      wrk benchmarks on loopback (bounded)
 #   make bench-poll the long-poll fan-out beside nchan and its floor
 #   make bench-cost CPU time per request at a fixed rate beside pgbench -R
+#   make bench-cluster three nodes of each session_limit_scope (in bench)
 #   make lint       80 columns, no tabs, cppcheck
 #   make openapi    validate docs/openapi.yaml (part of make test too)
 #   make deb        build/deb/libnginx-mod-http-session_*.deb for this
@@ -70,7 +71,7 @@ MOD_SRCS    := ngx_http_session_module.c \
 MOD_HDRS    := $(wildcard src/*.h) $(filter-out src/cli/%,$(wildcard src/*/*.h))
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
-.PHONY: all build deps run stop test unit integration bench bench-poll bench-cost chaos lint \
+.PHONY: all build deps run stop test unit integration bench bench-poll bench-cost bench-cluster chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover sweep upgrade-test test-debian13 test-upstream \
         bench-poll-proto
@@ -157,6 +158,9 @@ test-upstream: deps
 	@test -n "$(UPSTREAM_SRC)" \
 	    || { echo "make test-upstream UPSTREAM_SRC=/path/to/nginx-1.x"; exit 1; }
 	@bash util/test-upstream.sh $(UPSTREAM_SRC)
+
+bench-cluster: deps build
+	@bash util/bench-cluster.sh
 
 chaos: deps build
 	@bash util/chaos.sh

@@ -22,6 +22,7 @@
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_handover.h"
+#include "ngx_http_session_lease.h"
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_db_listen.h"
@@ -366,6 +367,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       offsetof(ngx_http_session_main_conf_t, auth_fail_limit),
       NULL },
 
+    { ngx_string("session_limit_scope"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      ngx_http_session_limit_scope,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      offsetof(ngx_http_session_main_conf_t, limit_scope),
+      NULL },
+
       ngx_null_command
 };
 
@@ -495,6 +503,7 @@ ngx_http_session_create_main_conf(ngx_conf_t *cf)
     smcf->sweep_interval = NGX_CONF_UNSET_MSEC;
     smcf->retention = NGX_CONF_UNSET;
     smcf->auth_fail_limit = NGX_CONF_UNSET_UINT;
+    smcf->limit_scope = NGX_CONF_UNSET_UINT;
 
     return smcf;
 }
@@ -525,6 +534,7 @@ ngx_http_session_init_main_conf(ngx_conf_t *cf, void *conf)
     ngx_conf_init_value(smcf->retention, NGX_HTTP_SESSION_RETENTION);
     ngx_conf_init_uint_value(smcf->auth_fail_limit,
                              NGX_HTTP_SESSION_AUTH_FAIL_LIMIT);
+    ngx_conf_init_uint_value(smcf->limit_scope, NGX_HTTP_SESSION_SCOPE_NODE);
 
     if (smcf->key_prefix.data == NULL) {
         ngx_str_set(&smcf->key_prefix, NGX_HTTP_SESSION_DEFAULT_PREFIX);
@@ -1036,6 +1046,7 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
 
 #endif
     ngx_http_session_auth_init_process();
+    ngx_http_session_lease_init_process();
 
     if (ngx_http_session_status_init_process(cycle) != NGX_OK) {
         return NGX_ERROR;

@@ -77,6 +77,8 @@ typedef struct {
     ngx_msec_t                  auth_cache_ttl;
     /* failed lookups per client address per minute, 0: no limit */
     ngx_uint_t                  auth_fail_limit;
+    /* session_limit_scope: NGX_HTTP_SESSION_SCOPE_NODE or _CLUSTER */
+    ngx_uint_t                  limit_scope;
 
     ngx_flag_t                  webhook_allow_private;
     ngx_msec_t                  webhook_timeout;
@@ -162,6 +164,11 @@ typedef struct {
 #define NGX_HTTP_SESSION_PLAN_QUOTA      0x08
 
 
+/* session_limit_scope */
+#define NGX_HTTP_SESSION_SCOPE_NODE     0
+#define NGX_HTTP_SESSION_SCOPE_CLUSTER  1
+
+
 /*
  * Stage 2's check-and-increment; a cache hit in stage 1 does it under the
  * same turn of the zone mutex as the lookup.
@@ -170,11 +177,29 @@ typedef struct {
     time_t                      now;
     ngx_uint_t                  cls;
     ngx_uint_t                  limit;
-    /* NGX_OK, NGX_BUSY or NGX_ERROR once taken, NGX_DECLINED before */
+    /*
+     * NGX_OK, NGX_BUSY or NGX_ERROR once taken, NGX_DECLINED before;
+     * with session_limit_scope cluster also NGX_AGAIN (the node holds no
+     * budget: the request waits for a lease) and NGX_ABORT (no lease,
+     * the database is unavailable)
+     */
     ngx_int_t                   rc;
     ngx_uint_t                  remaining;
     /* counters of other keys evicted to make room: the ALERT's count */
     ngx_uint_t                  evicted;
+
+    /*
+     * Cluster scope (src/zone/ngx_http_session_zone_lease.c): a lease to
+     * ask for, 0: none (with NGX_AGAIN for this request, with NGX_OK
+     * ahead of need), the window it is for in epoch minutes, and the
+     * stamp that marks it in flight in the zone (0: not marked)
+     */
+    uint32_t                    lease;
+    uint32_t                    minute;
+    uint32_t                    asked;
+    /* a lease in flight longer than this is taken for lost */
+    uint32_t                    stale;
+    unsigned                    cluster:1;
 } ngx_http_session_take_t;
 
 
@@ -188,6 +213,8 @@ typedef struct {
 #define NGX_HTTP_SESSION_STAGE_KEYED     1
 /* stages 1 and 2 passed, the rate-limit headers are set */
 #define NGX_HTTP_SESSION_STAGE_ADMITTED  2
+/* stage 1 passed; stage 2 waits for a lease (session_limit_scope cluster) */
+#define NGX_HTTP_SESSION_STAGE_LEASE     3
 
 
 struct ngx_http_session_ctx_s {
@@ -221,7 +248,7 @@ struct ngx_http_session_ctx_s {
     /* a long poll */
     ngx_http_session_poll_t      *poll;
 
-    /* where a database lookup of the key continues the request */
+    /* where a database lookup of the key, or a lease, continues it */
     ngx_http_session_resume_pt    resume;
     /* gets the answer before it is sent, once (see the response room) */
     ngx_http_session_answer_pt    answer_hook;

@@ -39,6 +39,9 @@
 #                        and worker memory; see its header)
 #   BENCH_WEBHOOK        0 skips util/bench-webhook.sh (webhook
 #                        deliveries/s and latency; see its header)
+#   BENCH_CLUSTER        0 skips util/bench-cluster.sh (three nodes of
+#                        each session_limit_scope on one database; about
+#                        5 minutes; see its header)
 #   BENCH_KEEP           keep the temporary directory (nginx.conf,
 #                        error.log); it is always kept after a failure
 #   BENCH_DB_CONNECTIONS session_db_connections per worker (default 4);
@@ -396,7 +399,21 @@ inside() {
 
     webhooks
 
+    cluster
+
     report
+}
+
+
+# --- three nodes on one database (util/bench-cluster.sh) -----------------
+
+cluster() {
+    [ "${BENCH_CLUSTER:-1}" != 0 ] || return 0
+
+    log "three nodes of each session_limit_scope (util/bench-cluster.sh)"
+    BENCH_SESSION_DB=$DB BENCH_CLUSTER_OUT="$W/cluster.md" \
+        bash "$ROOT/util/bench-cluster.sh" \
+        || die "the cluster benchmark failed"
 }
 
 
@@ -754,6 +771,7 @@ report() {
     echo
     [ -f "$W/images.md" ] && { cat "$W/images.md"; echo; }
     [ -f "$W/webhook.md" ] && { cat "$W/webhook.md"; echo; }
+    [ -f "$W/cluster.md" ] && { cat "$W/cluster.md"; echo; }
 
     [ "$OUT" = - ] && return 0
 
@@ -856,12 +874,15 @@ $(images_notes)
 $(cat "$W/webhook.md" 2>/dev/null)
 $(webhook_notes)
 
+$(cat "$W/cluster.md" 2>/dev/null)
+
 ## Reproduce
 
     make bench                                     # or: bash util/bench.sh
     BENCH_DURATION=10s BENCH_ROUNDS=5 bash util/bench.sh
     BENCH_SESSION_DB="host=... dbname=..." bash util/bench.sh   # an existing database
     bash util/bench-webhook.sh                     # the webhook section alone
+    bash util/bench-cluster.sh                     # three nodes, both scopes, alone
     BENCH_DB_MODE=cost bash util/bench-db.sh       # CPU per request at a fixed rate alone
     make bench-poll                                # the long poll beside nchan and its floor
 

@@ -189,6 +189,8 @@ weight() {
         027-plan-cache.t)   echo 3 ;;
         016-webhook-wakeup.t) echo 1 ;;
         037-upgrade.t)      echo 20 ;;
+        045-cluster.t)      echo 45 ;;
+        046-lease.t)        echo 15 ;;
         038-db-gss.t)       echo 3 ;;
         030-http2.t)        echo 20 ;;
         031-http3.t)        echo 15 ;;

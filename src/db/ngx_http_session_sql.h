@@ -403,6 +403,20 @@
 
 
 /*
+ * session_limit_scope cluster, see src/sql/015_rate_leases.sql: $1 SHA-256
+ * of the key (bytea, binary), $2 class, $3 window (epoch minute), $4 the
+ * lease wanted, $5 the limit, $6 the node's id: (leased, total, nodes),
+ * or no row when the window's budget is leased out.  Sent as text with its
+ * parameters: it runs at most once per NGX_HTTP_SESSION_LEASE_MIN
+ * requests of a key, and db_stmt.c's prepared list is left to the
+ * statements of every request.
+ */
+#define NGX_HTTP_SESSION_SQL_LEASE                                            \
+    "SELECT leased, total, nodes FROM session_rate_lease($1, $2::integer,"    \
+    " $3::integer, $4::integer, $5::integer, $6::bigint)"
+
+
+/*
  * $1 project, $2 session id, $3 content type, $4 SHA-256 (bytea,
  * binary), $5 the bytes (bytea, binary): the check columns and the new
  * image's (NULL when there is none: the session is missing, another

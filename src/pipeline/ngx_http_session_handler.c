@@ -11,7 +11,8 @@
  * from there without the phases that follow.  When the auth cache does
  * not know the key, or the access phase did not run this handler (a
  * subrequest, or "satisfy any" granted access first), the content handler
- * takes the request from where it stands.
+ * takes the request from where it stands.  So it does when stage 2 must
+ * wait for a lease of the key's budget (session_limit_scope cluster).
  */
 
 #include "ngx_http_session_handler.h"
@@ -19,10 +20,14 @@
 #include "ngx_http_session_dispatch.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_idempotency.h"
+#include "ngx_http_session_lease.h"
 #include "ngx_http_session_limit.h"
 
 
 static void ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc);
+static ngx_int_t ngx_http_session_wait_lease(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+static void ngx_http_session_leased(ngx_http_request_t *r, ngx_int_t rc);
 static ngx_http_session_ctx_t *ngx_http_session_start(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_admit(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_int_t rc);
@@ -70,8 +75,15 @@ ngx_http_session_access_handler(ngx_http_request_t *r)
         return NGX_DECLINED;
     }
 
-    if (ngx_http_session_admit(r, ctx, rc) == NGX_OK) {
+    rc = ngx_http_session_admit(r, ctx, rc);
+
+    if (rc == NGX_OK) {
         ctx->stage = NGX_HTTP_SESSION_STAGE_ADMITTED;
+        return NGX_DECLINED;
+    }
+
+    if (rc == NGX_AGAIN) {
+        ctx->stage = NGX_HTTP_SESSION_STAGE_LEASE;
         return NGX_DECLINED;
     }
 
@@ -100,6 +112,9 @@ ngx_http_session_handler(ngx_http_request_t *r)
     } else if (ctx->stage == NGX_HTTP_SESSION_STAGE_ADMITTED) {
         return ngx_http_session_route(r, ctx);
 
+    } else if (ctx->stage == NGX_HTTP_SESSION_STAGE_LEASE) {
+        return ngx_http_session_wait_lease(r, ctx);
+
     } else {
         rc = NGX_BUSY;
     }
@@ -114,7 +129,13 @@ ngx_http_session_handler(ngx_http_request_t *r)
         }
     }
 
-    if (ngx_http_session_admit(r, ctx, rc) != NGX_OK) {
+    rc = ngx_http_session_admit(r, ctx, rc);
+
+    if (rc == NGX_AGAIN) {
+        return ngx_http_session_wait_lease(r, ctx);
+    }
+
+    if (rc != NGX_OK) {
         return ngx_http_session_error(r, ctx->err);
     }
 
@@ -131,7 +152,57 @@ ngx_http_session_resume(ngx_http_request_t *r, ngx_int_t rc)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    if (ngx_http_session_admit(r, ctx, rc) != NGX_OK) {
+    rc = ngx_http_session_admit(r, ctx, rc);
+
+    if (rc == NGX_AGAIN) {
+        if (ngx_http_session_lease_wait(r, ctx, ngx_http_session_leased)
+            == NGX_AGAIN)
+        {
+            /* the lookup's hold on the request passes to the lease */
+            return;
+        }
+
+        rc = ngx_http_session_error(r, ctx->err);
+
+    } else if (rc != NGX_OK) {
+        rc = ngx_http_session_error(r, ctx->err);
+
+    } else {
+        rc = ngx_http_session_route(r, ctx);
+    }
+
+    ngx_http_finalize_request(r, rc);
+}
+
+
+/* stage 2 waits for a lease of the key's budget (session_limit_scope) */
+
+static ngx_int_t
+ngx_http_session_wait_lease(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    if (ngx_http_session_lease_wait(r, ctx, ngx_http_session_leased)
+        == NGX_AGAIN)
+    {
+        /* the lease's answer finalizes the request */
+        r->main->count++;
+        return NGX_DONE;
+    }
+
+    return ngx_http_session_error(r, ctx->err);
+}
+
+
+/* the lease is in: stage 2 again (the request is counted now), stage 3 */
+
+static void
+ngx_http_session_leased(ngx_http_request_t *r, ngx_int_t rc)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ngx_http_session_limit(r, ctx) != NGX_OK) {
         rc = ngx_http_session_error(r, ctx->err);
 
     } else {
@@ -172,7 +243,8 @@ ngx_http_session_start(ngx_http_request_t *r)
 
 /*
  * Stage 1's outcome, then stage 2: NGX_OK with the rate-limit headers
- * set, or NGX_DECLINED with ctx->err to answer.
+ * set, NGX_DECLINED with ctx->err to answer, or NGX_AGAIN: stage 2 waits
+ * for a lease.
  */
 
 static ngx_int_t

@@ -1,11 +1,14 @@
 /*
  * Rate limits: fixed one-minute windows aligned to the UTC minute, one
- * counter per key and class in session_limit_zone.
+ * counter per key and class in session_limit_zone; with
+ * session_limit_scope cluster, the node's lease of the key's budget
+ * instead (ngx_http_session_lease.c).
  */
 
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_error.h"
 #include "ngx_http_session_json.h"
+#include "ngx_http_session_lease.h"
 #include "ngx_http_session_zone_rate.h"
 #include "ngx_http_session_stats.h"
 #include "ngx_http_session_window.h"
@@ -34,10 +37,12 @@ void
 ngx_http_session_limit_prepare(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx)
 {
-    ngx_uint_t                    cls;
-    ngx_http_session_loc_conf_t  *slcf;
+    ngx_uint_t                     cls;
+    ngx_http_session_loc_conf_t   *slcf;
+    ngx_http_session_main_conf_t  *smcf;
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
 
     cls = ngx_http_session_route_class(&ctx->route, ctx->method);
 
@@ -45,6 +50,13 @@ ngx_http_session_limit_prepare(ngx_http_request_t *r,
     ctx->take.limit = slcf->limits[cls];
     ctx->take.now = ngx_time();
     ctx->take.rc = NGX_DECLINED;
+
+    if (smcf->limit_scope == NGX_HTTP_SESSION_SCOPE_CLUSTER) {
+        ctx->take.cluster = 1;
+
+        /* a lease's answer (or its timeout) comes within session_db_timeout */
+        ctx->take.stale = (uint32_t) smcf->db_timeout + 1000;
+    }
 }
 
 
@@ -72,8 +84,25 @@ ngx_http_session_limit(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                           ctx->principal.hash, take);
     }
 
+    if (take->rc == NGX_AGAIN) {
+        /* session_limit_scope cluster: the node holds no budget */
+        return NGX_AGAIN;
+    }
+
+    if (take->lease) {
+        /* the node's block runs low: the next one, ahead of need */
+        ngx_http_session_lease_ahead(ctx->principal.hash, take);
+        take->lease = 0;
+    }
+
     if (take->rc == NGX_ERROR) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
+        return NGX_DECLINED;
+    }
+
+    if (take->rc == NGX_ABORT) {
+        /* no lease: the database is unavailable, nothing was counted */
+        ctx->err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
         return NGX_DECLINED;
     }
 
@@ -316,4 +345,47 @@ ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,
     *fp = (ngx_uint_t) n;
 
     return NGX_CONF_OK;
+}
+
+
+/*
+ * session_limit_scope node | cluster: counters in the node's zone, or
+ * the node's leases of the budgets in the database (decisions.md (qa))
+ */
+
+char *
+ngx_http_session_limit_scope(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    char  *p = conf;
+
+    ngx_str_t   *value;
+    ngx_uint_t  *sp;
+
+    sp = (ngx_uint_t *) (p + cmd->offset);
+
+    if (*sp != NGX_CONF_UNSET_UINT) {
+        return "is duplicate";
+    }
+
+    value = cf->args->elts;
+
+    if (value[1].len == sizeof("node") - 1
+        && ngx_strncmp(value[1].data, "node", value[1].len) == 0)
+    {
+        *sp = NGX_HTTP_SESSION_SCOPE_NODE;
+        return NGX_CONF_OK;
+    }
+
+    if (value[1].len == sizeof("cluster") - 1
+        && ngx_strncmp(value[1].data, "cluster", value[1].len) == 0)
+    {
+        *sp = NGX_HTTP_SESSION_SCOPE_CLUSTER;
+        return NGX_CONF_OK;
+    }
+
+    ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                       "invalid value \"%V\" in \"%V\", it must be "
+                       "\"node\" or \"cluster\"", &value[1], &cmd->name);
+
+    return NGX_CONF_ERROR;
 }

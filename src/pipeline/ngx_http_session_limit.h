@@ -25,7 +25,9 @@ void ngx_http_session_limit_prepare(ngx_http_request_t *r,
 /*
  * Counts the request (unless stage 1 already did) and adds the
  * X-RateLimit-* headers.  NGX_OK: admitted; NGX_DECLINED: refused,
- * ctx->err says how to answer.
+ * ctx->err says how to answer; NGX_AGAIN (session_limit_scope cluster):
+ * the node holds none of the key's budget, the request waits for a lease
+ * (ngx_http_session_lease_wait()), then comes back here.
  */
 ngx_int_t ngx_http_session_limit(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
@@ -39,6 +41,10 @@ char *ngx_http_session_limits(ngx_conf_t *cf, ngx_command_t *cmd,
 
 /* "create", "list" or "other" */
 const char *ngx_http_session_limit_class_name(ngx_uint_t cls);
+
+/* session_limit_scope node | cluster; */
+char *ngx_http_session_limit_scope(ngx_conf_t *cf, ngx_command_t *cmd,
+    void *conf);
 
 /* session_auth_fail_limit <n> | off; */
 char *ngx_http_session_auth_fail_limit(ngx_conf_t *cf, ngx_command_t *cmd,

@@ -30,6 +30,7 @@ typedef struct {
     ngx_http_session_gauges_t         g;
     ngx_str_t                         zone;
     ngx_http_session_zone_figures_t   fig;
+    ngx_uint_t                        cluster;
 } ngx_http_session_status_t;
 
 #define NGX_HTTP_SESSION_METRIC_GAUGE  0x01
@@ -149,6 +150,30 @@ static const ngx_http_session_metric_t  ngx_http_session_metrics[] = {
       ngx_http_session_metric_at(s.webhooks_measured),
       NGX_HTTP_SESSION_METRIC_GAUGE|NGX_HTTP_SESSION_METRIC_MS
       |NGX_HTTP_SESSION_METRIC_QUEUE },
+
+    { "rate_limit", "leases", "rate_leases_total",
+      "Lease statements sent (session_limit_scope cluster).",
+      ngx_http_session_metric_at(s.leases), 0 },
+    { "rate_limit", "leased", "rate_leased_total",
+      "Requests' worth of key budgets leased to this node.",
+      ngx_http_session_metric_at(s.lease_granted), 0 },
+    { "rate_limit", "spent", "rate_lease_spent_total",
+      "Lease answers after which the window's budget was leased out.",
+      ngx_http_session_metric_at(s.lease_spent), 0 },
+    { "rate_limit", "failures", "rate_lease_failures_total",
+      "Lease statements without an answer (waiting requests got 503).",
+      ngx_http_session_metric_at(s.lease_failures), 0 },
+    { "rate_limit", "waits", "rate_lease_waits_total",
+      "Requests that waited for a lease.",
+      ngx_http_session_metric_at(s.lease_waits), 0 },
+    { "rate_limit", "held", "rate_lease_held",
+      "Leased budget this node holds and has not admitted yet.",
+      ngx_http_session_metric_at(fig.lease_held),
+      NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "rate_limit", "unused", "rate_lease_unused_total",
+      "Leased budget whose window ended unused on this node "
+      "(under-admission).",
+      ngx_http_session_metric_at(s.lease_unused), 0 },
 
     { "zone", "size", "zone_size_bytes",
       "Size of session_limit_zone.",
@@ -376,7 +401,7 @@ ngx_http_session_status_handler(ngx_http_request_t *r)
     ngx_http_session_status_read(r, &st);
 
     /* a line per figure and per status, with room to spare */
-    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 40)
+    b = ngx_create_temp_buf(r->pool, (NGX_HTTP_SESSION_NSTATUS + 50)
                                      * NGX_HTTP_SESSION_STATUS_LINE * 2);
     if (b == NULL) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
@@ -494,6 +519,7 @@ ngx_http_session_status_read(ngx_http_request_t *r,
     /* each counter read once, though others may move meanwhile */
     st->s = *ngx_http_session_zone_stats(smcf->shm_zone);
     st->zone = smcf->shm_zone->shm.name;
+    st->cluster = (smcf->limit_scope == NGX_HTTP_SESSION_SCOPE_CLUSTER);
 
     ngx_http_session_status_sum_gauges(smcf->shm_zone, &st->g);
 
@@ -589,6 +615,12 @@ ngx_http_session_status_json(u_char *p, ngx_http_session_status_t *st)
 
             if (group && ngx_strcmp(group, "zone") == 0) {
                 p = ngx_sprintf(p, "\"name\": \"%V\"", &st->zone);
+                sep = ", ";
+            }
+
+            if (group && ngx_strcmp(group, "rate_limit") == 0) {
+                p = ngx_sprintf(p, "\"scope\": \"%s\"",
+                                st->cluster ? "cluster" : "node");
                 sep = ", ";
             }
         }

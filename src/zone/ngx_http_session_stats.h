@@ -54,6 +54,19 @@ typedef struct {
     /* pipelines of waiting reads sent under one Sync, the reads in them */
     ngx_atomic_t        db_batches;
     ngx_atomic_t        db_batched;
+    /*
+     * session_limit_scope cluster: lease statements sent, the requests'
+     * worth they were granted, the answers that found the window's budget
+     * spent, the statements that got no answer, the requests that waited
+     * for a lease, and the budget a window ended with unused (what this
+     * node held and did not admit: the under-admission)
+     */
+    ngx_atomic_t        leases;
+    ngx_atomic_t        lease_granted;
+    ngx_atomic_t        lease_spent;
+    ngx_atomic_t        lease_failures;
+    ngx_atomic_t        lease_waits;
+    ngx_atomic_t        lease_unused;
     /* when the zone, and so the counters, began */
     time_t              started;
 } ngx_http_session_stats_t;

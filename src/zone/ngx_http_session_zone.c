@@ -179,6 +179,18 @@ ngx_http_session_zone_init(ngx_shm_zone_t *shm_zone, void *data)
     ngx_http_session_zone_tree_init(&ctx->sh->rate);
     ngx_http_session_zone_tree_init(&ctx->sh->fail);
     ngx_http_session_zone_tree_init(&ctx->sh->seen);
+    ngx_http_session_zone_tree_init(&ctx->sh->lease);
+
+    /*
+     * This node in the database's lease rows (session_limit_scope
+     * cluster): it needs only to differ from the other nodes'.  A reload
+     * and a binary upgrade keep the zone, and so the id.
+     */
+    ctx->sh->node_id = ((((uint64_t) ngx_random() << 31) ^ ngx_random())
+                        ^ ((uint64_t) ngx_pid << 40)
+                        ^ ((uint64_t) ngx_time() << 12)
+                        ^ (uint64_t) (uintptr_t) ctx->shpool)
+                       & 0x7fffffffffffffffULL;
 
     /* unknown keys: at most an eighth of the zone, in 128-byte chunks */
     ctx->sh->neg_max = ngx_max(shm_zone->shm.size / 8 / 128, 16);
@@ -223,6 +235,7 @@ ngx_http_session_zone_layout(ngx_http_session_handover_layout_t *layout)
     layout->v[10] = NGX_HTTP_SESSION_KEY_HASH_LEN;
     layout->v[11] = NGX_HTTP_SESSION_UUID_LEN;
     layout->v[12] = NGX_HTTP_SESSION_WINDOW_SECONDS;
+    layout->v[13] = sizeof(ngx_http_session_lease_node_t);
 }
 
 
@@ -425,8 +438,9 @@ ngx_http_session_zone_figures(ngx_shm_zone_t *zone,
     f->auth_entries = ctx->sh->auth.n + ctx->sh->neg.n;
     f->seen = ctx->sh->seen.n;
     f->seen_forgotten = ctx->sh->seen_forgotten;
-    f->keys = ctx->sh->rate.n;
+    f->keys = ctx->sh->rate.n + ctx->sh->lease.n;
     f->evictions = ctx->sh->evictions;
+    f->lease_held = ctx->sh->lease_held;
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
 }

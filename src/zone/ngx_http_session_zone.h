@@ -28,10 +28,12 @@ typedef struct {
     /* keys seen valid within the hour, and those forgotten for room */
     ngx_uint_t                  seen;
     ngx_uint_t                  seen_forgotten;
-    /* keys with rate counters */
+    /* keys with rate counters (or leases) */
     ngx_uint_t                  keys;
     /* counters evicted to make room since the zone began */
     ngx_uint_t                  evictions;
+    /* session_limit_scope cluster: leased budget not admitted yet */
+    ngx_uint_t                  lease_held;
 } ngx_http_session_zone_figures_t;
 
 ngx_http_session_stats_t *ngx_http_session_zone_stats(ngx_shm_zone_t *zone);

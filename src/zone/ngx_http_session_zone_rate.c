@@ -43,6 +43,11 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     ngx_http_session_counter_t    *c;
     ngx_http_session_rate_node_t  *rn;
 
+    if (take->cluster) {
+        ngx_http_session_lease_take_locked(ctx, hash, take);
+        return;
+    }
+
     sh = ctx->sh;
     minute = (uint32_t) ngx_http_session_window_minute(take->now);
     evicted = 0;

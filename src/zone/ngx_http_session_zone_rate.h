@@ -15,7 +15,9 @@
  * of take->now, checking and incrementing in one locked step; sets and
  * returns take->rc: NGX_OK: admitted; NGX_BUSY: over the limit, not
  * counted; NGX_ERROR: no room even after eviction.  take->remaining is
- * what is left after this request.
+ * what is left after this request.  With take->cluster, from the node's
+ * lease (zone_lease.c), and also NGX_AGAIN: no budget held, the request
+ * waits for the lease take->lease.
  */
 ngx_int_t ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
     ngx_http_session_take_t *take);

@@ -4,16 +4,18 @@
  * access under the pool mutex.  The auth cache's known keys (valid or
  * suspended), its unknown keys (a budget of their own, so that a flood
  * of random keys never pushes a known key out), the keys seen valid
- * within the hour (a budget of their own too), the rate counters, and
- * the count of failed lookups per client address.  Rate counters come
- * first: when the slab is full, unknown keys give way, then known keys,
- * before any counter is evicted.  Keys seen valid give way only to one
+ * within the hour (a budget of their own too), the rate counters (or,
+ * with session_limit_scope cluster, the leases), and the count of failed
+ * lookups per client address.  Rate counters and leases come first: when
+ * the slab is full, unknown keys give way, then known keys, before any
+ * counter or lease is evicted.  Keys seen valid give way only to one
  * another: at most a quarter of the zone is theirs, and nothing else
  * evicts them.
  *
  * zone.c makes the zone and keeps the trees; zone_auth.c (the auth cache
- * and the keys seen valid), zone_rate.c (the counters) and zone_fail.c
- * (failed lookups per address) each keep their own trees.
+ * and the keys seen valid), zone_rate.c (the counters), zone_lease.c (the
+ * leases) and zone_fail.c (failed lookups per address) each keep their
+ * own trees.
  */
 
 #ifndef _NGX_HTTP_SESSION_ZONE_SHM_H_INCLUDED_
@@ -30,7 +32,7 @@
  * new binary only when their layouts are equal (see
  * ngx_http_session_zone_layout() and ngx_http_session_handover.c).
  */
-#define NGX_HTTP_SESSION_ZONE_LAYOUT  1
+#define NGX_HTTP_SESSION_ZONE_LAYOUT  2
 
 
 /* what both trees store first */
@@ -98,6 +100,40 @@ typedef struct {
 } ngx_http_session_rate_node_t;
 
 
+/*
+ * session_limit_scope cluster: what this node holds of a key's budget in
+ * one class and window (zone_lease.c).  The database row of the window
+ * has the total leased to all nodes; this is the node's share of it.
+ */
+typedef struct {
+    /* epoch minute of the window */
+    uint32_t                      minute;
+    /* leased to this node for the window and not admitted yet */
+    uint32_t                      held;
+    /* the window's total leased to all nodes, as the last answer said */
+    uint32_t                      granted;
+    /* the nodes that leased in the window, as the last answer said */
+    uint32_t                      nodes;
+    /* leased ahead for the next window, and that window's total then */
+    uint32_t                      next;
+    uint32_t                      next_granted;
+    /* the next lease's size, from the key's rate on this node */
+    uint32_t                      want;
+    /* admitted since the last lease came in, and when that was (0: not) */
+    uint32_t                      used;
+    uint32_t                      last;
+    /* the stamp of a lease ahead of need in flight, 0: none */
+    uint32_t                      asked;
+} ngx_http_session_lease_t;
+
+
+/* 208 bytes: a 256-byte slab chunk per key, all classes together */
+typedef struct {
+    ngx_http_session_zone_node_t  sn;
+    ngx_http_session_lease_t      leases[NGX_HTTP_SESSION_NCLASSES];
+} ngx_http_session_lease_node_t;
+
+
 typedef struct {
     ngx_rbtree_t                  rbtree;
     ngx_rbtree_node_t             sentinel;
@@ -112,6 +148,14 @@ typedef struct {
     ngx_http_session_zone_tree_t  rate;
     ngx_http_session_zone_tree_t  fail;
     ngx_http_session_zone_tree_t  seen;
+    /* session_limit_scope cluster: the keys' leases */
+    ngx_http_session_zone_tree_t  lease;
+    /* this node in the lease rows: random, made with the zone */
+    uint64_t                      node_id;
+    /* leased budget not admitted yet, over all keys and classes */
+    ngx_uint_t                    lease_held;
+    /* the last lease got no answer: logged once until one does */
+    ngx_uint_t                    lease_failing;
     /* the most unknown keys kept, from the zone's size */
     ngx_uint_t                    neg_max;
     /* the most keys seen valid kept, from the zone's size */
@@ -170,6 +214,10 @@ void ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take);
 void ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
     ngx_http_session_take_t *take);
+
+/* zone_lease.c's step, the same for session_limit_scope cluster */
+void ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_http_session_take_t *take);
 
 
 #endif /* _NGX_HTTP_SESSION_ZONE_SHM_H_INCLUDED_ */

@@ -113,7 +113,8 @@ sub debug_skip {
     Test::More::diag("skipped: $why");
 }
 
-# the preprocessing of every block (a script's own comes first)
+# the preprocessing of every block (a script's own comes first); a
+# script without Test::Nginx's blocks (Test::More alone) has none
 Test::Nginx::Util::add_block_preprocessor(sub {
     my ($block) = @_;
 
@@ -122,7 +123,7 @@ Test::Nginx::Util::add_block_preprocessor(sub {
     (my $what = $block->debug_log) =~ s/\s+$//;
     debug_skip("$0 " . $block->name . " - needs $what");
     $block->set_value('SKIP', 1);
-});
+}) if defined &Test::Nginx::Util::add_block_preprocessor;
 
 # need_debug_log(WHAT): true when nginx writes debug-level lines; else a
 # failing test "needs WHAT, which nginx without --with-debug does not

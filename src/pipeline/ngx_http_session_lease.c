@@ -1,0 +1,503 @@
+/*
+ * Leases (session_limit_scope cluster, docs/decisions.md (qa)): the
+ * statements that lease a block of a key's budget to the node, and the
+ * requests that wait for one.
+ *
+ * A lease is asked for in two cases: ahead of need, by the request that
+ * left the node's block half spent (nothing waits for it), or by a
+ * request that found no budget held (it waits, as a request waits for
+ * its key's lookup in stage 1).  Either way it is a flight of its own
+ * pool: one per key and class per worker, which the requests of the
+ * worker that find no budget join.  When the answer is in, each waiting
+ * request takes from the node's budget again, under the zone mutex: it
+ * is admitted, refused with 429 (the window's budget is spent), or, when
+ * other workers took what came first, it waits for the next lease.
+ *
+ * No answer (the database is down, slow or refuses): the waiting requests
+ * get 503 "database unavailable", as any request that needs the database
+ * then does, and the first failure is logged once for the node, until a
+ * lease succeeds again.  A node never admits without budget: that would
+ * multiply the limit by the nodes again.
+ */
+
+#include "ngx_http_session_lease.h"
+#include "ngx_http_session_db.h"
+#include "ngx_http_session_error.h"
+#include "ngx_http_session_sql.h"
+#include "ngx_http_session_stats.h"
+#include "ngx_http_session_zone_lease.h"
+#include "ngx_http_session_zone_rate.h"
+
+
+/* buckets of the per-worker table of leases in flight */
+#define NGX_HTTP_SESSION_LEASE_FLIGHTS  64     /* a power of two */
+
+/* the text parameters: class, window, lease, limit, node */
+#define NGX_HTTP_SESSION_LEASE_TEXTS    5
+
+
+typedef struct {
+    ngx_queue_t                   queue;
+    ngx_queue_t                   waiters;
+    ngx_pool_t                   *pool;
+    ngx_uint_t                    cls;
+    ngx_uint_t                    limit;
+    uint32_t                      minute;
+    /* the zone's mark of a lease ahead of need, 0: none */
+    uint32_t                      asked;
+    /* how many requests joined it */
+    uint32_t                      nwaiters;
+    u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
+    u_char                        text[NGX_HTTP_SESSION_LEASE_TEXTS][
+                                                        NGX_INT64_LEN + 1];
+} ngx_http_session_lease_flight_t;
+
+
+/* a request waiting for a lease, in its own pool */
+typedef struct {
+    ngx_queue_t                        queue;
+    ngx_http_request_t                *request;
+    /* NULL once answered or gone */
+    ngx_http_session_lease_flight_t   *flight;
+} ngx_http_session_lease_waiter_t;
+
+
+static ngx_http_session_lease_flight_t *ngx_http_session_lease_find(
+    u_char *hash, ngx_uint_t cls);
+static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
+    u_char *hash, ngx_http_session_take_t *take, ngx_uint_t *err);
+static void ngx_http_session_lease_failed(
+    ngx_http_session_lease_answer_t *a);
+static void ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a);
+static void ngx_http_session_lease_cleanup(void *data);
+static void ngx_http_session_lease_done(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static ngx_int_t ngx_http_session_lease_read(PGresult *res,
+    ngx_http_session_lease_answer_t *a);
+
+
+static ngx_queue_t  ngx_http_session_lease_flights[
+                                            NGX_HTTP_SESSION_LEASE_FLIGHTS];
+
+
+void
+ngx_http_session_lease_init_process(void)
+{
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_SESSION_LEASE_FLIGHTS; i++) {
+        ngx_queue_init(&ngx_http_session_lease_flights[i]);
+    }
+}
+
+
+ngx_int_t
+ngx_http_session_lease_wait(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume)
+{
+    ngx_uint_t                        err;
+    ngx_pool_cleanup_t               *cln;
+    ngx_http_session_lease_flight_t  *f;
+    ngx_http_session_lease_waiter_t  *w;
+
+    w = ngx_palloc(r->pool, sizeof(ngx_http_session_lease_waiter_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (w == NULL || cln == NULL) {
+        ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
+        return NGX_DECLINED;
+    }
+
+    f = ngx_http_session_lease_find(ctx->principal.hash, ctx->take.cls);
+
+    if (f == NULL) {
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "session limit: no budget held, leasing %uD",
+                       ctx->take.lease);
+
+        f = ngx_http_session_lease_start(ctx->principal.hash, &ctx->take,
+                                         &err);
+        if (f == NULL) {
+            ctx->err = err;
+            return NGX_DECLINED;
+        }
+
+    } else {
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                       "session limit: no budget held, joining a lease");
+    }
+
+    ctx->resume = resume;
+
+    w->request = r;
+    w->flight = f;
+    ngx_queue_insert_tail(&f->waiters, &w->queue);
+    f->nwaiters++;
+
+    cln->handler = ngx_http_session_lease_cleanup;
+    cln->data = w;
+
+    ngx_http_session_stat(lease_waits, 1);
+
+    return NGX_AGAIN;
+}
+
+
+void
+ngx_http_session_lease_ahead(u_char *hash, ngx_http_session_take_t *take)
+{
+    ngx_uint_t                        err;
+    ngx_http_session_lease_flight_t  *f;
+
+    f = ngx_http_session_lease_find(hash, take->cls);
+
+    if (f) {
+        /* one is in flight in this worker: its answer clears the mark */
+
+        if (f->asked == 0) {
+            f->asked = take->asked;
+        }
+
+        return;
+    }
+
+    (void) ngx_http_session_lease_start(hash, take, &err);
+}
+
+
+static ngx_http_session_lease_flight_t *
+ngx_http_session_lease_find(u_char *hash, ngx_uint_t cls)
+{
+    ngx_queue_t                      *b, *q;
+    ngx_http_session_lease_flight_t  *f;
+
+    b = &ngx_http_session_lease_flights[hash[4]
+                                     & (NGX_HTTP_SESSION_LEASE_FLIGHTS - 1)];
+
+    for (q = ngx_queue_head(b);
+         q != ngx_queue_sentinel(b);
+         q = ngx_queue_next(q))
+    {
+        f = ngx_queue_data(q, ngx_http_session_lease_flight_t, queue);
+
+        if (f->cls == cls
+            && ngx_memcmp(f->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN) == 0)
+        {
+            return f;
+        }
+    }
+
+    return NULL;
+}
+
+
+/*
+ * Sends the lease take->lease of the window take->minute; NULL, with
+ * *err, when it cannot (the zone's mark is cleared then, and a database
+ * that cannot be reached is logged as a failed lease).
+ */
+
+static ngx_http_session_lease_flight_t *
+ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
+    ngx_uint_t *err)
+{
+    u_char                           *p;
+    ngx_uint_t                        i;
+    ngx_pool_t                       *pool;
+    ngx_http_session_db_query_t      *q;
+    ngx_http_session_main_conf_t     *smcf;
+    ngx_http_session_lease_answer_t   a;
+    ngx_http_session_lease_flight_t  *f;
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    *err = NGX_HTTP_SESSION_ERR_INTERNAL;
+
+    f = NULL;
+    q = NULL;
+
+    pool = ngx_create_pool(1024, ngx_cycle->log);
+
+    if (pool) {
+        f = ngx_pcalloc(pool, sizeof(ngx_http_session_lease_flight_t));
+    }
+
+    if (f) {
+        q = ngx_http_session_db_query_create_pool(pool, ngx_cycle->log,
+                                                  NGX_HTTP_SESSION_SQL_LEASE,
+                                                  ngx_http_session_lease_done);
+    }
+
+    if (q) {
+        f->pool = pool;
+        f->cls = take->cls;
+        f->limit = take->limit;
+        f->minute = take->minute;
+        f->asked = take->asked;
+        ngx_memcpy(f->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+        ngx_queue_init(&f->waiters);
+
+        ngx_sprintf(f->text[0], "%ui%Z", take->cls);
+        ngx_sprintf(f->text[1], "%uD%Z", take->minute);
+        ngx_sprintf(f->text[2], "%uD%Z", take->lease);
+        ngx_sprintf(f->text[3], "%ui%Z", take->limit);
+        ngx_sprintf(f->text[4], "%uL%Z",
+                    ngx_http_session_lease_node(smcf->shm_zone));
+
+        ngx_http_session_db_param(q, f->hash, NGX_HTTP_SESSION_KEY_HASH_LEN,
+                                  1);
+
+        for (i = 0; i < NGX_HTTP_SESSION_LEASE_TEXTS; i++) {
+            p = f->text[i];
+            ngx_http_session_db_param(q, p, ngx_strlen(p), 0);
+        }
+
+        /* waiting requests depend on it: it takes turns with the others */
+        q->first = 1;
+        q->data = f;
+
+        if (ngx_http_session_db_query_run(q) == NGX_OK) {
+            ngx_queue_insert_tail(&ngx_http_session_lease_flights[hash[4]
+                                     & (NGX_HTTP_SESSION_LEASE_FLIGHTS - 1)],
+                                  &f->queue);
+
+            ngx_http_session_stat(leases, 1);
+
+            return f;
+        }
+
+        *err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+    }
+
+    if (pool) {
+        ngx_destroy_pool(pool);
+    }
+
+    ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
+
+    a.hash = hash;
+    a.cls = take->cls;
+    a.limit = take->limit;
+    a.minute = take->minute;
+    a.asked = take->asked;
+
+    ngx_http_session_lease_failed(&a);
+
+    return NULL;
+}
+
+
+/* no lease: the zone's mark goes, the first failure is logged */
+
+static void
+ngx_http_session_lease_failed(ngx_http_session_lease_answer_t *a)
+{
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    a->failed = 1;
+
+    ngx_http_session_stat(lease_failures, 1);
+
+    ngx_http_session_lease_answer(smcf->shm_zone, a);
+    ngx_http_session_lease_log(a);
+}
+
+
+/* the database's state for leases, logged once per change for the node */
+
+static void
+ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a)
+{
+    if (a->changed == 1) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "session limit: no lease from the database "
+                      "(session_limit_scope cluster): a key this node "
+                      "holds no budget of gets 503 until one succeeds");
+
+    } else if (a->changed == 2) {
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "session limit: leases from the database again");
+    }
+}
+
+
+/* a waiting client went away: the lease goes on without it */
+
+static void
+ngx_http_session_lease_cleanup(void *data)
+{
+    ngx_http_session_lease_waiter_t  *w = data;
+
+    if (w->flight) {
+        ngx_queue_remove(&w->queue);
+        w->flight = NULL;
+    }
+}
+
+
+static void
+ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_int_t                          rc;
+    ngx_uint_t                         err;
+    ngx_queue_t                       *wq;
+    ngx_connection_t                  *c;
+    ngx_http_request_t                *r;
+    ngx_http_session_ctx_t            *ctx;
+    ngx_http_session_take_t           *take;
+    ngx_http_session_main_conf_t      *smcf;
+    ngx_http_session_lease_answer_t    a;
+    ngx_http_session_lease_flight_t   *f, *nf;
+    ngx_http_session_lease_waiter_t   *w;
+
+    f = q->data;
+
+    ngx_queue_remove(&f->queue);
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
+
+    a.hash = f->hash;
+    a.cls = f->cls;
+    a.limit = f->limit;
+    a.minute = f->minute;
+    a.asked = f->asked;
+    a.waiters = f->nwaiters;
+
+    /* a statement that failed is a 500, no answer at all a 503 */
+
+    if (res == NULL) {
+        rc = NGX_ABORT;
+
+    } else if (ngx_http_session_db_result_ok(q, res) != NGX_OK
+               || ngx_http_session_lease_read(res, &a) != NGX_OK)
+    {
+        rc = NGX_ERROR;
+
+    } else {
+        rc = NGX_OK;
+    }
+
+    if (rc == NGX_OK) {
+        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "session limit: leased %uD, %uD of %ui in the window",
+                       a.given, a.granted, f->limit);
+
+        ngx_http_session_stat(lease_granted, a.given);
+
+        if (a.granted >= f->limit) {
+            ngx_http_session_stat(lease_spent, 1);
+        }
+
+        ngx_http_session_lease_answer(smcf->shm_zone, &a);
+        ngx_http_session_lease_log(&a);
+
+    } else {
+        ngx_http_session_lease_failed(&a);
+    }
+
+    while (!ngx_queue_empty(&f->waiters)) {
+        wq = ngx_queue_head(&f->waiters);
+        ngx_queue_remove(wq);
+
+        w = ngx_queue_data(wq, ngx_http_session_lease_waiter_t, queue);
+        w->flight = NULL;
+
+        r = w->request;
+        c = r->connection;
+        ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+        take = &ctx->take;
+
+        /* counted now, in the window of now */
+
+        take->rc = NGX_DECLINED;
+        take->now = ngx_time();
+
+        (void) ngx_http_session_rate_take(smcf->shm_zone, ctx->principal.hash,
+                                          take);
+
+        if (take->rc == NGX_AGAIN) {
+
+            /* other workers took what came: the next lease */
+
+            nf = NULL;
+
+            if (rc == NGX_OK) {
+                nf = ngx_http_session_lease_find(ctx->principal.hash,
+                                                 take->cls);
+                if (nf == NULL) {
+                    nf = ngx_http_session_lease_start(ctx->principal.hash,
+                                                      take, &err);
+                }
+            }
+
+            if (nf) {
+                w->flight = nf;
+                ngx_queue_insert_tail(&nf->waiters, &w->queue);
+                nf->nwaiters++;
+                continue;
+            }
+
+            take->rc = (rc == NGX_ERROR) ? NGX_ERROR : NGX_ABORT;
+        }
+
+        ctx->resume(r, take->rc);
+        ngx_http_run_posted_requests(c);
+    }
+
+    /* the flight's query and result are in its pool */
+
+    ngx_destroy_pool(f->pool);
+}
+
+
+/* (leased, total, nodes), or no row: the window's budget is leased out */
+
+static ngx_int_t
+ngx_http_session_lease_read(PGresult *res,
+    ngx_http_session_lease_answer_t *a)
+{
+    ngx_int_t  given, granted, nodes;
+
+    if (PQntuples(res) == 0) {
+        a->given = 0;
+        a->granted = (uint32_t) a->limit;
+        return NGX_OK;
+    }
+
+    if (PQntuples(res) != 1 || PQnfields(res) != 3) {
+        goto invalid;
+    }
+
+    given = ngx_atoi((u_char *) PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0));
+    granted = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
+                       PQgetlength(res, 0, 1));
+    nodes = ngx_atoi((u_char *) PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2));
+
+    if (given == NGX_ERROR || granted == NGX_ERROR || nodes == NGX_ERROR
+        || given > granted || granted > NGX_MAX_INT32_VALUE
+        || nodes > NGX_MAX_INT32_VALUE)
+    {
+        goto invalid;
+    }
+
+    a->given = (uint32_t) given;
+    a->granted = (uint32_t) granted;
+    a->nodes = (uint32_t) nodes;
+
+    return NGX_OK;
+
+invalid:
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "session limit: the lease statement's answer is not "
+                  "(leased, total, nodes)");
+
+    return NGX_ERROR;
+}

@@ -1,0 +1,477 @@
+/*
+ * Leases (session_limit_scope cluster): a key's budget for a class and a
+ * window is leased to the node in blocks from a row in PostgreSQL, which
+ * never leases more than the limit over all nodes (src/sql/015_rate_
+ * leases.sql); the node admits from its block here, under the zone
+ * mutex, exactly across its workers.  A request finds either budget held
+ * (admitted; a block that runs low asks for the next one ahead of need),
+ * the window's budget spent (429, no statement), or neither: it waits
+ * for a lease (src/pipeline/ngx_http_session_lease.c).
+ *
+ * A block's size follows the key's rate on this node: what it admits in
+ * NGX_HTTP_SESSION_LEASE_SECONDS, from NGX_HTTP_SESSION_LEASE_MIN to a
+ * tenth of the limit; the database gives less near the end of the budget
+ * (an equal share of what is left among the nodes).  A key still busy
+ * near the end of a window (from a second of its own among the last
+ * NGX_HTTP_SESSION_LEASE_AHEAD) leases its first block of the next one
+ * ahead, so that it does not wait at the turn of the minute.
+ *
+ * Budget held when its window ends is lost, never carried on: counted as
+ * unused (the node's under-admission).  So is a block whose key is
+ * evicted, or whose answer comes after its window.
+ */
+
+#include "ngx_http_session_zone_lease.h"
+#include "ngx_http_session_zone_shm.h"
+#include "ngx_http_session_window.h"
+
+
+/* a block is what the node admits of the key in this many seconds */
+#define NGX_HTTP_SESSION_LEASE_SECONDS  30
+
+/* no lease ahead of need with less than this many blocks left (at least) */
+#define NGX_HTTP_SESSION_LEASE_TAIL     4
+
+/* the rate is measured over at least this long, milliseconds */
+#define NGX_HTTP_SESSION_LEASE_SAMPLE   100
+
+/*
+ * The last seconds of a window, when a busy key leases the next one's: at
+ * a second of its own among the first NGX_HTTP_SESSION_LEASE_SPREAD of
+ * them (from its hash), so that the keys of a node do not all lease at
+ * once
+ */
+#define NGX_HTTP_SESSION_LEASE_AHEAD    15
+#define NGX_HTTP_SESSION_LEASE_SPREAD   12
+
+
+static ngx_http_session_lease_node_t *ngx_http_session_lease_node_get(
+    ngx_http_session_zone_ctx_t *ctx, u_char *hash, ngx_uint_t *evicted);
+static void ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
+    ngx_http_session_lease_t *l, uint32_t minute);
+static void ngx_http_session_lease_drop(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_lease_node_t *ln);
+static void ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute);
+static uint32_t ngx_http_session_lease_size(ngx_http_session_lease_t *l,
+    ngx_uint_t limit);
+
+
+void
+ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_http_session_take_t *take)
+{
+    uint32_t                        minute, now, left, size;
+    ngx_uint_t                      evicted;
+    ngx_http_session_lease_t       *l;
+    ngx_http_session_zone_sh_t     *sh;
+    ngx_http_session_lease_node_t  *ln;
+
+    sh = ctx->sh;
+    minute = (uint32_t) ngx_http_session_window_minute(take->now);
+    now = (uint32_t) ngx_current_msec;
+
+    take->evicted = 0;
+    take->lease = 0;
+    take->asked = 0;
+
+    ngx_http_session_lease_expire(ctx, minute);
+
+    evicted = 0;
+
+    ln = ngx_http_session_lease_node_get(ctx, hash, &evicted);
+
+    if (ln == NULL) {
+        /* never let a key through unlimited */
+        take->remaining = 0;
+        take->rc = NGX_ERROR;
+        return;
+    }
+
+    l = &ln->leases[take->cls];
+
+    /* the window moves forward only, as for node-local counters */
+
+    if (l->minute < minute) {
+        ngx_http_session_lease_roll(sh, l, minute);
+
+    } else if (l->minute > minute) {
+        minute = l->minute;
+        take->now = (time_t) minute * NGX_HTTP_SESSION_WINDOW_SECONDS;
+    }
+
+    take->minute = minute;
+
+    left = (l->granted < take->limit) ? take->limit - l->granted : 0;
+
+    if (l->held) {
+        l->held--;
+        l->used++;
+        sh->lease_held--;
+
+        take->rc = NGX_OK;
+        take->remaining = l->held + left;
+
+        /* one lease ahead of need at a time per node (see take->stale) */
+
+        if (l->asked && now - l->asked <= take->stale) {
+            goto done;
+        }
+
+        size = ngx_http_session_lease_size(l, take->limit);
+
+        if (l->held * 2 < size
+            && left >= (uint64_t) ngx_max(NGX_HTTP_SESSION_LEASE_TAIL,
+                                          2 * l->nodes) * size)
+        {
+            /*
+             * Half the block is spent: the next one now, so that none
+             * waits.  Not near the end of the budget (less left than two
+             * blocks for each node): there a lease is asked for when it
+             * is needed, so that the database sees the nodes ask in the
+             * order their requests come, and shares what is left evenly
+             * among them.
+             */
+            take->lease = size;
+
+        } else if (l->next == 0
+                   && l->used >= NGX_HTTP_SESSION_LEASE_MIN / 2
+                   && take->now - (time_t) minute
+                                  * NGX_HTTP_SESSION_WINDOW_SECONDS
+                      >= NGX_HTTP_SESSION_WINDOW_SECONDS
+                         - NGX_HTTP_SESSION_LEASE_AHEAD
+                         + hash[5] % NGX_HTTP_SESSION_LEASE_SPREAD)
+        {
+            /* the window ends soon and the key is busy: the next one's */
+            take->lease = size;
+            take->minute = minute + 1;
+
+        } else {
+            goto done;
+        }
+
+        l->asked = now | 1;
+        take->asked = l->asked;
+
+    } else if (left == 0) {
+        /* the window's budget is leased out and this node's is spent */
+        take->rc = NGX_BUSY;
+        take->remaining = 0;
+
+    } else {
+        take->rc = NGX_AGAIN;
+        take->remaining = 0;
+        take->lease = ngx_http_session_lease_size(l, take->limit);
+    }
+
+done:
+
+    if (evicted) {
+        sh->evictions += evicted;
+
+        if (sh->last_full_alert != take->now) {
+            sh->last_full_alert = take->now;
+            take->evicted = sh->evictions - sh->evictions_alerted;
+            sh->evictions_alerted = sh->evictions;
+        }
+    }
+}
+
+
+void
+ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
+    ngx_http_session_lease_answer_t *a)
+{
+    uint32_t                        now, cap, want;
+    uint64_t                        rate;
+    ngx_uint_t                      evicted;
+    ngx_http_session_lease_t       *l;
+    ngx_http_session_zone_sh_t     *sh;
+    ngx_http_session_zone_ctx_t    *ctx;
+    ngx_http_session_lease_node_t  *ln;
+
+    ctx = zone->data;
+    sh = ctx->sh;
+    now = (uint32_t) ngx_current_msec;
+    a->changed = 0;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    if (a->failed != sh->lease_failing) {
+        sh->lease_failing = a->failed;
+        a->changed = a->failed ? 1 : 2;
+    }
+
+    if (a->failed || a->given == 0) {
+        ln = (ngx_http_session_lease_node_t *)
+                 ngx_http_session_zone_lookup(&sh->lease, a->hash);
+
+    } else {
+        evicted = 0;
+        ln = ngx_http_session_lease_node_get(ctx, a->hash, &evicted);
+        sh->evictions += evicted;
+    }
+
+    if (ln == NULL) {
+        ngx_http_session_stat(lease_unused, a->given);
+        goto done;
+    }
+
+    l = &ln->leases[a->cls];
+
+    if (a->asked && l->asked == a->asked) {
+        l->asked = 0;
+    }
+
+    if (a->failed) {
+        goto done;
+    }
+
+    if (a->minute == l->minute + 1) {
+        /* leased ahead for the next window */
+        l->next += a->given;
+        sh->lease_held += a->given;
+
+        if (a->granted > l->next_granted) {
+            l->next_granted = a->granted;
+        }
+
+        goto done;
+    }
+
+    if (l->minute < a->minute) {
+        ngx_http_session_lease_roll(sh, l, a->minute);
+    }
+
+    if (l->minute > a->minute) {
+        /* a window that is over: of no use */
+        ngx_http_session_stat(lease_unused, a->given);
+        goto done;
+    }
+
+    l->held += a->given;
+    sh->lease_held += a->given;
+
+    if (a->granted > l->granted) {
+        l->granted = a->granted;
+    }
+
+    if (a->nodes > l->nodes) {
+        l->nodes = a->nodes;
+    }
+
+    /*
+     * The next block's size: what the node admitted of the key since the
+     * last lease came in, per NGX_HTTP_SESSION_LEASE_SECONDS (down by half
+     * at most); four times larger when requests waited for this one
+     */
+
+    want = ngx_max(l->want, NGX_HTTP_SESSION_LEASE_MIN);
+
+    if (a->waiters) {
+        want = ngx_max(want * 4, a->waiters);
+    }
+
+    if (l->last == 0) {
+        l->last = now | 1;
+        l->used = 0;
+
+    } else if (now - l->last >= NGX_HTTP_SESSION_LEASE_SAMPLE) {
+        rate = (uint64_t) l->used * NGX_HTTP_SESSION_LEASE_SECONDS * 1000
+               / (now - l->last);
+
+        if (rate > want) {
+            want = (rate < NGX_MAX_UINT32_VALUE) ? (uint32_t) rate
+                                                 : NGX_MAX_UINT32_VALUE;
+
+        } else if (a->waiters == 0) {
+            want = ngx_max((uint32_t) rate, want / 2);
+        }
+
+        l->last = now | 1;
+        l->used = 0;
+    }
+
+    cap = ngx_max(NGX_HTTP_SESSION_LEASE_MIN,
+                  a->limit / NGX_HTTP_SESSION_LEASE_SHARE);
+
+    l->want = ngx_max(ngx_min(want, cap), NGX_HTTP_SESSION_LEASE_MIN);
+
+done:
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}
+
+
+uint64_t
+ngx_http_session_lease_node(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    /* set once when the zone is made */
+    return ctx->sh->node_id;
+}
+
+
+/* the key's node in the lease tree, made if need be (room as for counters) */
+
+static ngx_http_session_lease_node_t *
+ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
+    u_char *hash, ngx_uint_t *evicted)
+{
+    ngx_queue_t                    *q;
+    ngx_http_session_zone_sh_t     *sh;
+    ngx_http_session_lease_node_t  *ln, *old;
+
+    sh = ctx->sh;
+
+    ln = (ngx_http_session_lease_node_t *)
+             ngx_http_session_zone_lookup(&sh->lease, hash);
+
+    if (ln) {
+        ngx_queue_remove(&ln->sn.queue);
+        ngx_queue_insert_head(&sh->lease.lru, &ln->sn.queue);
+        return ln;
+    }
+
+    ln = ngx_slab_alloc_locked(ctx->shpool,
+                               sizeof(ngx_http_session_lease_node_t));
+
+    /* the auth cache gives way first, then the least recent key's lease */
+
+    while (ln == NULL) {
+        if (ngx_http_session_zone_evict(ctx, &sh->neg, 16) == 0
+            && ngx_http_session_zone_evict(ctx, &sh->auth, 16) == 0)
+        {
+            if (ngx_queue_empty(&sh->lease.lru)) {
+                return NULL;
+            }
+
+            q = ngx_queue_last(&sh->lease.lru);
+            old = ngx_queue_data(q, ngx_http_session_lease_node_t, sn.queue);
+
+            ngx_http_session_lease_drop(ctx, old);
+            (*evicted)++;
+        }
+
+        ln = ngx_slab_alloc_locked(ctx->shpool,
+                                   sizeof(ngx_http_session_lease_node_t));
+    }
+
+    ngx_memzero(ln->leases, sizeof(ln->leases));
+    ngx_http_session_zone_insert(&sh->lease, &ln->sn, hash);
+
+    return ln;
+}
+
+
+/*
+ * A new window: what the old one held is lost to this node, what was
+ * leased ahead for it is held now; a key busy in the window before keeps
+ * its block size and its rate.
+ */
+
+static void
+ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
+    ngx_http_session_lease_t *l, uint32_t minute)
+{
+    uint32_t  lost;
+
+    lost = l->held;
+
+    if (l->minute + 1 == minute) {
+        l->held = l->next;
+        l->granted = l->next_granted;
+
+    } else {
+        lost += l->next;
+        l->held = 0;
+        l->granted = 0;
+        l->want = 0;
+        l->used = 0;
+        l->last = 0;
+    }
+
+    if (lost) {
+        ngx_http_session_stat(lease_unused, lost);
+        sh->lease_held -= lost;
+    }
+
+    l->minute = minute;
+    l->nodes = 0;
+    l->next = 0;
+    l->next_granted = 0;
+    l->asked = 0;
+}
+
+
+static void
+ngx_http_session_lease_drop(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_lease_node_t *ln)
+{
+    uint32_t    lost;
+    ngx_uint_t  i;
+
+    for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
+        lost = ln->leases[i].held + ln->leases[i].next;
+
+        if (lost) {
+            ngx_http_session_stat(lease_unused, lost);
+            ctx->sh->lease_held -= lost;
+        }
+    }
+
+    ngx_http_session_zone_delete(ctx, &ctx->sh->lease, &ln->sn);
+}
+
+
+/*
+ * Drops keys idle for a whole window, a few at a time: a key of the window
+ * just over keeps its block size and rate (and what it leased ahead) for
+ * the new one.
+ */
+
+static void
+ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute)
+{
+    ngx_uint_t                      n, i;
+    ngx_queue_t                    *q;
+    ngx_http_session_lease_node_t  *ln;
+
+    for (n = 0; n < 2; n++) {
+
+        if (ngx_queue_empty(&ctx->sh->lease.lru)) {
+            return;
+        }
+
+        q = ngx_queue_last(&ctx->sh->lease.lru);
+        ln = ngx_queue_data(q, ngx_http_session_lease_node_t, sn.queue);
+
+        for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
+            if (ln->leases[i].minute + 1 >= minute) {
+                return;
+            }
+        }
+
+        ngx_http_session_lease_drop(ctx, ln);
+    }
+}
+
+
+/* the next block: from NGX_HTTP_SESSION_LEASE_MIN to a tenth of the limit */
+
+static uint32_t
+ngx_http_session_lease_size(ngx_http_session_lease_t *l, ngx_uint_t limit)
+{
+    uint32_t  want, cap;
+
+    cap = (uint32_t) ngx_max(NGX_HTTP_SESSION_LEASE_MIN,
+                             limit / NGX_HTTP_SESSION_LEASE_SHARE);
+
+    want = l->want ? l->want : NGX_HTTP_SESSION_LEASE_MIN;
+
+    return ngx_min(want, cap);
+}

@@ -1,0 +1,310 @@
+# session_limit_scope cluster on one node (decision (qa); API.md
+# sections 1.4 and 10.7; the three-node checks are t/045): the directive
+# and its errors, the X-RateLimit figures of a node that holds the whole
+# budget, what session_status shows, a reload that keeps the node's
+# lease, and the database slow (a lease row locked past
+# session_db_timeout) or gone (its connections cut): requests the node
+# holds budget for are admitted, the others get 503 "database
+# unavailable" and are not counted, the failure is logged once, and the
+# node leases again by itself once the database answers.  A lease that
+# timed out on the node can still commit in the database when the lock
+# goes: its block is lost to the window (fewer requests, never more).
+#
+# The node is t/lib/Cluster.pm's, with one worker (so that the order of
+# leases is the test's); each check waits for a fresh minute when too
+# little of the current one is left.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::More;
+use Digest::SHA ();
+use POSIX ();
+use Time::HiRes ();
+use Session;
+use SessionTest qw(:DEFAULT api_request);
+use Cluster;
+
+my $TAG = sprintf 't046-%d-%d', $$, time;
+
+my $LIMIT = 25;
+
+my $HTTP = "session_limit_scope cluster;\n"
+           . "    session_db_timeout 1s;\n"
+           . "    session_auth_cache_ttl 60s;";
+
+
+sub reset_of {
+    my ($t) = @_;
+    return (POSIX::floor($t / 60) + 1) * 60;
+}
+
+sub fresh_window {
+    my ($need) = @_;
+
+    my $now = Time::HiRes::time();
+    my $left = reset_of($now) - $now;
+
+    if ($left < $need) {
+        note(sprintf 'waiting %.1f s for the next minute', $left);
+        Time::HiRes::sleep($left + 0.05);
+    }
+
+    return reset_of(Time::HiRes::time());
+}
+
+sub nope {
+    my ($c, $key) = @_;
+    return api_request('GET', '/api/v1/nope', $key, undef, undef,
+                       { port => $c->port(0) });
+}
+
+sub count_lines {
+    my ($c, $re) = @_;
+    return scalar(() = $c->error_log(0) =~ /$re/g);
+}
+
+sub key_hash_hex {
+    return Digest::SHA::sha256_hex(lc $_[0]);
+}
+
+
+# --- the directive -----------------------------------------------------------
+
+{
+    my $c = Cluster->new(nodes => 1, workers => 1,
+                         http => 'session_limit_scope everywhere;');
+
+    my ($rc, $out) = $c->test_conf(0);
+
+    isnt($rc, 0, 'session_limit_scope everywhere: nginx -t fails');
+    like($out, qr/invalid value "everywhere" in "session_limit_scope"/,
+         'session_limit_scope everywhere: the message');
+
+    $c->{http} = "session_limit_scope node;\n"
+                 . "    session_limit_scope cluster;";
+    ($rc, $out) = $c->test_conf(0);
+
+    isnt($rc, 0, 'session_limit_scope twice: nginx -t fails');
+    like($out, qr/"session_limit_scope" directive is duplicate/,
+         'session_limit_scope twice: the message');
+
+    $c->{http} = '';
+    $c->{location} = 'session_limit_scope cluster;';
+    ($rc, $out) = $c->test_conf(0);
+
+    isnt($rc, 0, 'session_limit_scope in a location: nginx -t fails');
+    like($out, qr/"session_limit_scope" directive is not allowed here/,
+         'session_limit_scope in a location: the message');
+}
+
+
+# --- one node: the figures, the status, a reload -------------------------
+
+my $C = Cluster->new(nodes => 1, workers => 1, http => $HTTP,
+                     location => "session_limits other=$LIMIT;");
+$C->start;
+
+{
+    my $key = fixture(plan => 'unlimited', name => "$TAG-figures")->{key};
+
+    my $reset = fresh_window(25);
+    my $s0 = $C->status(0)->{rate_limit};
+
+    is($s0->{scope}, 'cluster', 'session_status: scope cluster');
+
+    my @remaining;
+
+    for (1 .. $LIMIT + 2) {
+        my $r = nope($C, $key);
+        push @remaining, $r->{status} . ':'
+                         . ($r->{headers}{'x-ratelimit-remaining'} // '-');
+
+        if ($r->{status} == 429) {
+            is($r->{headers}{'x-ratelimit-reset'}, $reset,
+               '429: X-RateLimit-Reset is the window\'s end');
+            ok(($r->{headers}{'retry-after'} // 0) >= 1,
+               '429: Retry-After');
+        }
+    }
+
+    is("@remaining",
+       join(' ', (map { '404:' . ($LIMIT - $_) } 1 .. $LIMIT),
+                 '429:0', '429:0'),
+       'one node: X-RateLimit-Remaining counts down to 0 exactly, then 429');
+
+    my $s1 = $C->status(0)->{rate_limit};
+    my $leases = $s1->{leases} - $s0->{leases};
+
+    cmp_ok($leases, '<=', 3,
+           "one node: $LIMIT admitted with $leases lease statements");
+    is($s1->{leased} - $s0->{leased}, $LIMIT, 'session_status: leased');
+    cmp_ok($s1->{spent}, '>', $s0->{spent}, 'session_status: spent');
+    is($s1->{held}, 0, 'session_status: nothing held');
+
+    my $prom = HTTP::Tiny->new->get('http://127.0.0.1:' . $C->port(0)
+                                    . '/status?format=prometheus');
+
+    like($prom->{content}, qr/^session_api_rate_leases_total \d+$/m,
+         'prometheus: session_api_rate_leases_total');
+    like($prom->{content}, qr/^session_api_rate_lease_held 0$/m,
+         'prometheus: session_api_rate_lease_held');
+}
+
+{
+    my $key = fixture(plan => 'unlimited', name => "$TAG-reload")->{key};
+
+    fresh_window(15);
+
+    nope($C, $key) for 1 .. 3;
+
+    my $s0 = $C->status(0)->{rate_limit};
+
+    cmp_ok($s0->{held}, '>', 0, "reload: the node holds $s0->{held}");
+
+    $C->reload(0);
+
+    my $s1 = $C->status(0)->{rate_limit};
+
+    is($s1->{held}, $s0->{held}, 'reload: the lease is kept');
+
+    my $r = nope($C, $key);
+
+    is($r->{status}, 404, 'reload: admitted after the reload');
+    is($r->{headers}{'x-ratelimit-remaining'}, $LIMIT - 4,
+       'reload: counting goes on');
+
+    my $admitted = 4;
+    $admitted += nope($C, $key)->{status} == 404 ? 1 : 0 for 1 .. $LIMIT;
+
+    is($admitted, $LIMIT, 'reload: exactly the limit in the window');
+}
+
+
+# --- a slow database: the lease row locked past session_db_timeout ---------
+
+{
+    my $key = fixture(plan => 'unlimited', name => "$TAG-slow")->{key};
+    my $hex = key_hash_hex($key);
+
+    fresh_window(20);
+
+    # the first request's lease (10) makes the window's row; the row
+    # locked, the lease asked for ahead of need (at 4 left) hangs, and
+    # the request that finds nothing held joins it: 503 when it times out
+
+    is(nope($C, $key)->{status}, 404, 'slow database: the first lease');
+
+    my $minute = POSIX::floor(time() / 60);
+    my $lock = "SELECT 1 FROM rate_leases WHERE minute = $minute"
+               . " AND key_hash = '\\x$hex'::bytea AND class = 2"
+               . " FOR UPDATE";
+
+    my $locker = psql_begin($lock, "SELECT count(*) FROM pg_stat_activity"
+                            . " WHERE state = 'idle in transaction'"
+                            . " AND query LIKE '%rate_leases%FOR UPDATE%'");
+
+    my $failed0 = count_lines($C, qr/no lease from the database/);
+    my (@st, $r503);
+
+    for (1 .. 14) {
+        my $r = nope($C, $key);
+        push @st, $r->{status};
+        $r503 = $r if $r->{status} == 503;
+        last if grep({ $_ == 503 } @st) >= 2;
+    }
+
+    psql_end($locker, 'ROLLBACK');
+
+    ok($r503, 'slow database: 503 once the node holds nothing')
+        or diag("statuses: @st");
+
+    if ($r503) {
+        like($r503->{content}, qr/database unavailable/,
+             'slow database: "database unavailable"');
+        is($r503->{headers}{'retry-after'}, 1, 'slow database: Retry-After 1');
+        ok(!exists $r503->{headers}{'x-ratelimit-remaining'},
+           'slow database: no X-RateLimit headers (nothing counted)');
+        cmp_ok($r503->{elapsed}, '>=', 0.9,
+               'slow database: after session_db_timeout');
+    }
+
+    is(count_lines($C, qr/no lease from the database/) - $failed0, 1,
+       'slow database: logged once');
+
+    my $r = nope($C, $key);
+
+    is($r->{status}, 404, 'slow database: the lock gone, admitted again');
+    ok(count_lines($C, qr/leases from the database again/) >= 1,
+       'slow database: the recovery is logged');
+
+    is(scalar(grep { $_ == 404 } @st), 9,
+       'slow database: what the node held (9) is admitted')
+        or diag("statuses: @st");
+
+    my $admitted = scalar(grep { $_ == 404 } @st) + 2;
+    $admitted += nope($C, $key)->{status} == 404 ? 1 : 0 for 1 .. $LIMIT;
+
+    # a lease that timed out on the node may still commit once the lock
+    # goes (its answer lost): that block is lost, never more is admitted
+
+    cmp_ok($admitted, '<=', $LIMIT,
+           'slow database: at most the limit in the window');
+    cmp_ok($admitted, '>=', $LIMIT - 10,
+           'slow database: at most a block lost (503s not counted)');
+}
+
+$C->stop;
+
+
+# --- the database gone: its connections cut ---------------------------------
+
+SKIP: {
+    my ($port, $pid, $conninfo) = relay_db();
+
+    skip 'the database cannot be relayed', 8 unless defined $port;
+
+    my $c = Cluster->new(nodes => 1, workers => 1, http => $HTTP,
+                         location => "session_limits other=$LIMIT;",
+                         db => $conninfo);
+    $c->start;
+
+    my $key = fixture(plan => 'unlimited', name => "$TAG-down")->{key};
+
+    fresh_window(20);
+
+    is(nope($c, $key)->{status}, 404, 'database down: admitted before');
+
+    my $held = $c->status(0)->{rate_limit}{held};
+    my $failed0 = count_lines($c, qr/no lease from the database/);
+
+    relay_stop($pid);
+
+    my @st = map { nope($c, $key)->{status} } 1 .. $held + 3;
+
+    is(scalar(grep { $_ == 404 } @st), $held,
+       "database down: what the node held ($held) is admitted")
+        or diag("statuses: @st");
+    is(scalar(grep { $_ == 503 } @st), 3, 'database down: then 503');
+    is(count_lines($c, qr/no lease from the database/) - $failed0, 1,
+       'database down: logged once');
+
+    # the database back, the node leases again by itself
+
+    ($port, $pid) = relay_start($port);
+
+    my ($ok) = wait_until(10, 0.2, sub {
+        nope($c, $key)->{status} == 404;
+    });
+
+    ok($ok, 'database back: admitted again, without a reload');
+    ok(count_lines($c, qr/leases from the database again/) >= 1,
+       'database back: the recovery is logged');
+
+    $c->stop;
+}
+
+done_testing();

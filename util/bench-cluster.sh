@@ -1,0 +1,538 @@
+#!/usr/bin/env bash
+# Three nodes on one PostgreSQL, the cluster part of "make bench"
+# (util/bench.sh calls it); on its own:
+#
+#   bash util/bench-cluster.sh             a throw-away PostgreSQL
+#   BENCH_SESSION_DB="host=... dbname=..." bash util/bench-cluster.sh
+#
+# Two sets of three nginx nodes run side by side on 127.0.0.1 against the
+# one database: one with session_limit_scope node (the default), one with
+# session_limit_scope cluster (docs/decisions.md (qa)).  Each node has
+# BENCH_CLUSTER_WORKERS (1) workers.  The client is one wrk with three
+# threads, thread i connected to node i of the set under test
+# (bench/cluster.lua), BENCH_CLUSTER_CONNECTIONS (48) connections in all:
+# every node gets a third of the load, as behind a round-robin balancer.
+# The two sets take turns, run by run, BENCH_CLUSTER_ROUNDS (3) times,
+# every other round the cluster set first; medians are reported, and
+# each ratio is the median of the rounds' own ratios (the two runs of a
+# round are next to each other, so the machine's drift cancels).
+#
+# 1. Requests/s and p99 (wrk's latency distribution, all threads
+#    together), BENCH_CLUSTER_DURATION (5s) a run, on the cheapest
+#    admitted request (GET of an unknown route: 404, class other, no
+#    endpoint statement, so the leases' cost shows in full):
+#      - one busy key, limits that never trip (1,000,000,000 a minute:
+#        leases grow to a tenth of that);
+#      - BENCH_CLUSTER_KEYS (1000) keys, each request the next key;
+#      - one key past its limit: 429 (other=200, spent before the run);
+#    each run inside one window, after a second of the same load; then,
+#    BENCH_CLUSTER_TURN (2) times per set (0: not), the 1,000 keys for
+#    13 s across the turn of a minute, from second 49, which a node-local
+#    counter does not notice and a lease does (the keys lease their first
+#    block of the new window in the last seconds of the old one).
+# 2. Requests admitted in one window, the sum of the nodes' 404s from
+#    session_status, beside the limit, with the lease statements they
+#    took: one busy key at limits 100, 200 and 300 (the defaults of
+#    create, other and list; the class does not matter to a lease), and
+#    the 1,000 keys at other=20 (every key spent within the run); each
+#    run 8 s, shorter than what is left of its minute, with keys of its
+#    own.
+#
+# On a 2-CPU machine the six nginx, PostgreSQL and wrk share two CPUs:
+# what counts is each ratio of the two sets in the same run, not the
+# absolute figures.  Prints a Markdown section on stdout
+# (BENCH_CLUSTER_OUT: to that file), progress on stderr.  Loopback only;
+# every row it adds is deleted at the end.  BENCH_KEEP keeps the scratch
+# directory.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
+MODULE=${SESSION_MODULE:-$ROOT/build/ngx_http_session_module.so}
+SESSIONCTL=$ROOT/build/sessionctl
+DB=${BENCH_SESSION_DB:-}
+
+WORKERS=${BENCH_CLUSTER_WORKERS:-1}
+CONNS=${BENCH_CLUSTER_CONNECTIONS:-48}
+DURATION=${BENCH_CLUSTER_DURATION:-5s}
+ROUNDS=${BENCH_CLUSTER_ROUNDS:-5}
+NKEYS=${BENCH_CLUSTER_KEYS:-1000}
+OUT=${BENCH_CLUSTER_OUT:--}
+NODES=3
+
+die() {
+    echo "bench-cluster.sh: $*" >&2
+    exit 1
+}
+
+log() {
+    echo "bench-cluster.sh: $*" >&2
+}
+
+. "$ROOT/util/bench-lib.sh"
+
+[ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
+command -v wrk >/dev/null 2>&1 || die "wrk not found"
+command -v curl >/dev/null 2>&1 || die "curl not found"
+
+
+# without a database: the same script inside a throw-away cluster
+if [ -z "$DB" ] && [ "${1:-}" != --inside-pg-virtualenv ]; then
+    command -v pg_virtualenv >/dev/null 2>&1 || die "pg_virtualenv not found"
+    for v in $(compgen -e); do
+        case $v in
+            PG*|SESSION_DB) [ "$v" = PGPORT ] || unset "$v" ;;
+        esac
+    done
+    export TMPDIR=/tmp
+    PGPORT=${PGPORT:-$(free_port)} || die "no free port for PostgreSQL"
+    export PGPORT
+    report_file=$(mktemp /tmp/ngx-session-bench-cluster-report.XXXXXX)
+    rc=0
+    BENCH_CLUSTER_OUT=$report_file pg_virtualenv -t -o fsync=on -- \
+        bash "$ROOT/util/bench-cluster.sh" --inside-pg-virtualenv >&2 \
+        || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        if [ "$OUT" = - ]; then
+            cat "$report_file"
+        else
+            cp "$report_file" "$OUT"
+        fi
+    fi
+    rm -f "$report_file"
+    exit "$rc"
+fi
+
+if [ -z "$DB" ]; then
+    DB=$(pg_virtualenv_conninfo)
+fi
+
+W=$(mktemp -d /tmp/ngx-session-bench-cluster.XXXXXX)
+chmod 755 "$W"
+ACCOUNT=
+PROJECT=
+
+declare -A PORTS
+
+cleanup() {
+    local rc=$? d
+
+    for d in "$W"/node/* "$W"/cluster/*; do
+        if [ -f "$d/nginx.pid" ]; then
+            "$NGINX" -p "$d/" -c "$d/nginx.conf" -s stop 2>/dev/null || true
+        fi
+    done
+
+    if [ -n "$PROJECT" ]; then
+        psql -X -q -d "$DB" -c "DELETE FROM rate_leases WHERE key_hash IN
+                (SELECT key_hash FROM api_keys
+                  WHERE project_id = '$PROJECT')" >/dev/null 2>&1 || true
+        delete_rows "$PROJECT" "$ACCOUNT"
+    fi
+
+    if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
+        echo "bench-cluster.sh: kept $W (nginx.conf, error.log)" >&2
+    else
+        rm -rf "$W"
+    fi
+
+    exit "$rc"
+}
+
+trap cleanup EXIT
+
+
+# --- the nodes ------------------------------------------------------------
+
+# node_start SCOPE I: node I of the set of session_limit_scope SCOPE
+node_start() {
+    local scope=$1 i=$2 d port
+    d=$W/$scope/$i
+    mkdir -p "$d"
+    port=$(free_port) || die "no free port"
+    PORTS[$scope]+="$port "
+
+    # the head's paths are the node's ($W for the function), the module
+    # the bench's copy
+    # shellcheck disable=SC2097,SC2098
+    cat > "$d/nginx.conf" <<EOF
+$(W=$d nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
+    session_limit_scope $scope;
+
+    server {
+        listen 127.0.0.1:$port backlog=4096;
+
+        location = /ok {
+            return 200;
+        }
+
+        location = /status {
+            session_status;
+        }
+
+        # limits that never trip
+        location /api/ {
+            session_api;
+            session_limits create=1000000000 list=1000000000
+                           other=1000000000;
+        }
+
+        # the default limit of class other, and those of create and list
+        location /dl/ {
+            session_api;
+            session_limits other=200;
+        }
+
+        location /l100/ {
+            session_api;
+            session_limits other=100;
+        }
+
+        location /l300/ {
+            session_api;
+            session_limits other=300;
+        }
+
+        # a low one, which every one of the 1,000 keys reaches in a run
+        location /lo/ {
+            session_api;
+            session_limits other=20;
+        }
+    }
+}
+EOF
+    "$NGINX" -p "$d/" -c "$d/nginx.conf" -q \
+        || { cat "$d/error.log" >&2; die "node $scope/$i did not start"; }
+
+    local _
+    for _ in $(seq 50); do
+        curl -s -o /dev/null "http://127.0.0.1:$port/ok" && return 0
+        sleep 0.1
+    done
+    die "node $scope/$i does not answer on 127.0.0.1:$port"
+}
+
+
+# sum SCOPE WHAT: over the set's nodes, from session_status: "404", "429"
+# (answers), or a figure of rate_limit ("leases", "waits", ...)
+sum() {
+    local scope=$1 what=$2 port total=0 v
+    for port in ${PORTS[$scope]}; do
+        v=$(curl -s "http://127.0.0.1:$port/status" | perl -MJSON::PP -e '
+                local $/;
+                my $j = JSON::PP->new->decode(<STDIN>);
+                my $w = $ARGV[0];
+                my $r = $j->{rate_limit};
+                print exists $r->{$w} ? $r->{$w}
+                                      : $j->{requests}{by_status}{$w};' \
+                "$what")
+        total=$((total + v))
+    done
+    echo "$total"
+}
+
+
+# keys N FILE: N new keys of the bench's project, one a line in FILE
+keys() {
+    psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -o "$2" -c "
+        WITH k AS (
+            SELECT 'sess_' || md5(random()::text || i::text) AS key
+            FROM generate_series(1, $1) AS i
+        ), ins AS (
+            INSERT INTO api_keys (project_id, key_hash, prefix, hint)
+            SELECT '$PROJECT', sha256(convert_to(key, 'UTF8')), 'sess',
+                   right(key, 4)
+            FROM k
+        )
+        SELECT key FROM k" || die "inserting $1 keys failed"
+}
+
+
+# --- wrk ------------------------------------------------------------------
+
+declare -A ALLRPS ALLP99 ALLWAITS ALLSTMTS
+
+# ms VALUE: wrk's "1.23ms", "456.00us", "1.02s" in milliseconds
+ms() {
+    awk -v v="$1" 'BEGIN {
+        if (v ~ /us$/) { sub(/us$/, "", v); printf "%.3f", v / 1000 }
+        else if (v ~ /ms$/) { sub(/ms$/, "", v); printf "%.3f", v }
+        else if (v ~ /s$/) { sub(/s$/, "", v); printf "%.3f", v * 1000 }
+        else printf "%.3f", v }'
+}
+
+# wrk_run SCOPE PATH KEY|@FILE DURATION: prints "rps p99ms total"
+wrk_run() {
+    local scope=$1 path=$2 key=$3 duration=$4 out first
+    local -a hdr=()
+    local file=
+
+    if [ "${key#@}" != "$key" ]; then
+        file=${key#@}
+    else
+        hdr=(-H "Authorization: Bearer $key")
+    fi
+
+    first=$(echo "${PORTS[$scope]}" | awk '{ print $1 }')
+
+    out=$(BENCH_NODE_PORTS="${PORTS[$scope]}" BENCH_KEYS_FILE="$file" \
+          wrk -t"$NODES" -c"$CONNS" -d"$duration" --latency \
+              -s "$ROOT/bench/cluster.lua" "${hdr[@]}" \
+              "http://127.0.0.1:$first$path" 2>&1) \
+        || { echo "$out" >&2; die "wrk failed"; }
+
+    local rps p99 total
+    rps=$(awk '/^Requests\/sec:/ { print $2 }' <<<"$out")
+    p99=$(awk '$1 == "99%" { print $2 }' <<<"$out")
+    total=$(awk '/requests in/ { print $1 }' <<<"$out")
+
+    [ -n "$rps" ] && [ -n "$p99" ] \
+        || { echo "$out" >&2; die "no figures from wrk"; }
+
+    if grep -q 'socket errors' <<<"$out"; then
+        log "$scope $path: $(grep 'socket errors' <<<"$out")"
+    fi
+
+    echo "$rps $(ms "$p99") $total"
+}
+
+
+# measure NAME SCOPE PATH KEY: one run, its figures kept under NAME/SCOPE
+measure() {
+    local name=$1 scope=$2 path=$3 key=$4 rps p99 total s0 s1 want
+    local w0 w1 l0 l1
+
+    want=404
+    [ "$path" = /dl/x ] && want=429
+
+    s0=$(sum "$scope" "$want")
+    w0=$(sum "$scope" waits)
+    l0=$(sum "$scope" leases)
+    read -r rps p99 total < <(wrk_run "$scope" "$path" "$key" "$DURATION")
+    s1=$(sum "$scope" "$want")
+    w1=$(sum "$scope" waits)
+    l1=$(sum "$scope" leases)
+
+    # every answer of the run is of the expected kind
+    if [ $((s1 - s0)) -lt $((total - 1)) ]; then
+        die "$name, $scope: $((s1 - s0)) of $total answers were $want"
+    fi
+
+    ALLRPS[$name/$scope]+="$rps "
+    ALLP99[$name/$scope]+="$p99 "
+    ALLWAITS[$name/$scope]+="$(awk -v w=$((w1 - w0)) -v n="$total" \
+                                   'BEGIN { printf "%.3f", 1000 * w / n }') "
+    ALLSTMTS[$name/$scope]+="$(awk -v l=$((l1 - l0)) -v n="$total" \
+                                   'BEGIN { printf "%.3f", 1000 * l / n }') "
+    log "$name, $scope: $rps requests/s, p99 $p99 ms," \
+        "$((l1 - l0)) leases, $((w1 - w0)) waited, of $total"
+}
+
+
+# wait_window SECONDS: until at least that much of the minute is left
+wait_window() {
+    local left
+    left=$(( 60 - $(date +%s) % 60 ))
+    if [ "$left" -lt "$1" ]; then
+        log "waiting $left s for the next minute"
+        sleep "$left"
+    fi
+}
+
+
+declare -A ADMITTED LEASES
+
+# per_minute NAME SCOPE PATH KEY: requests admitted in one window
+per_minute() {
+    local name=$1 scope=$2 path=$3 key=$4 a0 a1 l0 l1
+
+    wait_window 12
+    a0=$(sum "$scope" 404)
+    l0=$(sum "$scope" leases)
+    wrk_run "$scope" "$path" "$key" 8s >/dev/null
+    a1=$(sum "$scope" 404)
+    l1=$(sum "$scope" leases)
+
+    ADMITTED[$name/$scope]=$((a1 - a0))
+    LEASES[$name/$scope]=$((l1 - l0))
+    log "$name, $scope: $((a1 - a0)) admitted, $((l1 - l0)) lease statements"
+}
+
+
+# --- the run ----------------------------------------------------------------
+
+"$SESSIONCTL" -d "$DB" migrate >/dev/null || die "sessionctl migrate failed"
+
+cp "$MODULE" "$W/ngx_http_session_module.so"
+
+ACCOUNT=$(ctl account create "bench-cluster-$$" --plan unlimited \
+              | json_field account_id)
+PROJECT=$(ctl project create "$ACCOUNT" "bench-cluster-$$" \
+              | json_field project_id)
+
+BUSY=$(ctl key create "$PROJECT" | json_field key)
+SPENT=$(ctl key create "$PROJECT" | json_field key)
+keys "$NKEYS" "$W/keys"
+
+for scope in node cluster; do
+    for i in $(seq 0 $((NODES - 1))); do
+        node_start "$scope" "$i"
+    done
+done
+
+log "two sets of $NODES nodes ($WORKERS worker each), wrk -t$NODES" \
+    "-c$CONNS -d$DURATION, $ROUNDS rounds; load average before:" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# warm-up, not reported: connections, the auth caches, the first leases
+for scope in node cluster; do
+    wrk_run "$scope" /api/v1/nope "$BUSY" 1s >/dev/null
+    wrk_run "$scope" /api/v1/nope "@$W/keys" 5s >/dev/null
+done
+
+SCENARIOS=(
+    "one busy key, admitted (404)|/api/v1/nope|$BUSY"
+    "$NKEYS keys, admitted (404)|/api/v1/nope|@$W/keys"
+    "one key past its limit (429)|/dl/x|$SPENT"
+)
+
+# each run in one window, after a second of the same load: what is
+# measured is a window's steady state (the turn of the minute is below)
+secs=${DURATION%s}
+
+for round in $(seq "$ROUNDS"); do
+    order=(node cluster)
+    [ $((round % 2)) = 0 ] && order=(cluster node)
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r name path key <<<"$s"
+        for scope in "${order[@]}"; do
+            wait_window $((secs + 3))
+            wrk_run "$scope" "$path" "$key" 1s >/dev/null
+            measure "$name" "$scope" "$path" "$key"
+        done
+    done
+done
+
+# the turn of a minute under load: the 1,000 keys from second 49 of a
+# minute to second 2 of the next, after 2 s of the same load (a
+# window's budget is the node's until it ends; a busy key leases its
+# first block of the next one ahead)
+
+TURN=${BENCH_CLUSTER_TURN:-2}
+
+for round in $(seq "$TURN"); do
+    order=(node cluster)
+    [ $((round % 2)) = 0 ] && order=(cluster node)
+
+    for scope in "${order[@]}"; do
+        left=$(( 60 - $(date +%s) % 60 ))
+        if [ "$left" -lt 13 ]; then
+            sleep $((left + 47))
+        else
+            sleep $((left - 13))
+        fi
+        wrk_run "$scope" /api/v1/nope "@$W/keys" 2s >/dev/null
+        DURATION=13s measure "across a minute's turn" "$scope" \
+            /api/v1/nope "@$W/keys"
+    done
+done
+
+# requests admitted in a window: keys of their own for each set
+
+PER_MINUTE=(
+    "one busy key, limit 100|100|/l100/x"
+    "one busy key, limit 200|200|/dl/x"
+    "one busy key, limit 300|300|/l300/x"
+)
+
+for scope in node cluster; do
+    for s in "${PER_MINUTE[@]}"; do
+        IFS='|' read -r name limit path <<<"$s"
+        busy=$(ctl key create "$PROJECT" | json_field key)
+        per_minute "$name" "$scope" "$path" "$busy"
+    done
+
+    keys "$NKEYS" "$W/keys-$scope"
+    per_minute "$NKEYS keys, other=20 each" "$scope" /lo/x "@$W/keys-$scope"
+done
+
+for d in "$W"/node/* "$W"/cluster/*; do
+    if grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$d/error.log" >&2; then
+        die "the error log of $d has alerts (above)"
+    fi
+done
+
+
+# --- the report ---------------------------------------------------------------
+
+# pairs A B: the median of the ratios B_i / A_i of two lists of numbers
+pairs() {
+    paste <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) \
+        | awk '{ printf "%.4f\n", $2 / $1 }' | median
+}
+
+report() {
+    local s name path key n c rn rc pn pc label
+
+    echo "## Three nodes on one PostgreSQL (session_limit_scope)"
+    echo
+    echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) CPUs," \
+         "load average before $(cut -d' ' -f1-3 /proc/loadavg | tr ' ' /)" \
+         "(other work shares the machine: read the ratios)."
+    echo "\`bash util/bench-cluster.sh\`: two sets of $NODES nodes" \
+         "($WORKERS worker each) on one database, one wrk" \
+         "(-t$NODES -c$CONNS -d$DURATION, thread i on node i)," \
+         "median of $ROUNDS runs each, the sets in turn; a ratio is the" \
+         "median of the rounds' cluster/node ratios."
+    echo
+    echo "| load | node: requests/s | cluster: requests/s | ratio (goal ≥ 0.90) | node: p99 ms | cluster: p99 ms | ratio (goal ≤ 1.20) | cluster: lease statements per 1,000 requests | cluster: requests that waited per 1,000 |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+
+    local rows=("${SCENARIOS[@]}")
+    [ "$TURN" -gt 0 ] && rows+=("across a minute's turn ($NKEYS keys)")
+
+    for s in "${rows[@]}"; do
+        IFS='|' read -r name path key <<<"$s"
+        name=${name% ($NKEYS keys)}
+        [ -n "${ALLRPS[$name/node]:-}" ] || continue
+        rn=$(median <<<"${ALLRPS[$name/node]}")
+        rc=$(median <<<"${ALLRPS[$name/cluster]}")
+        pn=$(median <<<"${ALLP99[$name/node]}")
+        pc=$(median <<<"${ALLP99[$name/cluster]}")
+        label=$name
+        [ "$name" = "across a minute's turn" ] \
+            && label="$NKEYS keys, admitted, across a minute's turn"
+        [ "$name" = "across a minute's turn" ] \
+            && label+=" (13 s, $TURN times)"
+        printf '| %s | %.0f | %.0f | %.2f | %s | %s | %.2f | %s | %s |\n' \
+               "$label" "$rn" "$rc" \
+               "$(pairs "${ALLRPS[$name/node]}" "${ALLRPS[$name/cluster]}")" \
+               "$pn" "$pc" \
+               "$(pairs "${ALLP99[$name/node]}" "${ALLP99[$name/cluster]}")" \
+               "$(median <<<"${ALLSTMTS[$name/cluster]}")" \
+               "$(median <<<"${ALLWAITS[$name/cluster]}")"
+    done
+
+    echo
+    echo "| in one window | limit | node: admitted | cluster: admitted (goal: the limit) | cluster: lease statements | admitted per statement |"
+    echo "|---|---:|---:|---:|---:|---:|"
+
+    for s in "${PER_MINUTE[@]}" "$NKEYS keys, other=20 each|$((NKEYS * 20))|"
+    do
+        IFS='|' read -r name limit path <<<"$s"
+        n=${ADMITTED[$name/node]}
+        c=${ADMITTED[$name/cluster]}
+        printf '| %s | %s | %s | %s | %s | %s |\n' "$name" "$limit" "$n" \
+               "$c" "${LEASES[$name/cluster]}" \
+               "$(ratio "$c" "${LEASES[$name/cluster]}")"
+    done
+}
+
+if [ "$OUT" = - ]; then
+    report
+else
+    report > "$OUT"
+fi
