@@ -77,8 +77,7 @@ ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
     r = q->request;
 
     if (res == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                        NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
         return;
     }
 
@@ -87,8 +86,7 @@ ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
     dl = ngx_http_session_image_download(r, q);
     if (dl == NULL) {
         PQclear(res);
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         return;
     }
 
@@ -103,7 +101,7 @@ ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        ngx_http_session_refuse(r, err);
         return;
     }
 

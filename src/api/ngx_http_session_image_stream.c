@@ -569,7 +569,7 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     }
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        ngx_http_session_refuse(r, err);
         return;
     }
 
@@ -585,8 +585,7 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
         || ngx_http_session_header_add(r, &ngx_http_session_location, p, len)
            == NULL)
     {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         return;
     }
 

@@ -159,8 +159,7 @@ ngx_http_session_image_body(ngx_http_request_t *r)
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
 
     if (r->request_body == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         return;
     }
 
@@ -391,7 +390,7 @@ ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
     err = ngx_http_session_check(q, res, 0, 1);
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        ngx_http_session_refuse(r, err);
         return;
     }
 
@@ -412,8 +411,7 @@ ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
                                          &last)
             != NGX_OK)
         {
-            ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
             return;
         }
 
@@ -423,14 +421,7 @@ ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
 
     b = ngx_http_session_render_images(r, res, NGX_HTTP_SESSION_CHECK_NCOLS,
                                        n, cursor, cursor_len);
-    if (b == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK,
-                                                            b));
+    ngx_http_session_reply(r, NGX_HTTP_OK, b);
 }
 
 
@@ -517,20 +508,13 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        ngx_http_session_refuse(r, err);
         return;
     }
 
     b = ngx_http_session_render_image(r, res, 0,
                                       NGX_HTTP_SESSION_CHECK_NCOLS);
-    if (b == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK,
-                                                            b));
+    ngx_http_session_reply(r, NGX_HTTP_OK, b);
 }
 
 

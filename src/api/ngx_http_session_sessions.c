@@ -113,8 +113,7 @@ ngx_http_session_create_body(ngx_http_request_t *r)
     u_char  *body;
 
     if (r->request_body == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         return;
     }
 
@@ -463,18 +462,12 @@ ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
                                  NGX_HTTP_SESSION_COL_S_STATUS);
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+        ngx_http_session_refuse(r, err);
         return;
     }
 
     b = ngx_http_session_render_session(r, res, 0, 0);
-    if (b == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
+    ngx_http_session_reply(r, NGX_HTTP_OK, b);
 }
 
 
@@ -665,16 +658,14 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
     limit = (int) (uintptr_t) q->data;
 
     if (res == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                        NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
         return;
     }
 
     if (ngx_http_session_db_result_ok(q, res) != NGX_OK
         || PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS)
     {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+        ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         return;
     }
 
@@ -691,8 +682,7 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
             || PQgetlength(res, n - 1, NGX_HTTP_SESSION_COL_S_ID)
                != NGX_HTTP_SESSION_UUID_BIN_LEN)
         {
-            ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
+            ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
             return;
         }
 
@@ -703,13 +693,7 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     b = ngx_http_session_render_sessions(r, res, n, cursor, cursor_len);
-    if (b == NULL) {
-        ngx_http_finalize_request(r, ngx_http_session_error(r,
-                                             NGX_HTTP_SESSION_ERR_INTERNAL));
-        return;
-    }
-
-    ngx_http_finalize_request(r, ngx_http_session_send_json(r, NGX_HTTP_OK, b));
+    ngx_http_session_reply(r, NGX_HTTP_OK, b);
 }
 
 

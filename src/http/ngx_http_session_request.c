@@ -396,3 +396,20 @@ ngx_http_session_uuid_text(ngx_http_request_t *r, const u_char *s,
 
     return p;
 }
+
+
+void
+ngx_http_session_reply(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b)
+{
+    ngx_http_finalize_request(r, (b == NULL)
+                   ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
+                   : ngx_http_session_send_json(r, status, b));
+}
+
+
+void
+ngx_http_session_refuse(ngx_http_request_t *r, ngx_http_session_err_e err)
+{
+    ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+}

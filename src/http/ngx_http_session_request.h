@@ -30,6 +30,15 @@ ngx_int_t ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
     ngx_str_t *name, ngx_str_t *value);
 
 /*
+ * The end of a request that its query's handler answers: the document b
+ * with status, or 500 when b is NULL (its rendering failed); or err.
+ */
+void ngx_http_session_reply(ngx_http_request_t *r, ngx_uint_t status,
+    ngx_buf_t *b);
+void ngx_http_session_refuse(ngx_http_request_t *r,
+    ngx_http_session_err_e err);
+
+/*
  * Runs q: NGX_DONE (the query's handler finalizes the request), or the
  * 503 that was sent.
  */
