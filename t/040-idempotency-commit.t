@@ -17,6 +17,10 @@
 #     nodes of the previous       their functions (migration 3 and 10)
 #     version                     replay and tell apart the new rows
 #
+# Blocks 3a, 4a and 5a repeat 3, 4 and 5 with a plan without a quota,
+# whose keyed create inserts the key's row first (decisions.md (xf)); 2
+# has such a create among its cases.
+#
 # The blocks whose checks need Perl say "--- check: NAME" (as in
 # t/011-idempotency.t).  Needs TEST_NGINX_SESSION_DB (util/test.sh).
 
@@ -45,6 +49,12 @@ our $TAG = sprintf 't040-%d-%d', $$, time;
         LATE  => 'pro',
         LOCK  => 'pro',
         ERR   => 'pro',
+        # a plan without a quota: the create's keyed statement inserts
+        # the key's row first (decisions.md (xf))
+        UHOLD => 'unlimited',
+        ULATE => 'unlimited',
+        ULOCK => 'unlimited',
+        UERR  => 'unlimited',
     );
 
     for my $name (sort keys %fix) {
@@ -268,19 +278,28 @@ $checks{running} = sub {
          . ' FOR UPDATE', 200],
     );
 
+    # the create of a plan without a quota waits at its session's
+    # foreign key, after the insert of the key's row
+    push @cases,
+        ['create-unlimited', '/api/v1/sessions', $LP,
+         { 'Content-Type' => 'application/json' },
+         'SELECT 1 FROM projects WHERE id = ' . sql_quote($PROJECT{UHOLD})
+         . ' FOR UPDATE', 201, 'UHOLD'];
+
     for my $c (@cases) {
-        my ($what, $path, $body, $h, $lock, $status) = @$c;
+        my ($what, $path, $body, $h, $lock, $status, $who) = @$c;
+        my $key = $KEY{ $who // 'HOLD' };
         my $k = new_key("running-$what");
         my %h = (%$h, %{ idem($k) });
 
         my $held = hold($lock, "lock-$what");
-        my $first = send_post($path, $KEY{HOLD}, $body, \%h);
+        my $first = send_post($path, $key, $body, \%h);
 
         my ($waiting) = wait_until(10, 0.02, sub { lock_waiters() >= 1 });
         ok($waiting, "$name - $what: the first waits in its transaction");
 
         my $t0 = Time::HiRes::time();
-        my $r = api('POST', $path, $KEY{HOLD}, $body, \%h);
+        my $r = api('POST', $path, $key, $body, \%h);
         my $took = Time::HiRes::time() - $t0;
 
         is($r->{status}, 409, "$name - $what: the repeat: 409");
@@ -296,7 +315,7 @@ $checks{running} = sub {
         ok(!exists $a->{headers}{'idempotent-replayed'},
            "$name - $what: the first is no replay");
 
-        my $again = api('POST', $path, $KEY{HOLD}, $body, \%h);
+        my $again = api('POST', $path, $key, $body, \%h);
         is($again->{status}, $status, "$name - $what: then a replay");
         is($again->{content}, $a->{content},
            "$name - $what: of the first answer");
@@ -312,13 +331,13 @@ $checks{running} = sub {
 # (here: held uncommitted by another transaction, which did not take the
 # key's lock, as a node of the previous version does not) is not seen by
 # the statement's read; its insert meets it, and the work it did is undone
-$checks{late_row} = sub {
-    my ($name) = @_;
+sub late_rows {
+    my ($name, $who) = @_;
     my $sha = Digest::SHA::sha256_hex($LP);
-    my $proj = sql_quote($PROJECT{LATE});
+    my $proj = sql_quote($PROJECT{$who});
 
     # warm the auth cache
-    api('GET', '/api/v1/sessions', $KEY{LATE});
+    api('GET', '/api/v1/sessions', $KEY{$who});
 
     my @rows = (
         # another request's kept answer: the retry replays it
@@ -338,15 +357,15 @@ $checks{late_row} = sub {
     for my $row (@rows) {
         my ($what, $tpl) = @$row;
         my $k = new_key("late-$what");
-        my $before = sessions_of('LATE');
-        my $usage = usage_of('LATE');
+        my $before = sessions_of($who);
+        my $usage = usage_of($who);
 
         my $held = hold('INSERT INTO idempotency_keys (project_id, key,'
                         . ' method, path, body_sha256, '
                         . sprintf($tpl, $proj, sql_quote($k), $sha),
                         "row-$what");
 
-        my $first = send_post('/api/v1/sessions', $KEY{LATE}, $LP,
+        my $first = send_post('/api/v1/sessions', $KEY{$who}, $LP,
                               { %{ idem($k) },
                                 'Content-Type' => 'application/json' });
 
@@ -359,19 +378,19 @@ $checks{late_row} = sub {
 
         if ($what eq 'rollback') {
             is($a->{status}, 201, "$name - $what: the request's own 201");
-            is(sessions_of('LATE'), $before + 1, "$name - $what: one session");
-            is(key_row('LATE', $k, 'status'), '201',
+            is(sessions_of($who), $before + 1, "$name - $what: one session");
+            is(key_row($who, $k, 'status'), '201',
                "$name - $what: its answer kept");
             next;
         }
 
         is($a->{status}, 409, "$name - $what: 409");
         is($a->{content}, $RUNNING, "$name - $what: in progress");
-        is(sessions_of('LATE'), $before, "$name - $what: the session undone");
-        is(usage_of('LATE'), $usage, "$name - $what: the quota undone");
+        is(sessions_of($who), $before, "$name - $what: the session undone");
+        is(usage_of($who), $usage, "$name - $what: the quota undone");
 
         if ($what eq 'answer') {
-            my $r = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP,
+            my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP,
                         idem($k));
             is($r->{status}, 201, "$name - $what: the retry: 201");
             is($r->{content}, '{"answer":1}',
@@ -381,85 +400,94 @@ $checks{late_row} = sub {
             next;
         }
 
-        my $r = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP, idem($k));
+        my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
         is($r->{status}, 409, "$name - $what: within its lease: 409");
 
         psql('UPDATE idempotency_keys SET claimed_at = now()'
              . q{ - interval '1 hour' WHERE project_id = } . $proj
              . ' AND key = ' . sql_quote($k));
 
-        $r = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP, idem($k));
+        $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
         is($r->{status}, 201, "$name - $what: past its lease: taken over");
         ok(!exists $r->{headers}{'idempotent-replayed'},
            "$name - $what: not a replay");
-        is(sessions_of('LATE'), $before + 1, "$name - $what: one session");
-        is(key_row('LATE', $k, 'status IS NOT NULL AND claim_id IS NULL'),
+        is(sessions_of($who), $before + 1, "$name - $what: one session");
+        is(key_row($who, $k, 'status IS NOT NULL AND claim_id IS NULL'),
            't', "$name - $what: the claim replaced by the answer");
     }
-};
+}
+
+$checks{late_row} = sub { late_rows($_[0], 'LATE') };
+$checks{late_row_free} = sub { late_rows($_[0], 'ULATE') };
 
 # The key's advisory lock held elsewhere (by a request with the same key,
 # or one whose key's hash is the same): 409 while it is held, and the key
 # free as soon as it is not
-$checks{lock} = sub {
-    my ($name) = @_;
+sub lock_held {
+    my ($name, $who) = @_;
     my $k = new_key('lock');
-    my $before = sessions_of('LOCK');
+    my $before = sessions_of($who);
 
-    api('GET', '/api/v1/sessions', $KEY{LOCK});
+    api('GET', '/api/v1/sessions', $KEY{$who});
 
     my $held = hold('SELECT pg_advisory_xact_lock(hashtextextended('
-                    . sql_quote($PROJECT{LOCK} . $k) . ', 0))', 'advisory');
+                    . sql_quote($PROJECT{$who} . $k) . ', 0))', 'advisory');
 
     my $t0 = Time::HiRes::time();
-    my $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP, idem($k));
+    my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     my $took = Time::HiRes::time() - $t0;
     is($r->{status}, 409, "$name - held: 409");
     cmp_ok($took, '<', 2, "$name - held: at once");
-    is(sessions_of('LOCK'), $before, "$name - held: nothing created");
-    is(key_row('LOCK', $k, 'count(*)'), '0', "$name - held: nothing kept");
+    is(sessions_of($who), $before, "$name - held: nothing created");
+    is(key_row($who, $k, 'count(*)'), '0', "$name - held: nothing kept");
 
     # another key is not held by it
-    $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP,
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP,
              idem(new_key('lock-other')));
     is($r->{status}, 201, "$name - another key: 201");
 
     psql_end($held, 'COMMIT');
 
-    $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP, idem($k));
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - released: 201");
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - released: not a replay");
-};
+}
+
+$checks{lock} = sub { lock_held($_[0], 'LOCK') };
+$checks{lock_free} = sub { lock_held($_[0], 'ULOCK') };
 
 # A statement of work that fails (500) keeps nothing: the retry runs
-$checks{fails} = sub {
-    my ($name) = @_;
-    my $proj = sql_quote($PROJECT{ERR});
+sub work_fails {
+    my ($name, $who) = @_;
+    my $proj = sql_quote($PROJECT{$who});
     my $k = new_key('fails');
-    my $before = sessions_of('ERR');
-    my $usage = usage_of('ERR');
+    my $before = sessions_of($who);
+    my $usage = usage_of($who);
 
     psql(q{CREATE FUNCTION t040_fail() RETURNS trigger LANGUAGE plpgsql AS}
          . q{ $$BEGIN RAISE EXCEPTION 't040: the work fails'; END$$;}
          . q{ CREATE TRIGGER t040_fail BEFORE INSERT ON sessions FOR EACH ROW}
          . qq{ WHEN (NEW.project_id = $proj) EXECUTE FUNCTION t040_fail()});
 
-    my $r = api('POST', '/api/v1/sessions', $KEY{ERR}, $LP, idem($k));
+    my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
 
     psql('DROP TRIGGER t040_fail ON sessions; DROP FUNCTION t040_fail()');
 
     is($r->{status}, 500, "$name - the work fails: 500");
-    is(key_row('ERR', $k, 'count(*)'), '0', "$name - nothing kept");
-    is(sessions_of('ERR'), $before, "$name - nothing created");
-    is(usage_of('ERR'), $usage, "$name - no quota used");
+    is(key_row($who, $k, 'count(*)'), '0', "$name - nothing kept");
+    is(sessions_of($who), $before, "$name - nothing created");
+    is(usage_of($who), $usage, "$name - no quota used");
 
-    $r = api('POST', '/api/v1/sessions', $KEY{ERR}, $LP, idem($k));
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - the retry runs: 201");
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - the retry is not a replay");
-    is(sessions_of('ERR'), $before + 1, "$name - one session");
-};
+    is(sessions_of($who), $before + 1, "$name - one session");
+}
+
+$checks{fails} = sub { work_fails($_[0], 'ERR') };
+$checks{fails_free} = sub { work_fails($_[0], 'UERR') };
 
 # The functions that nodes of the previous version call (migrations 3 and
 # 10) still work on the rows this version writes
@@ -559,6 +587,22 @@ another request with the key answered first, nothing done
 
 
 
+=== TEST 3a: the same with a plan without a quota (the key's row first)
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 10s;
+    session_auth_cache_ttl 60s;
+--- check: late_row_free
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- error_log
+another request with the key answered first, nothing done
+--- no_error_log
+[error]
+
+
+
 === TEST 4: the key's lock held elsewhere: 409, then free
 --- check: lock
 --- request
@@ -569,8 +613,28 @@ GET /api/v1/sessions?limit=1
 
 
 
+=== TEST 4a: the same with a plan without a quota
+--- check: lock_free
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
 === TEST 5: a 5xx during the work keeps nothing
 --- check: fails
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- error_log
+t040: the work fails
+
+
+
+=== TEST 5a: the same with a plan without a quota
+--- check: fails_free
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
