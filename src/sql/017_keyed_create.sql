@@ -1,5 +1,5 @@
 -- Session Service schema, version 17: a cheaper keyed create (issue 24,
--- goal 2; docs/decisions.md (xf)-(xi)).
+-- goal 2; docs/decisions.md (xf)-(xh)).
 --
 -- The create with an Idempotency-Key of a plan without a quota (the
 -- insert alone, NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE_KEYED) inserts
@@ -24,27 +24,32 @@
 --
 -- The foreign key from idempotency_keys to projects goes: the project of
 -- a key's row is always the authenticated key's own (no statement writes
--- another), projects are never deleted, and its check cost a lookup of
--- the project's row and its FOR KEY SHARE lock on every keyed request
--- (about a sixth of PostgreSQL's work of the keyed create, docs/
--- benchmarks.md).  The indexes stay: idempotency_keys_pkey is the
--- unique index that every ON CONFLICT (project_id, key) of both
--- versions infers; idempotency_keys_expiry serves idempotency_purge()
--- (the sweep's batch of keys past their 24 h) and idempotency_keys_session
--- the keys of sessions that session_sweep_retain() purges.
+-- another), the service never deletes projects, and its check cost a
+-- lookup of the project's row and its FOR KEY SHARE lock on every keyed
+-- request (about 30,000 of the 614,000 instructions the keyed create
+-- cost PostgreSQL, util/bench-sql.sh).  The indexes stay (decision
+-- (xh)): idempotency_keys_pkey is the unique index that every ON
+-- CONFLICT (project_id, key) of both versions infers;
+-- idempotency_keys_expiry serves idempotency_purge() (the sweep's batch
+-- of keys past their 24 h) and idempotency_keys_session the deletion of
+-- the keys of the sessions that session_sweep_retain() purges.
 --
--- Additive, for one release (src/sql/README.md): a node of the previous
--- version names neither the constraint nor the new functions, and none
--- of its statements relies on the constraint (it only ever writes the
--- authenticated project); nothing else changes.  A node of this version
+-- Additive, for one release (src/sql/README.md): it adds two functions
+-- and drops a constraint that no statement of the previous version
+-- needs: none names it, no ON CONFLICT infers a constraint of that kind,
+-- and nothing such a node answers depends on it (it writes only the
+-- authenticated project, as this version does).  Nothing else changes:
+-- a node of the previous version keeps working on this schema, replays
+-- the rows this version keeps (they carry the same columns, the answer's
+-- session included) and has its own replayed.  A node of this version
 -- needs this migration (its create statement calls the two functions
--- and is prepared when a connection opens), so migrate first, as always.
--- Dropping the constraint takes a brief ACCESS EXCLUSIVE lock on
--- idempotency_keys and projects, which waits for the transactions that
--- use them (every request's, a few milliseconds); the lock_timeout
--- bounds how long the requests queued behind it wait: on a timeout the
--- migration rolls back whole and "sessionctl migrate" can simply be run
--- again.
+-- and is prepared when a connection opens), so migrate first, as always
+-- (docs/operations.md, "Upgrading").  Dropping the constraint takes a
+-- brief ACCESS EXCLUSIVE lock on idempotency_keys and projects, which
+-- waits for the transactions that use them (every request's, a few
+-- milliseconds); the lock_timeout bounds how long the requests queued
+-- behind it wait: on a timeout the migration rolls back whole and
+-- "sessionctl migrate" can simply be run again.
 
 SET LOCAL lock_timeout = '5s';
 
