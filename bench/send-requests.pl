@@ -8,6 +8,11 @@
 #
 #     perl bench/send-requests.pl PORT PATH N [AUTHORIZATION] [DEPTH]
 #
+# With SEND_BODY in the environment the requests are POSTs of that body
+# (Content-Type: SEND_TYPE, application/json by default), and with
+# SEND_IDEM too each carries a new Idempotency-Key, SEND_IDEM-1,
+# SEND_IDEM-2 and so on.
+#
 # Loopback only; the whole run stops after 300 s.
 
 use strict;
@@ -22,9 +27,25 @@ die "usage: $0 PORT PATH N [AUTHORIZATION] [DEPTH]\n"
 
 $depth ||= 16;
 
-my $req = "GET $path HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-          . (defined $auth && length $auth ? "Authorization: $auth\r\n" : '')
-          . "\r\n";
+my $body = $ENV{SEND_BODY};
+my $idem = $ENV{SEND_IDEM};
+
+my $req = (defined $body ? 'POST' : 'GET') . " $path HTTP/1.1\r\n"
+          . "Host: 127.0.0.1\r\n"
+          . (defined $auth && length $auth ? "Authorization: $auth\r\n" : '');
+
+if (defined $body) {
+    $req .= 'Content-Type: ' . ($ENV{SEND_TYPE} // 'application/json')
+            . "\r\nContent-Length: " . length($body) . "\r\n";
+}
+
+# the request of number I (from 1)
+sub request {
+    my ($i) = @_;
+    return $req . (defined $idem && defined $body
+                   ? "Idempotency-Key: $idem-$i\r\n" : '')
+           . "\r\n" . ($body // '');
+}
 
 my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $port,
                               Proto => 'tcp', Timeout => 10)
@@ -41,7 +62,8 @@ $buf = '';
 while ($sent < $n) {
     my $k = $n - $sent < $depth ? $n - $sent : $depth;
 
-    print {$s} $req x $k or die "send-requests: write: $!\n";
+    print {$s} map { request($sent + $_) } 1 .. $k
+        or die "send-requests: write: $!\n";
     $sent += $k;
 
     for (1 .. $k) {

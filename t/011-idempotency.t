@@ -14,6 +14,10 @@
 #                                         mid-request, and the retry
 #                                         replays or runs once, never twice
 #
+# Blocks 1a, 2a, 4a and 5a repeat 1, 2, 4 and 5 with a plan without a
+# quota, whose keyed create inserts the key's row first (decisions.md
+# (xf)); the others use a plan with one.
+#
 # The blocks whose checks need Perl say "--- check: NAME" (as in
 # t/007-sessions.t): the check runs against the nginx of the block, from
 # --- init, before the block's own request.
@@ -54,6 +58,11 @@ $ENV{TEST_NGINX_SESSION_DB_NO_TIMEOUT} =
         Q0   => "$TAG-q0",
         LATE => 'pro',
         KILL => 'pro',
+        # a plan without a quota: the create's keyed statement inserts
+        # the key's row first (decisions.md (xf))
+        UA    => 'unlimited',
+        UB    => 'unlimited',
+        URACE => 'unlimited',
     );
 
     for my $name (sort keys %fix) {
@@ -104,21 +113,22 @@ sub new_key { sprintf '%s-%s-%d', $TAG, $_[0], int rand 1e9 }
 
 our %checks;
 
-# a repeated create: one session, one unit of quota, the same answer
-$checks{replay_create} = sub {
-    my ($name) = @_;
+# a repeated create: one session, one unit of quota (none for a plan
+# without a quota: $units), the same answer; $other: another project
+sub replay_create {
+    my ($name, $who, $other, $units) = @_;
     my $k = new_key('create');
 
-    my $before = sessions_of('A');
-    my $usage = usage_of('A');
+    my $before = sessions_of($who);
+    my $usage = usage_of($who);
 
-    my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    my $r1 = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r1->{status}, 201, "$name - first: 201");
     ok(!exists $r1->{headers}{'idempotent-replayed'},
        "$name - first: not a replay");
 
     for my $i (1 .. 2) {
-        my $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+        my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
         is($r->{status}, 201, "$name - repeat $i: 201");
         is($r->{content}, $r1->{content}, "$name - repeat $i: same body");
         is($r->{headers}{location}, $r1->{headers}{location},
@@ -131,33 +141,36 @@ $checks{replay_create} = sub {
            "$name - repeat $i: rate-limit headers");
     }
 
-    is(sessions_of('A'), $before + 1, "$name - one session created");
-    is(usage_of('A'), $usage + 1, "$name - one unit of quota used");
-    is(key_row('A', $k, 'status'), '201', "$name - the answer is kept");
-    is(key_row('A', $k, 'body IS NULL AND (answer_session).id IS NOT NULL'),
+    is(sessions_of($who), $before + 1, "$name - one session created");
+    is(usage_of($who), $usage + $units, "$name - one unit of quota used");
+    is(key_row($who, $k, 'status'), '201', "$name - the answer is kept");
+    is(key_row($who, $k, 'body IS NULL AND (answer_session).id IS NOT NULL'),
        't', "$name - kept with the work, as the session");
-    is(key_row('A', $k, q{expires_at - now() BETWEEN interval '23 hours 59 }
+    is(key_row($who, $k, q{expires_at - now() BETWEEN interval '23 hours 59 }
                         . q{minutes' AND interval '24 hours'}),
        't', "$name - for 24 h from the answer");
-    is(key_row('A', $k, q{encode(body_sha256, 'hex')}),
+    is(key_row($who, $k, q{encode(body_sha256, 'hex')}),
        Digest::SHA::sha256_hex($LP), "$name - SHA-256 of the body");
 
     # the same key in another project is another key
-    my $rb = api('POST', '/api/v1/sessions', $KEY{B}, $LP, idem($k));
+    my $rb = api('POST', '/api/v1/sessions', $KEY{$other}, $LP, idem($k));
     is($rb->{status}, 201, "$name - other project: 201");
     ok(!exists $rb->{headers}{'idempotent-replayed'},
        "$name - other project: not a replay");
     isnt($rb->{json}{id}, $r1->{json}{id}, "$name - other project: new id");
-};
+}
+
+$checks{replay_create} = sub { replay_create($_[0], 'A', 'B', 1) };
+$checks{replay_create_free} = sub { replay_create($_[0], 'UA', 'UB', 0) };
 
 # same key, another body, path, query or route: 422, nothing done
-$checks{mismatch} = sub {
-    my ($name) = @_;
+sub mismatch {
+    my ($name, $who) = @_;
     my $k = new_key('mismatch');
 
-    my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    my $r1 = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r1->{status}, 201, "$name - first: 201");
-    my $before = sessions_of('A');
+    my $before = sessions_of($who);
     my $sid = $r1->{json}{id};
 
     my @other = (
@@ -171,22 +184,25 @@ $checks{mismatch} = sub {
 
     for my $o (@other) {
         my ($what, $method, $path, $body) = @$o;
-        my $r = api($method, $path, $KEY{A}, $body, idem($k));
+        my $r = api($method, $path, $KEY{$who}, $body, idem($k));
         is($r->{status}, 422, "$name - another $what: 422");
         is($r->{content}, $MISMATCH, "$name - another $what: message");
         ok(!exists $r->{headers}{'idempotent-replayed'},
            "$name - another $what: not a replay");
     }
 
-    is(sessions_of('A'), $before, "$name - nothing created");
+    is(sessions_of($who), $before, "$name - nothing created");
     is(psql('SELECT status FROM sessions WHERE id = ' . sql_quote($sid)),
        'open', "$name - the session was not completed");
 
     # the first request still replays
-    my $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - the first request still replays");
     is($r->{headers}{'idempotent-replayed'}, 'true', "$name - replayed");
-};
+}
+
+$checks{mismatch} = sub { mismatch($_[0], 'A') };
+$checks{mismatch_free} = sub { mismatch($_[0], 'UA') };
 
 # 4xx answers are kept; 429 is not
 $checks{kept} = sub {
@@ -259,15 +275,15 @@ $checks{kept} = sub {
 # a claim still held (its request is running) gives 409; one left behind
 # by a request that never answered is taken over after its lease; a key
 # past its 24 h is free again
-$checks{claims} = sub {
-    my ($name) = @_;
+sub claims {
+    my ($name, $who) = @_;
     my $hash = Digest::SHA::sha256_hex($LP);
 
     my $insert = sub {
         my ($k, $claimed_ago, $expires_in, $body_hash) = @_;
         psql('INSERT INTO idempotency_keys (project_id, key, method, path,'
              . ' body_sha256, claim_id, claimed_at, created_at, expires_at)'
-             . ' VALUES (' . sql_quote($PROJECT{A}) . ', ' . sql_quote($k)
+             . ' VALUES (' . sql_quote($PROJECT{$who}) . ', ' . sql_quote($k)
              . q{, 'POST', '/api/v1/sessions', decode('} . $body_hash
              . q{', 'hex'), gen_random_uuid(), now() - interval '}
              . $claimed_ago . q{', now(), now() + interval '} . $expires_in
@@ -276,44 +292,47 @@ $checks{claims} = sub {
 
     my $k = new_key('running');
     $insert->($k, '1 second', '24 hours', $hash);
-    my $before = sessions_of('A');
+    my $before = sessions_of($who);
 
-    my $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 409, "$name - running: 409");
     is($r->{content}, $RUNNING, "$name - running: message");
-    is(sessions_of('A'), $before, "$name - running: nothing created");
+    is(sessions_of($who), $before, "$name - running: nothing created");
 
     # a different request under a running key is still a mismatch
-    $r = api('POST', '/api/v1/sessions?a=b', $KEY{A}, $LP, idem($k));
+    $r = api('POST', '/api/v1/sessions?a=b', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 422, "$name - running, another request: 422");
 
     $k = new_key('lease');
     $insert->($k, '10 minutes', '24 hours', $hash);
-    $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - a claim past its lease: taken over");
-    is(key_row('A', $k, 'status'), '201', "$name - and its answer kept");
+    is(key_row($who, $k, 'status'), '201', "$name - and its answer kept");
 
     $k = new_key('expired');
     $insert->($k, '25 hours', '-1 hour', '00' x 32);
-    $r = api('POST', '/api/v1/sessions', $KEY{A}, $LP, idem($k));
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - a key past 24 h: free again");
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - past 24 h: not a replay");
-    is(key_row('A', $k, q{encode(body_sha256, 'hex')}), $hash,
+    is(key_row($who, $k, q{encode(body_sha256, 'hex')}), $hash,
        "$name - past 24 h: the new request's fingerprint");
-};
+}
 
-# identical requests at the same time: one session
-$checks{race} = sub {
-    my ($name) = @_;
+$checks{claims} = sub { claims($_[0], 'A') };
+$checks{claims_free} = sub { claims($_[0], 'UA') };
+
+# identical requests at the same time: one session ($units of quota)
+sub race {
+    my ($name, $who, $units) = @_;
     my $n = 8;
     my $k = new_key('race');
 
     # authenticate once, so that the burst finds the key in the cache
-    api('GET', '/api/v1/sessions', $KEY{RACE});
+    api('GET', '/api/v1/sessions', $KEY{$who});
 
     my $req = "POST /api/v1/sessions HTTP/1.1\r\nHost: localhost\r\n"
-              . "Authorization: Bearer $KEY{RACE}\r\n"
+              . "Authorization: Bearer $KEY{$who}\r\n"
               . "Idempotency-Key: $k\r\n"
               . "Content-Type: application/json\r\n"
               . "Content-Length: " . length($LP) . "\r\n"
@@ -337,15 +356,18 @@ $checks{race} = sub {
     is($other, '', "$name - only 201 and 409");
     ok(($status{201} // 0) >= 1, "$name - at least one 201");
     is(scalar keys %ids, 1, "$name - every 201 is the same session");
-    is(sessions_of('RACE'), 1, "$name - one session in the database");
-    is(usage_of('RACE'), 1, "$name - one unit of quota");
+    is(sessions_of($who), 1, "$name - one session in the database");
+    is(usage_of($who), $units, "$name - one unit of quota");
 
     # and afterwards, a replay of it
-    my $r = api('POST', '/api/v1/sessions', $KEY{RACE}, $LP, idem($k));
+    my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - after: 201");
     is($r->{headers}{'idempotent-replayed'}, 'true', "$name - after: replay");
     is(join(',', keys %ids), $r->{json}{id}, "$name - after: that session");
-};
+}
+
+$checks{race} = sub { race($_[0], 'RACE', 1) };
+$checks{race_free} = sub { race($_[0], 'URACE', 0) };
 
 # keys past their 24 h are dropped by the periodic sweep
 $checks{purge} = sub {
@@ -817,8 +839,28 @@ GET /api/v1/sessions?limit=1
 
 
 
+=== TEST 1a: the same with a plan without a quota (the key's row first)
+--- check: replay_create_free
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
 === TEST 2: the same key with another request: 422
 --- check: mismatch
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2a: the same with a plan without a quota
+--- check: mismatch_free
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
@@ -847,9 +889,30 @@ GET /api/v1/sessions?limit=1
 
 
 
+=== TEST 4a: the same with a plan without a quota
+--- check: claims_free
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
 === TEST 5: identical requests at once create one session (2 workers)
 --- workers: 2
 --- check: race
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 5a: the same with a plan without a quota
+--- workers: 2
+--- check: race_free
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

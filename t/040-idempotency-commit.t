@@ -16,10 +16,13 @@
 #                                 once after (a hash that collides too)
 #     a 5xx during the work       the key stays free: the retry runs (a
 #                                 create and an upload)
-#
-# t/050 runs every block again with images streamed (decision (zd)).
 #     nodes of the previous       their functions (migration 3 and 10)
 #     version                     replay and tell apart the new rows
+#
+# Blocks 3a, 4a and 5a repeat 3, 4 and 5 with a plan without a quota,
+# whose keyed create inserts the key's row first (decisions.md (xf)); 2
+# has such a create among its cases.  t/050 runs every block again with
+# images streamed (decision (zd)).
 #
 # The blocks whose checks need Perl say "--- check: NAME" (as in
 # t/011-idempotency.t).  Needs TEST_NGINX_SESSION_DB (util/test.sh).
@@ -49,6 +52,12 @@ our $TAG = sprintf 't040-%d-%d', $$, time;
         LATE  => 'pro',
         LOCK  => 'pro',
         ERR   => 'pro',
+        # a plan without a quota: the create's keyed statement inserts
+        # the key's row first (decisions.md (xf))
+        UHOLD => 'unlimited',
+        ULATE => 'unlimited',
+        ULOCK => 'unlimited',
+        UERR  => 'unlimited',
     );
 
     for my $name (sort keys %fix) {
@@ -286,19 +295,28 @@ $checks{running} = sub {
          . ' FOR UPDATE', 200],
     );
 
+    # the create of a plan without a quota waits at its session's
+    # foreign key, after the insert of the key's row
+    push @cases,
+        ['create-unlimited', '/api/v1/sessions', $LP,
+         { 'Content-Type' => 'application/json' },
+         'SELECT 1 FROM projects WHERE id = ' . sql_quote($PROJECT{UHOLD})
+         . ' FOR UPDATE', 201, 'UHOLD'];
+
     for my $c (@cases) {
-        my ($what, $path, $body, $h, $lock, $status) = @$c;
+        my ($what, $path, $body, $h, $lock, $status, $who) = @$c;
+        my $key = $KEY{ $who // 'HOLD' };
         my $k = new_key("running-$what");
         my %h = (%$h, %{ idem($k) });
 
         my $held = hold($lock, "lock-$what");
-        my $first = send_post($path, $KEY{HOLD}, $body, \%h);
+        my $first = send_post($path, $key, $body, \%h);
 
         my ($waiting) = wait_until(10, 0.02, sub { lock_waiters() >= 1 });
         ok($waiting, "$name - $what: the first waits in its transaction");
 
         my $t0 = Time::HiRes::time();
-        my $r = api('POST', $path, $KEY{HOLD}, $body, \%h);
+        my $r = api('POST', $path, $key, $body, \%h);
         my $took = Time::HiRes::time() - $t0;
 
         is($r->{status}, 409, "$name - $what: the repeat: 409");
@@ -314,7 +332,7 @@ $checks{running} = sub {
         ok(!exists $a->{headers}{'idempotent-replayed'},
            "$name - $what: the first is no replay");
 
-        my $again = api('POST', $path, $KEY{HOLD}, $body, \%h);
+        my $again = api('POST', $path, $key, $body, \%h);
         is($again->{status}, $status, "$name - $what: then a replay");
         is($again->{content}, $a->{content},
            "$name - $what: of the first answer");
@@ -332,20 +350,20 @@ $checks{running} = sub {
 # the statement's read; its insert meets it, and the work it did is
 # undone.  A create, and an upload (a streamed one meets the row in its
 # last statement, after the COPY).
-$checks{late_row} = sub {
-    my ($name) = @_;
-    my $proj = sql_quote($PROJECT{LATE});
+sub late_rows {
+    my ($name, $who) = @_;
+    my $proj = sql_quote($PROJECT{$who});
 
     # warm the auth cache
-    api('GET', '/api/v1/sessions', $KEY{LATE});
+    api('GET', '/api/v1/sessions', $KEY{$who});
 
-    my $sid = api('POST', '/api/v1/sessions', $KEY{LATE}, $LP)->{json}{id};
+    my $sid = api('POST', '/api/v1/sessions', $KEY{$who}, $LP)->{json}{id};
     my $images = "/api/v1/sessions/$sid/images";
 
     # what, path, body, headers, the rows the work adds
     my @work = (
         ['create', '/api/v1/sessions', $LP,
-         { 'Content-Type' => 'application/json' }, sub { sessions_of('LATE') }],
+         { 'Content-Type' => 'application/json' }, sub { sessions_of($who) }],
         ['upload', $images, $PNG, { 'Content-Type' => 'image/png' },
          sub { count_of('images', 'session_id = ' . sql_quote($sid)) }],
     );
@@ -375,7 +393,7 @@ $checks{late_row} = sub {
             my $k = new_key("late-$work-$kind");
             my %h = (%$h, %{ idem($k) });
             my $before = $count->();
-            my $usage = usage_of('LATE');
+            my $usage = usage_of($who);
 
             my $held = hold('INSERT INTO idempotency_keys (project_id, key,'
                             . ' method, path, body_sha256, '
@@ -383,7 +401,7 @@ $checks{late_row} = sub {
                                       sql_quote($path), $sha),
                             "row-$work-$kind");
 
-            my $first = send_post($path, $KEY{LATE}, $body, \%h);
+            my $first = send_post($path, $KEY{$who}, $body, \%h);
 
             my ($waiting) = wait_until(10, 0.02, sub { lock_waiters() >= 1 });
             ok($waiting, "$name - $what: the insert of the key's row waits");
@@ -395,7 +413,7 @@ $checks{late_row} = sub {
             if ($kind eq 'rollback') {
                 is($a->{status}, 201, "$name - $what: the request's own 201");
                 is($count->(), $before + 1, "$name - $what: done once");
-                is(key_row('LATE', $k, 'status'), '201',
+                is(key_row($who, $k, 'status'), '201',
                    "$name - $what: its answer kept");
                 next;
             }
@@ -403,10 +421,10 @@ $checks{late_row} = sub {
             is($a->{status}, 409, "$name - $what: 409");
             is($a->{content}, $RUNNING, "$name - $what: in progress");
             is($count->(), $before, "$name - $what: the work undone");
-            is(usage_of('LATE'), $usage, "$name - $what: the quota undone");
+            is(usage_of($who), $usage, "$name - $what: the quota undone");
 
             if ($kind eq 'answer') {
-                my $r = api('POST', $path, $KEY{LATE}, $body, \%h);
+                my $r = api('POST', $path, $KEY{$who}, $body, \%h);
                 is($r->{status}, 201, "$name - $what: the retry: 201");
                 is($r->{content}, '{"answer":1}',
                    "$name - $what: the kept answer replayed");
@@ -415,57 +433,60 @@ $checks{late_row} = sub {
                 next;
             }
 
-            my $r = api('POST', $path, $KEY{LATE}, $body, \%h);
+            my $r = api('POST', $path, $KEY{$who}, $body, \%h);
             is($r->{status}, 409, "$name - $what: within its lease: 409");
 
             psql('UPDATE idempotency_keys SET claimed_at = now()'
                  . q{ - interval '1 hour' WHERE project_id = } . $proj
                  . ' AND key = ' . sql_quote($k));
 
-            $r = api('POST', $path, $KEY{LATE}, $body, \%h);
+            $r = api('POST', $path, $KEY{$who}, $body, \%h);
             is($r->{status}, 201, "$name - $what: past its lease: taken over");
             ok(!exists $r->{headers}{'idempotent-replayed'},
                "$name - $what: not a replay");
             is($count->(), $before + 1, "$name - $what: done once");
-            is(key_row('LATE', $k, 'status IS NOT NULL AND claim_id IS NULL'),
+            is(key_row($who, $k, 'status IS NOT NULL AND claim_id IS NULL'),
                't', "$name - $what: the claim replaced by the answer");
         }
     }
-};
+}
+
+$checks{late_row} = sub { late_rows($_[0], 'LATE') };
+$checks{late_row_free} = sub { late_rows($_[0], 'ULATE') };
 
 # The key's advisory lock held elsewhere (by a request with the same key,
 # or one whose key's hash is the same): 409 while it is held, and the key
 # free as soon as it is not
-$checks{lock} = sub {
-    my ($name) = @_;
+sub lock_held {
+    my ($name, $who) = @_;
     my $k = new_key('lock');
-    my $before = sessions_of('LOCK');
+    my $before = sessions_of($who);
 
-    api('GET', '/api/v1/sessions', $KEY{LOCK});
+    api('GET', '/api/v1/sessions', $KEY{$who});
 
     my $held = hold('SELECT pg_advisory_xact_lock(hashtextextended('
-                    . sql_quote($PROJECT{LOCK} . $k) . ', 0))', 'advisory');
+                    . sql_quote($PROJECT{$who} . $k) . ', 0))', 'advisory');
 
     my $t0 = Time::HiRes::time();
-    my $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP, idem($k));
+    my $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     my $took = Time::HiRes::time() - $t0;
     is($r->{status}, 409, "$name - held: 409");
     cmp_ok($took, '<', 2, "$name - held: at once");
-    is(sessions_of('LOCK'), $before, "$name - held: nothing created");
-    is(key_row('LOCK', $k, 'count(*)'), '0', "$name - held: nothing kept");
+    is(sessions_of($who), $before, "$name - held: nothing created");
+    is(key_row($who, $k, 'count(*)'), '0', "$name - held: nothing kept");
 
     # another key is not held by it
-    $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP,
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP,
              idem(new_key('lock-other')));
     is($r->{status}, 201, "$name - another key: 201");
 
     # an upload under the held key: 409 at once, before any work
-    my $sid = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP)->{json}{id};
+    my $sid = api('POST', '/api/v1/sessions', $KEY{$who}, $LP)->{json}{id};
     my $up = "/api/v1/sessions/$sid/images";
     my $png = { %{ idem($k) }, 'Content-Type' => 'image/png' };
 
     $t0 = Time::HiRes::time();
-    $r = api('POST', $up, $KEY{LOCK}, $PNG, $png);
+    $r = api('POST', $up, $KEY{$who}, $PNG, $png);
     $took = Time::HiRes::time() - $t0;
     is($r->{status}, 409, "$name - held, an upload: 409");
     is($r->{content}, $RUNNING, "$name - held, an upload: in progress");
@@ -477,34 +498,37 @@ $checks{lock} = sub {
 
     psql_end($held, 'COMMIT');
 
-    $r = api('POST', '/api/v1/sessions', $KEY{LOCK}, $LP, idem($k));
+    $r = api('POST', '/api/v1/sessions', $KEY{$who}, $LP, idem($k));
     is($r->{status}, 201, "$name - released: 201");
     ok(!exists $r->{headers}{'idempotent-replayed'},
        "$name - released: not a replay");
 
     # the key is the create's now: the upload under it is another request
-    $r = api('POST', $up, $KEY{LOCK}, $PNG, $png);
+    $r = api('POST', $up, $KEY{$who}, $PNG, $png);
     is($r->{status}, 422, "$name - released, the upload: 422");
-    $r = api('POST', $up, $KEY{LOCK}, $PNG,
+    $r = api('POST', $up, $KEY{$who}, $PNG,
              { %{ idem(new_key('lock-upload')) },
                'Content-Type' => 'image/png' });
     is($r->{status}, 201, "$name - an upload under a free key: 201");
     is($r->{json}{sequence}, 1, "$name - its sequence is the first");
-};
+}
+
+$checks{lock} = sub { lock_held($_[0], 'LOCK') };
+$checks{lock_free} = sub { lock_held($_[0], 'ULOCK') };
 
 # A statement of work that fails (500) keeps nothing: the retry runs.  A
 # create, and an upload (a streamed one fails at the end of its COPY).
-$checks{fails} = sub {
-    my ($name) = @_;
-    my $proj = sql_quote($PROJECT{ERR});
+sub work_fails {
+    my ($name, $who) = @_;
+    my $proj = sql_quote($PROJECT{$who});
 
-    my $sid = api('POST', '/api/v1/sessions', $KEY{ERR}, $LP)->{json}{id};
+    my $sid = api('POST', '/api/v1/sessions', $KEY{$who}, $LP)->{json}{id};
 
     # what, the table the trigger refuses a row of, path, body, headers,
     # the rows the work adds
     my @work = (
         ['create', 'sessions', "NEW.project_id = $proj", '/api/v1/sessions',
-         $LP, {}, sub { sessions_of('ERR') }],
+         $LP, {}, sub { sessions_of($who) }],
         ['upload', 'images', 'NEW.session_id = ' . sql_quote($sid),
          "/api/v1/sessions/$sid/images", $PNG,
          { 'Content-Type' => 'image/png' },
@@ -516,29 +540,32 @@ $checks{fails} = sub {
         my $k = new_key("fails-$what");
         my %h = (%$h, %{ idem($k) });
         my $before = $count->();
-        my $usage = usage_of('ERR');
+        my $usage = usage_of($who);
 
         psql(q{CREATE FUNCTION t040_fail() RETURNS trigger LANGUAGE plpgsql}
              . q{ AS $$BEGIN RAISE EXCEPTION 't040: the work fails'; END$$;}
              . qq{ CREATE TRIGGER t040_fail BEFORE INSERT ON $table}
              . qq{ FOR EACH ROW WHEN ($when) EXECUTE FUNCTION t040_fail()});
 
-        my $r = api('POST', $path, $KEY{ERR}, $body, \%h);
+        my $r = api('POST', $path, $KEY{$who}, $body, \%h);
 
         psql("DROP TRIGGER t040_fail ON $table; DROP FUNCTION t040_fail()");
 
         is($r->{status}, 500, "$name - $what: the work fails: 500");
-        is(key_row('ERR', $k, 'count(*)'), '0', "$name - $what: nothing kept");
+        is(key_row($who, $k, 'count(*)'), '0', "$name - $what: nothing kept");
         is($count->(), $before, "$name - $what: nothing done");
-        is(usage_of('ERR'), $usage, "$name - $what: no quota used");
+        is(usage_of($who), $usage, "$name - $what: no quota used");
 
-        $r = api('POST', $path, $KEY{ERR}, $body, \%h);
+        $r = api('POST', $path, $KEY{$who}, $body, \%h);
         is($r->{status}, 201, "$name - $what: the retry runs: 201");
         ok(!exists $r->{headers}{'idempotent-replayed'},
            "$name - $what: the retry is not a replay");
         is($count->(), $before + 1, "$name - $what: done once");
     }
-};
+}
+
+$checks{fails} = sub { work_fails($_[0], 'ERR') };
+$checks{fails_free} = sub { work_fails($_[0], 'UERR') };
 
 # The functions that nodes of the previous version call (migrations 3 and
 # 10) still work on the rows this version writes
@@ -638,6 +665,22 @@ another request with the key answered first, nothing done
 
 
 
+=== TEST 3a: the same with a plan without a quota (the key's row first)
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 10s;
+    session_auth_cache_ttl 60s;
+--- check: late_row_free
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- error_log
+another request with the key answered first, nothing done
+--- no_error_log
+[error]
+
+
+
 === TEST 4: the key's lock held elsewhere: 409, then free
 --- check: lock
 --- request
@@ -648,8 +691,28 @@ GET /api/v1/sessions?limit=1
 
 
 
+=== TEST 4a: the same with a plan without a quota
+--- check: lock_free
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
 === TEST 5: a 5xx during the work keeps nothing
 --- check: fails
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- error_log
+t040: the work fails
+
+
+
+=== TEST 5a: the same with a plan without a quota
+--- check: fails_free
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -175,7 +175,8 @@ for _ in $(seq 20); do
 done
 [ -n "$SID" ] || die "no session was created"
 
-# name|path|authorization
+# name|path|authorization[|post or post-key: a create, with a new
+# Idempotency-Key each]
 SCENARIOS=(
     "return 200 (baseline)|/ok|"
     "401 unknown key (cached)|/api/v1/nope|Bearer $KEY_UNKNOWN"
@@ -184,14 +185,25 @@ SCENARIOS=(
     "429 limit_req|/lr/x|Bearer $KEY_LR"
     "200 GET /api/v1/sessions?limit=20 (a database query)|/api/v1/sessions?limit=20|Bearer $KEY_ADMIT"
     "200 GET /api/v1/sessions/{sid} (a database query)|/api/v1/sessions/$SID|Bearer $KEY_ADMIT"
+    "201 POST /api/v1/sessions (a database insert)|/api/v1/sessions|Bearer $KEY_ADMIT|post"
+    "201 POST /api/v1/sessions with a new Idempotency-Key each|/api/v1/sessions|Bearer $KEY_ADMIT|post-key"
 )
 
 dump=0
 for s in "${SCENARIOS[@]}"; do
-    IFS='|' read -r name path auth <<<"$s"
+    IFS='|' read -r name path auth kind <<<"$s"
+
+    unset SEND_BODY SEND_IDEM
+    case $kind in
+    post|post-key)
+        export SEND_BODY='{"delivery_mode": "long_poll"}' ;;
+    esac
+    [ "$kind" != post-key ] || export SEND_IDEM="bench-ir-$$-warm"
 
     perl "$ROOT/bench/send-requests.pl" "$PORT" "$path" "$WARM" "$auth" \
         >/dev/null || die "warm-up failed ($name)"
+
+    [ "$kind" != post-key ] || export SEND_IDEM="bench-ir-$$"
 
     callgrind_control -z "$VG_PID" >/dev/null \
         || die "callgrind_control -z failed"

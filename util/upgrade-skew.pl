@@ -17,9 +17,12 @@
 #     the replay must be the same status, body and Location, marked
 #     Idempotent-Replayed;
 #   - a webhook receiver (t/lib/Webhook.pm), answering 204.
-# At SKEW_MIGRATE_AT seconds the parent runs SKEW_MIGRATE, and at
+# At SKEW_MIGRATE_AT seconds the parent runs SKEW_MIGRATE, at
+# SKEW_UPGRADE_NEW_AT seconds SKEW_UPGRADE_NEW (when set: node NEW runs
+# the previous module until the migration is in, as a rolling upgrade
+# does, and this is its binary upgrade to the new one), and at
 # SKEW_UPGRADE_AT seconds SKEW_UPGRADE (when set: node OLD's binary
-# upgrade to the new module, util/upgrade.sh usr2).  A poll that node OLD
+# upgrade to the new module, util/upgrade.sh usr2).  A poll that a node
 # answers during its upgrade (200 and no image, as at a timeout: its old
 # worker shuts down) is sent again, with timeout=0, and must then have the
 # image.  Each request is on a new connection: a keep-alive connection
@@ -34,7 +37,8 @@
 # Environment: SKEW_OLD, SKEW_NEW (http://127.0.0.1:PORT), SKEW_KEY,
 # SKEW_PROJECT, SKEW_DB (conninfo for psql), SKEW_MIGRATE (a command),
 # SKEW_DIR (logs), SKEW_HOOK_PORT; SKEW_SECONDS (30), SKEW_MIGRATE_AT
-# (10), SKEW_CLIENTS (2), SKEW_UPGRADE and SKEW_UPGRADE_AT (20).
+# (10), SKEW_CLIENTS (2), SKEW_UPGRADE_NEW and SKEW_UPGRADE_NEW_AT
+# (SKEW_MIGRATE_AT + 2), SKEW_UPGRADE and SKEW_UPGRADE_AT (20).
 
 use strict;
 use warnings;
@@ -61,6 +65,8 @@ my $MIGRATE_AT = $ENV{SKEW_MIGRATE_AT} // 10;
 my $CLIENTS = $ENV{SKEW_CLIENTS} // 2;
 my $UPGRADE = $ENV{SKEW_UPGRADE};
 my $UPGRADE_AT = $ENV{SKEW_UPGRADE_AT} // 20;
+my $UPGRADE_NEW = $ENV{SKEW_UPGRADE_NEW};
+my $UPGRADE_NEW_AT = $ENV{SKEW_UPGRADE_NEW_AT} // $MIGRATE_AT + 2;
 
 for (qw(SKEW_OLD SKEW_NEW SKEW_KEY SKEW_PROJECT SKEW_DB SKEW_MIGRATE
         SKEW_DIR SKEW_HOOK_PORT))
@@ -337,7 +343,7 @@ sub poller {
 
         if ($st == 200 && !@ids) {
             # answered as at a timeout: the worker shuts down (the parent
-            # checks that node OLD was being upgraded then); again, at once
+            # checks that the node was being upgraded then); again, at once
             record(op => 'poll-empty', node => $pnode, status => $st);
 
             my $r = req($pnode, 'GET', "/sessions/$s->{id}/poll?timeout=0");
@@ -447,6 +453,7 @@ sub run {
 }
 
 run('migrate', $MIGRATE, $MIGRATE_AT);
+run('upgrade-new', $UPGRADE_NEW, $UPGRADE_NEW_AT) if $UPGRADE_NEW;
 run('upgrade', $UPGRADE, $UPGRADE_AT) if $UPGRADE;
 
 waitpid $_, 0 for @Kids;
@@ -554,17 +561,19 @@ push @bad, scalar(@missing) . " webhook events not delivered within 30 s "
 push @bad, scalar(@twice) . " webhook events delivered more than once "
            . "(e.g. $twice[0])" if @twice;
 
-# a poll answered empty only on node OLD, while it was being upgraded
+# a poll answered empty only on a node while it was being upgraded
 my ($upg) = grep { ($_->{op} // '') eq 'upgrade' } @recs;
+my ($upg_new) = grep { ($_->{op} // '') eq 'upgrade-new' } @recs;
+my %upgrade_of = (old => $upg, new => $upg_new);
 
 for my $r (grep { ($_->{op} // '') eq 'poll-empty' } @recs) {
     my $at = $r->{t} - $T0;
+    my $u = $upgrade_of{ $r->{node} };
 
     push @bad, sprintf('a poll on %s answered 200 without the image at '
                        . '%.1f s, not during an upgrade of the node',
                        $r->{node}, $at)
-        unless $upg && $r->{node} eq 'old'
-               && $at >= $upg->{at} && $at <= $upg->{end} + 2;
+        unless $u && $at >= $u->{at} && $at <= $u->{end} + 2;
 }
 
 my @woken = grep { ($_->{op} // '') =~ /^poll-(?:woken|again)$/
@@ -581,6 +590,9 @@ printf "seconds %d\n", $SECONDS;
 printf "migrate_at %.1f\n", $mig->{at};
 printf "migrate_seconds %.2f\n", $mig->{seconds};
 printf "migrate_out %s\n", $mig->{out} =~ s/\n/; /gr;
+printf "upgrade_new_at %.1f\nupgrade_new_out %s\n", $upg_new->{at},
+       $upg_new->{out}
+    if $upg_new;
 printf "upgrade_at %.1f\nupgrade_out %s\n", $upg->{at}, $upg->{out}
     if $upg;
 printf "polls_answered_empty_at_upgrade %d\n",

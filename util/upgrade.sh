@@ -7,10 +7,15 @@
 #    src/sql/*.sql, built under build/upgrade/) and this tree's (NEW), as
 #    two nginx nodes on one PostgreSQL whose schema is OLD's.
 #    util/upgrade-skew.pl sends mixed traffic to both for
-#    UPGRADE_SKEW_SECONDS (30); at a third of it the
-#    new sessionctl migrate runs, at two thirds node A goes from OLD to
-#    NEW by a binary upgrade (kill -USR2, then QUIT of its old master),
-#    the rolling upgrade's last step.  No 5xx, every 2xx in the database
+#    UPGRADE_SKEW_SECONDS (30); at a third of it the new sessionctl
+#    migrate runs while both nodes run OLD, 2 s later node B goes from
+#    OLD to NEW by a binary upgrade (kill -USR2, then QUIT of its old
+#    master), and at two thirds node A does, the rolling upgrade's last
+#    step: migrate first, then the nodes one by one (docs/operations.md,
+#    "Upgrading"; a new module may need the newest migration, as this
+#    release's keyed statements need 12 and 17).  UPGRADE_SKEW=new-first
+#    runs node B as NEW from the start, on OLD's schema, for a migration
+#    the new module does not need.  No 5xx, every 2xx in the database
 #    and nothing more, every keyed POST replayed by the other node, polls
 #    on each node woken by uploads on the other, every webhook event
 #    delivered once.
@@ -58,6 +63,11 @@ POLLS=${UPGRADE_POLLS:-1000}
 POLL_TIMEOUT=15
 OVERLAP=${UPGRADE_OVERLAP:-3}
 RUNS=${UPGRADE_RUNS:-skew load}
+SKEW_ORDER=${UPGRADE_SKEW:-rolling}
+case $SKEW_ORDER in
+    rolling|new-first) ;;
+    *) echo "upgrade: UPGRADE_SKEW is rolling or new-first" >&2; exit 1 ;;
+esac
 T_START=$(date +%s)
 
 die() {
@@ -339,7 +349,12 @@ start_node() {
 }
 
 node_conf "$W/a" "$OLD_MODULE" "$PORT_A"
-node_conf "$W/b" "$MODULE" "$PORT_B"
+if [ "$SKEW_ORDER" = new-first ] || [[ " $RUNS " != *" skew "* ]]; then
+    node_conf "$W/b" "$MODULE" "$PORT_B"
+else
+    # NEW once the migration is in (run_skew)
+    node_conf "$W/b" "$OLD_MODULE" "$PORT_B"
+fi
 start_node "$W/a" "$PORT_A"
 start_node "$W/b" "$PORT_B"
 
@@ -361,12 +376,23 @@ check_logs() {
 # --- 1. version skew -------------------------------------------------------
 
 run_skew() {
-    log "1. version skew: node A (OLD) on $PORT_A, node B (NEW) on $PORT_B," \
-        "$SKEW_SECONDS s of traffic; migrate at 1/3, node A to NEW by USR2" \
-        "at 2/3"
+    local upgrade_new=
+
+    if [ "$SKEW_ORDER" = rolling ]; then
+        log "1. version skew: nodes A and B (OLD) on $PORT_A and $PORT_B," \
+            "$SKEW_SECONDS s of traffic; migrate at 1/3, node B to NEW by" \
+            "USR2 2 s later, node A at 2/3"
+        upgrade_new="bash '$ROOT/util/upgrade.sh' usr2 '$W/b' '$MODULE'"
+    else
+        log "1. version skew: node A (OLD) on $PORT_A, node B (NEW) on" \
+            "$PORT_B, $SKEW_SECONDS s of traffic; migrate at 1/3, node A" \
+            "to NEW by USR2 at 2/3"
+    fi
 
     mkdir -p "$W/skew"
     rc=0
+    SKEW_UPGRADE_NEW=$upgrade_new \
+    SKEW_UPGRADE_NEW_AT=$((SKEW_SECONDS / 3 + 2)) \
     SKEW_OLD=http://127.0.0.1:$PORT_A SKEW_NEW=http://127.0.0.1:$PORT_B \
     SKEW_KEY=$KEY SKEW_PROJECT=$PROJ SKEW_DB=$DB SKEW_DIR=$W/skew \
     SKEW_HOOK_PORT=$HOOK_PORT SKEW_SECONDS=$SKEW_SECONDS \

@@ -19,7 +19,11 @@
  *      together or not at all, whatever happens to the worker or the
  *      connection: a worker that dies, or a 503 after the module gave up
  *      on the statement, leaves either nothing (the retry runs once) or
- *      the answer (the retry replays it);
+ *      the answer (the retry replays it).  The create of a plan without
+ *      a quota inserts the key's row first and reads nothing before its
+ *      work (decision (xf)); when it did nothing (the lock held
+ *      elsewhere, a row of the key) it returns no row, and the key's
+ *      answer is read as for a replay;
  *   2. an answer that did no work (a 4xx but 429, before any statement
  *      or from the keyed one: 400, 404, 409, 410, 403 ...) is kept
  *      before it is sent, by one statement of the same shape, which
@@ -341,6 +345,16 @@ ngx_http_session_idem_worked(ngx_http_session_db_query_t *q, PGresult *res,
         return NGX_DONE;
     }
 
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 0) {
+        /*
+         * a statement that returns no row when it did nothing (the
+         * keyed create of a plan without a quota): the key's lock is
+         * held elsewhere, or the key has a row; its answer is read
+         */
+        *rc = ngx_http_session_idem_outcome(r, ctx, "replay");
+        return NGX_DONE;
+    }
+
     if (PQresultStatus(res) != PGRES_TUPLES_OK
         || PQntuples(res) != 1
         || PQnfields(res) < NGX_HTTP_SESSION_IDEM_NCOLS)
@@ -394,7 +408,11 @@ ngx_http_session_idem_outcome(ngx_http_request_t *r,
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    /* the kept answer is read on its own: a replay is rare */
+    /*
+     * the kept answer is read on its own: a replay is rare.  The read
+     * also settles what a statement that returned no row left open:
+     * "running" when the key has no kept answer
+     */
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_READ,
                                        ngx_http_session_idem_read);

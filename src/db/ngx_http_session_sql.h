@@ -170,12 +170,16 @@
  * NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED.
  */
 #define NGX_HTTP_SESSION_SQL_IDEM_SEEN(k, p, h, l)                            \
-    "il AS (SELECT pg_try_advisory_xact_lock(hashtextextended("               \
-    "$1::uuid::text || $" k "::text, 0)) AS got),"                            \
+    "il AS (SELECT " NGX_HTTP_SESSION_SQL_IDEM_LOCK(k) " AS got),"            \
     " ie AS (SELECT e.method, e.path, e.body_sha256, e.status"                \
     " FROM idempotency_keys e WHERE e.project_id = $1::uuid"                  \
     " AND e.key = $" k "::text"                                               \
     " AND NOT (" NGX_HTTP_SESSION_SQL_IDEM_FREE("e", p, h, l) "))"
+
+/* the key's advisory lock, tried (decision (xb)): true when it is got */
+#define NGX_HTTP_SESSION_SQL_IDEM_LOCK(k)                                     \
+    "pg_try_advisory_xact_lock(hashtextextended("                             \
+    "$1::uuid::text || $" k "::text, 0))"
 
 /* the key's row t may be replaced: past its 24 h, or a claim past lease */
 #define NGX_HTTP_SESSION_SQL_IDEM_FREE(t, p, h, l)                            \
@@ -274,17 +278,54 @@
                                    NGX_HTTP_SESSION_SQL_IDEM_KEPT("s"))       \
     NGX_HTTP_SESSION_SQL_CREATE_FROM NGX_HTTP_SESSION_SQL_IDEM_FROM
 
-/* the same as NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE */
+/*
+ * The same as NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE, the key's row
+ * first (decision (xf), src/sql/017_keyed_create.sql): t tries the key's
+ * lock and makes the new session's id and times, ik inserts the key's
+ * row with the answer made of them (ON CONFLICT DO NOTHING), and the
+ * session is inserted only when ik did: a request with a new key reads
+ * nothing before its work and has nothing to undo.  When the key's row
+ * is in the way, idempotency_seen() tells one the statement sees (no
+ * work) from one that may be replaced: idempotency_keep() keeps the
+ * answer over it, then the session is inserted, or, for a row committed
+ * after the statement's snapshot, undoes the statement (decision (xc)).
+ * The plain create's columns and the key's ("new", true); no row when
+ * nothing was done: the key's lock is held elsewhere or the key has a
+ * row, whose answer the module reads (NGX_HTTP_SESSION_SQL_IDEM_READ).
+ */
 #define NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE_KEYED                        \
-    "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("5", "6", "7", "8") ", s AS ("     \
-    NGX_HTTP_SESSION_SQL_CREATE_INSERT("",                                    \
-        " WHERE " NGX_HTTP_SESSION_SQL_IDEM_GO,                               \
-        "id, created_at, expires_at") "), "                                   \
-    NGX_HTTP_SESSION_SQL_IDEM_CREATED("5", "6", "7", "8")                     \
-    " SELECT true, s.id, s.created_at, s.expires_at, "                        \
-    NGX_HTTP_SESSION_SQL_IDEM_COLS("6", "7",                                  \
-                                   NGX_HTTP_SESSION_SQL_IDEM_KEPT("s"))       \
-    " FROM (SELECT 1) one LEFT JOIN s ON true" NGX_HTTP_SESSION_SQL_IDEM_FROM
+    "WITH t AS (SELECT " NGX_HTTP_SESSION_SQL_IDEM_LOCK("5") " AS got,"       \
+    " gen_random_uuid() AS id, clock_timestamp() AS now),"                    \
+    " ik AS (INSERT INTO idempotency_keys (project_id, key, method, path,"    \
+    " body_sha256, status, content_type, location, answer_session,"          \
+    " expires_at)"                                                            \
+    " SELECT $1::uuid, $5::text, 'POST', $6::text, $7::bytea, 201,"           \
+    " 'application/json', " NGX_HTTP_SESSION_SQL_IDEM_FRESH_LOC ", "          \
+    NGX_HTTP_SESSION_SQL_IDEM_FRESH_SESSION ","                               \
+    " now() + interval '24 hours' FROM t WHERE t.got"                         \
+    " ON CONFLICT (project_id, key) DO NOTHING RETURNING 1)"                  \
+    " INSERT INTO sessions (id, project_id, delivery_mode, webhook_url,"      \
+    " created_at, expires_at)"                                                \
+    " SELECT t.id, $1::uuid, $2::text, $3::text, t.now, "                     \
+    NGX_HTTP_SESSION_SQL_IDEM_FRESH_EXPIRES                                   \
+    " FROM t WHERE EXISTS (SELECT 1 FROM ik) OR (t.got"                       \
+    " AND idempotency_seen($1::uuid, $5::text, $6::text, $7::bytea,"          \
+    " $8::integer) IS NULL"                                                   \
+    " AND idempotency_keep($1::uuid, $5::text, $6::text, $7::bytea,"          \
+    " $8::integer, 201, " NGX_HTTP_SESSION_SQL_IDEM_FRESH_LOC ", NULL, "      \
+    NGX_HTTP_SESSION_SQL_IDEM_FRESH_SESSION ", NULL))"                        \
+    " RETURNING true, id, created_at, expires_at, 'new', true"
+
+/* the answer of the create above: its Location, the session as made */
+#define NGX_HTTP_SESSION_SQL_IDEM_FRESH_LOC  "'/api/v1/sessions/' || t.id"
+
+#define NGX_HTTP_SESSION_SQL_IDEM_FRESH_SESSION                               \
+    "ROW(t.id, $1::uuid, $2::text, $3::text, 'open', 0, 0, t.now, "           \
+    NGX_HTTP_SESSION_SQL_IDEM_FRESH_EXPIRES                                   \
+    ", NULL)::idempotency_session_answer"
+
+#define NGX_HTTP_SESSION_SQL_IDEM_FRESH_EXPIRES                               \
+    "t.now + $4::integer * interval '1 second'"
 
 /* the same as NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED: $7 key ... */
 #define NGX_HTTP_SESSION_SQL_SESSION_CREATE_COUNTED_KEYED                     \
