@@ -1,4 +1,4 @@
-# The API over TLS: HTTP/2 (issue 22) and HTTP/1.1.  A second server of
+# The API over TLS: HTTP/2 and HTTP/1.1.  A second server of
 # the block's nginx listens with TLS and HTTP/2 ("listen ... ssl http2"
 # on nginx 1.22, "http2 on" from 1.25.1; t/lib/Transport.pm); curl asks
 # it.  Every endpoint answers over HTTP/2 as over HTTP/1.1; an image goes

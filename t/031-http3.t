@@ -1,4 +1,4 @@
-# The API over HTTP/3 (issue 22), where the nginx under test has it
+# The API over HTTP/3, where the nginx under test has it
 # (--with-http_v3_module: an nginx built from source, see
 # util/test-upstream.sh; Debian 12's nginx 1.22 has not, and the script
 # is skipped, saying so).  A second server of the block's nginx listens

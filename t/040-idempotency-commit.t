@@ -1,4 +1,4 @@
-# Idempotency-Key in one commit (issue 24, docs/decisions.md (xa)-(xe)):
+# Idempotency-Key in one commit (docs/decisions.md (xa)-(xe)):
 # the key's lock, its row, the work and the kept answer are one statement.
 #
 #     one commit                  the key's row and the work's rows carry

@@ -3,7 +3,7 @@
 # http_config of their own too): every image over 16 bytes is uploaded
 # with COPY on an upload connection (db_copy.c) and downloaded in slices
 # of 16 bytes, so that the streamed paths answer exactly what the
-# whole-image paths answer (API.md section 5).
+# whole-image paths answer (docs/api.md §5).
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 

@@ -1,4 +1,4 @@
-# Streamed images when things go wrong (API.md sections 5.5 and 5.8,
+# Streamed images when things go wrong (docs/api.md §5.5 and 5.8,
 # docs/decisions.md "Images"): uploads over session_image_chunk_size go
 # to PostgreSQL with COPY on an upload connection, downloads a slice at a
 # time.  Here, with 4k chunks and the database behind a relay that a

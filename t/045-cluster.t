@@ -1,4 +1,4 @@
-# Three nginx nodes on one database (issue 25, "One contract across many
+# Three nginx nodes on one database ("One contract across many
 # nodes"; docs/operations.md "Scaling out"; decision (qa)), started by
 # t/lib/Cluster.pm, each with two workers and a port of its own, driven
 # by a client that spreads one key round-robin over them:

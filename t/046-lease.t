@@ -1,4 +1,4 @@
-# session_limit_scope cluster on one node (decision (qa); API.md
+# session_limit_scope cluster on one node (decision (qa); docs/api.md
 # sections 1.4 and 10.7; the three-node checks are t/045): the directive
 # and its errors, the X-RateLimit figures of a node that holds the whole
 # budget, what session_status shows, a reload that keeps the node's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory of a waiting long poll on each protocol (issue 22): N polls wait
+# Memory of a waiting long poll on each protocol: N polls wait
 # on one session over plain HTTP/1.1, HTTP/1.1 over TLS, HTTP/2 (100
 # streams a connection) and HTTP/3 (100 streams a connection, where nginx
 # has HTTP/3), and the workers' growth of VmRSS from an idle nginx,

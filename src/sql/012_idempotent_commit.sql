@@ -1,6 +1,6 @@
 -- Session Service schema, version 12: a request with an Idempotency-Key
 -- claims its key, does its work and keeps its answer in one transaction
--- (issue 24, docs/decisions.md (xa)-(xe)).
+-- (docs/decisions.md (xa)-(xe)).
 --
 -- Version 3 claimed the key with a committed row (idempotency_claim) and
 -- version 10 let the keyed statement of the work store the answer in

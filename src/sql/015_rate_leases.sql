@@ -112,7 +112,7 @@ BEGIN
         PERFORM pg_notify('session_events',
                           'expired:' || v_session.id::text);
 
-        -- completed or not (API.md section 10); completed_at stays
+        -- completed or not (docs/api.md §10); completed_at stays
         IF v_session.delivery_mode = 'webhook' THEN
             INSERT INTO webhook_outbox (id, project_id, session_id,
                                         event_type, url, payload)

@@ -1,5 +1,4 @@
--- Session Service schema, version 17: a cheaper keyed create (issue 24,
--- goal 2; docs/decisions.md (xf)-(xh)).
+-- Session Service schema, version 17: a cheaper keyed create (goal 2; docs/decisions.md (xf)-(xh)).
 --
 -- The create with an Idempotency-Key of a plan without a quota (the
 -- insert alone, NGX_HTTP_SESSION_SQL_SESSION_CREATE_FREE_KEYED) inserts
