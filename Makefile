@@ -109,7 +109,16 @@ $(BUILD)/ngx_http_session_module.so: $(NGX_BUILD)/objs/Makefile $(MOD_SRCS) \
 	# a new file, not an overwrite: a running nginx maps the old one
 	cp $(NGX_BUILD)/objs/ngx_http_session_module.so $@.tmp && mv -f $@.tmp $@
 
-$(BUILD)/ngx_http_session_migrations.h: $(SQL_FILES) util/embed-sql.sh
+# the list of migrations as a file that changes only when the list does:
+# a migration removed (or a branch switched) rebuilds the header too
+$(BUILD)/sql-files: FORCE
+	@mkdir -p $(BUILD)
+	@echo '$(SQL_FILES)' | cmp -s - $@ || echo '$(SQL_FILES)' > $@
+
+FORCE:
+
+$(BUILD)/ngx_http_session_migrations.h: $(SQL_FILES) $(BUILD)/sql-files \
+                                        util/embed-sql.sh
 	@mkdir -p $(BUILD)
 	bash util/embed-sql.sh $(SQL_FILES) > $@.tmp && mv $@.tmp $@
 
