@@ -57,6 +57,34 @@ build() {
             --exclude=node_modules --exclude='t/servroot*' ./ "$src/"
     fi
 
+    # one version per Debian release: the two packages depend on different
+    # nginx ABIs, so they must not share a file name or a version in one
+    # archive.  "+debNN" (NN this machine's release) sorts the newer
+    # release's build above the older's, as an upgrade of the release
+    # wants; the stanza goes into the copy, not the work tree.
+    local major release_version
+    major=$(cut -d. -f1 /etc/debian_version)
+    case $major in
+        ''|*[!0-9]*) major="" ;;
+    esac
+    if [ -n "$major" ]; then
+        release_version="$version+deb$major"
+        {
+            printf '%s (%s) %s; urgency=medium\n\n' \
+                "$(dpkg-parsechangelog -l debian/changelog -S Source)" \
+                "$release_version" \
+                "$(. /etc/os-release && echo "${VERSION_CODENAME:-unstable}")"
+            printf '  * Built for Debian %s (its nginx ABI).\n\n' "$major"
+            # dated by the commit (the same tree builds the same
+            # package), later than the entry under it
+            printf ' -- %s  %s\n\n' \
+                "$(dpkg-parsechangelog -l debian/changelog -S Maintainer)" \
+                "$(git log -1 --format=%aD 2>/dev/null || date -R)"
+            cat debian/changelog
+        } > "$src/debian/changelog"
+        echo "deb.sh: version $release_version"
+    fi
+
     echo "deb.sh: dpkg-buildpackage in $src"
     (cd "$src" && dpkg-buildpackage -b -us -uc >"$OUT/build.log" 2>&1) \
         || { tail -40 "$OUT/build.log"; die "dpkg-buildpackage failed" \
