@@ -295,7 +295,6 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_msec_t ttl)
 {
     ngx_uint_t                     n;
-    ngx_queue_t                   *q;
     ngx_http_session_zone_sh_t    *sh;
     ngx_http_session_seen_node_t  *vn;
 
@@ -303,11 +302,13 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
 
     /* keys whose hour is over, a few at a time */
 
-    for (n = 0; n < 2 && !ngx_queue_empty(&sh->seen.lru); n++) {
-        q = ngx_queue_last(&sh->seen.lru);
-        vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+    for (n = 0; n < 2; n++) {
+        vn = (ngx_http_session_seen_node_t *)
+                 ngx_http_session_zone_coldest(&sh->seen);
 
-        if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+        if (vn == NULL
+            || (ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0)
+        {
             break;
         }
 
@@ -368,15 +369,13 @@ ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
 static ngx_uint_t
 ngx_http_session_auth_seen_evict(ngx_http_session_zone_ctx_t *ctx)
 {
-    ngx_queue_t                   *q;
     ngx_http_session_seen_node_t  *vn;
 
-    if (ngx_queue_empty(&ctx->sh->seen.lru)) {
+    vn = (ngx_http_session_seen_node_t *)
+             ngx_http_session_zone_coldest(&ctx->sh->seen);
+    if (vn == NULL) {
         return 0;
     }
-
-    q = ngx_queue_last(&ctx->sh->seen.lru);
-    vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
 
     if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
         ctx->sh->seen_forgotten++;
