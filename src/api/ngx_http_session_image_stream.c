@@ -559,14 +559,10 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
         return;
     }
 
-    err = ngx_http_session_check(q, res, 0, 1);
+    /* a session that may be used but took no image is completed */
 
-    if (err == NGX_HTTP_SESSION_ERR_LAST
-        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
-    {
-        /* the session may be used but took no image: it is completed */
-        err = NGX_HTTP_SESSION_ERR_SESSION_COMPLETED;
-    }
+    err = ngx_http_session_check_image(q, res,
+                                       NGX_HTTP_SESSION_ERR_SESSION_COMPLETED);
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
         ngx_http_session_refuse(r, err);

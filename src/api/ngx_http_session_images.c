@@ -473,7 +473,6 @@ ngx_http_session_image_get(ngx_http_request_t *r,
 static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    int                      present;
     ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
@@ -488,23 +487,21 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
         return;
     }
 
-    err = ngx_http_session_check(q, res, 0, 1);
+    err = ngx_http_session_check_image(q, res,
+                                       NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND);
 
-    if (err == NGX_HTTP_SESSION_ERR_LAST
-        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
+    if (err == NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND
+        && ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK
+        && PQnfields(res) == NGX_HTTP_SESSION_CHECK_NCOLS
+                             + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+                             + ngx_http_session_work_ncols(q)
+        && PQgetlength(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
+                               + NGX_HTTP_SESSION_IMAGE_NCOLS)
+           == 1
+        && PQgetvalue(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
+                              + NGX_HTTP_SESSION_IMAGE_NCOLS)[0])
     {
-        present = ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK
-                  && PQnfields(res) == NGX_HTTP_SESSION_CHECK_NCOLS
-                                       + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
-                                       + ngx_http_session_work_ncols(q)
-                  && PQgetlength(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
-                                         + NGX_HTTP_SESSION_IMAGE_NCOLS)
-                     == 1
-                  && PQgetvalue(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
-                                        + NGX_HTTP_SESSION_IMAGE_NCOLS)[0];
-
-        err = present ? NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED
-                      : NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
+        err = NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED;
     }
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {

@@ -10,6 +10,7 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_render.h"
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -75,15 +76,29 @@ ngx_http_session_check(ngx_http_session_db_query_t *q, PGresult *res,
         return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
     }
 
-    if (PQgetlength(res, 0, status_col) == sizeof("expired") - 1
-        && ngx_strncmp(PQgetvalue(res, 0, status_col), "expired",
-                       sizeof("expired") - 1)
-           == 0)
-    {
+    if (ngx_http_session_render_is(res, 0, status_col, "expired")) {
         return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
     }
 
     return NGX_HTTP_SESSION_ERR_LAST;
+}
+
+
+ngx_http_session_err_e
+ngx_http_session_check_image(ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_http_session_err_e none)
+{
+    ngx_http_session_err_e  err;
+
+    err = ngx_http_session_check(q, res, 0, 1);
+
+    if (err == NGX_HTTP_SESSION_ERR_LAST
+        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
+    {
+        return none;
+    }
+
+    return err;
 }
 
 

@@ -78,6 +78,14 @@ ngx_http_session_err_e ngx_http_session_check(
     int status_col);
 
 /*
+ * The same of a statement that returns NGX_HTTP_SESSION_SQL_CHECK_COLS,
+ * then an image's columns: none when they are NULL (no such image)
+ */
+ngx_http_session_err_e ngx_http_session_check_image(
+    ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_http_session_err_e none);
+
+/*
  * The query parameters an endpoint takes, as a table ended by a row with
  * no name: each name with what reads its value into the endpoint's
  * arguments, at offset.  A reader returns NGX_DECLINED when the value is
