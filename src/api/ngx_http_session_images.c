@@ -195,7 +195,6 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
     int                            type;
     u_char                        *sid, *sha;
     ngx_int_t                      rc;
-    ngx_str_t                      name;
     ngx_http_session_ctx_t        *ctx;
     ngx_http_session_db_query_t   *q;
 
@@ -205,23 +204,10 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IMAGE_EMPTY);
     }
 
-    type = ngx_http_session_image_type_of(r, &name);
-
-    if (!ngx_http_session_image_signature_ok(type, body, len)) {
-        return ngx_http_session_error_value(r,
-                                          NGX_HTTP_SESSION_ERR_IMAGE_INVALID,
-                                          &name);
-    }
-
-    /* stage 5 is PostgreSQL's, but for an id that cannot exist */
-
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
-    if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    rc = ngx_http_session_image_upload_check(r, ctx, body, len, &type,
+                                             &sid);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* an Idempotency-Key's fingerprint has hashed the body already */
@@ -288,13 +274,9 @@ ngx_http_session_image_list(ngx_http_request_t *r,
     ack = args.ack;
     after = args.after;
 
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
+    sid = ngx_http_session_route_sid(r, ctx, &rc);
     if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+        return rc;
     }
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_LIST,
@@ -581,13 +563,9 @@ ngx_http_session_image_ids(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     u_char     *sid, *iid;
     ngx_int_t   rc;
 
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
+    sid = ngx_http_session_route_sid(r, ctx, &rc);
     if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+        return rc;
     }
 
     iid = ngx_http_session_uuid_text(r, ctx->route.iid, ctx->route.iid_len,
