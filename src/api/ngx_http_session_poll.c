@@ -427,15 +427,10 @@ ngx_http_session_poll_exit_check(ngx_event_t *ev)
 
 
 ngx_int_t
-ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
+ngx_http_session_poll_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
     ngx_http_session_poll_worker_t  *w;
-    ngx_http_session_main_conf_t    *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
 
     w = &ngx_http_session_poll_worker;
 

@@ -97,18 +97,13 @@ static const char  *ngx_http_session_db_copy_stmts[] = {
 
 
 ngx_int_t
-ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
+ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
     ngx_uint_t                     i;
     const char                    *options;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copies_t  *copies;
-    ngx_http_session_main_conf_t  *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
 
     copies = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_copies_t));
     if (copies == NULL) {
