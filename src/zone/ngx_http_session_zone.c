@@ -397,6 +397,33 @@ ngx_http_session_zone_evict(ngx_http_session_zone_ctx_t *ctx,
 }
 
 
+/* an entry just used: to the hot end of its tree's LRU */
+
+void
+ngx_http_session_zone_touch(ngx_http_session_zone_tree_t *t,
+    ngx_http_session_zone_node_t *sn)
+{
+    ngx_queue_remove(&sn->queue);
+    ngx_queue_insert_head(&t->lru, &sn->queue);
+}
+
+
+/* deletes the entry of hash, if there is one */
+
+void
+ngx_http_session_zone_drop(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, u_char *hash)
+{
+    ngx_http_session_zone_node_t  *sn;
+
+    sn = ngx_http_session_zone_lookup(t, hash);
+
+    if (sn) {
+        ngx_http_session_zone_delete(ctx, t, sn);
+    }
+}
+
+
 /* the least recently used entry of a tree, NULL when it is empty */
 
 ngx_http_session_zone_node_t *

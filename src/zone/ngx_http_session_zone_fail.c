@@ -77,8 +77,7 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         ngx_http_session_zone_insert(&sh->fail, &fn->sn, f->key);
 
     } else {
-        ngx_queue_remove(&fn->sn.queue);
-        ngx_queue_insert_head(&sh->fail.lru, &fn->sn.queue);
+        ngx_http_session_zone_touch(&sh->fail, &fn->sn);
     }
 
     switch (f->op) {

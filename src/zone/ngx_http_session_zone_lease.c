@@ -322,8 +322,7 @@ ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
              ngx_http_session_zone_lookup(&sh->lease, hash);
 
     if (ln) {
-        ngx_queue_remove(&ln->sn.queue);
-        ngx_queue_insert_head(&sh->lease.lru, &ln->sn.queue);
+        ngx_http_session_zone_touch(&sh->lease, &ln->sn);
         return ln;
     }
 

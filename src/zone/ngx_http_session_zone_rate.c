@@ -93,8 +93,7 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         ngx_http_session_zone_insert(&sh->rate, &rn->sn, hash);
 
     } else {
-        ngx_queue_remove(&rn->sn.queue);
-        ngx_queue_insert_head(&sh->rate.lru, &rn->sn.queue);
+        ngx_http_session_zone_touch(&sh->rate, &rn->sn);
     }
 
     c = &rn->counters[take->cls];
