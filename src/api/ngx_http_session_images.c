@@ -431,10 +431,6 @@ ngx_http_session_image_get(ngx_http_request_t *r,
                                            ngx_http_session_image_one);
     }
 
-    if (q == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
     rc = ngx_http_session_image_ids(r, ctx, q);
     if (rc != NGX_DECLINED) {
         return rc;
@@ -521,9 +517,6 @@ ngx_http_session_image_content(ngx_http_request_t *r,
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_CONTENT,
                                        ngx_http_session_image_bytes);
-    if (q == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
 
     rc = ngx_http_session_image_ids(r, ctx, q);
     if (rc != NGX_DECLINED) {
@@ -550,8 +543,9 @@ ngx_http_session_image_content(ngx_http_request_t *r,
 
 
 /*
- * The first three parameters: project, session, image; NGX_DECLINED when
- * they are added, else what answering returned.  A malformed session id
+ * The first three parameters of q (NULL: it could not be made, 500):
+ * project, session, image; NGX_DECLINED when they are added, else what
+ * answering returned.  A malformed session id
  * is 404 at once; a malformed image id goes as NULL, so that the session
  * is judged first and the answer is "image not found".
  */
@@ -562,6 +556,10 @@ ngx_http_session_image_ids(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
 {
     u_char     *sid, *iid;
     ngx_int_t   rc;
+
+    if (q == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
 
     sid = ngx_http_session_route_sid(r, ctx, &rc);
     if (sid == NULL) {
