@@ -1018,6 +1018,8 @@ ngx_http_session_init_module(ngx_cycle_t *cycle)
 static ngx_int_t
 ngx_http_session_init_process(ngx_cycle_t *cycle)
 {
+    ngx_http_session_main_conf_t  *smcf;
+
     if (ngx_process != NGX_PROCESS_WORKER
         && ngx_process != NGX_PROCESS_SINGLE)
     {
@@ -1052,29 +1054,25 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         return NGX_ERROR;
     }
 
-    if (ngx_http_session_db_init_process(cycle) != NGX_OK) {
-        return NGX_ERROR;
+    /* the rest only where session_api is in use */
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+    if (smcf == NULL || !smcf->enabled) {
+        return NGX_OK;
     }
 
-    if (ngx_http_session_db_copy_init_process(cycle) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (ngx_http_session_poll_init_process(cycle) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    if (ngx_http_session_listen_init_process(cycle, &ngx_http_session_wake)
-        != NGX_OK)
+    if (ngx_http_session_db_init_process(cycle, smcf) != NGX_OK
+        || ngx_http_session_db_copy_init_process(cycle, smcf) != NGX_OK
+        || ngx_http_session_poll_init_process(cycle, smcf) != NGX_OK
+        || ngx_http_session_listen_init_process(cycle, smcf,
+                                                &ngx_http_session_wake)
+           != NGX_OK
+        || ngx_http_session_sweep_init_process(cycle, smcf) != NGX_OK)
     {
         return NGX_ERROR;
     }
 
-    if (ngx_http_session_sweep_init_process(cycle) != NGX_OK) {
-        return NGX_ERROR;
-    }
-
-    return ngx_http_session_webhook_init_process(cycle);
+    return ngx_http_session_webhook_init_process(cycle, smcf);
 }
 
 

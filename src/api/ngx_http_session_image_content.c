@@ -55,6 +55,8 @@ static ngx_int_t ngx_http_session_image_pump(ngx_http_request_t *r,
 static void ngx_http_session_image_slice(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_image_writer(ngx_http_request_t *r);
+static void ngx_http_session_image_step(ngx_http_request_t *r,
+    ngx_int_t rc);
 static void ngx_http_session_image_wait(ngx_http_request_t *r);
 static ngx_http_session_image_dl_t *ngx_http_session_image_dl(
     ngx_http_request_t *r);
@@ -69,7 +71,6 @@ static ngx_str_t  ngx_http_session_etag = ngx_string("ETag");
 void
 ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                     rc;
     ngx_http_request_t           *r;
     ngx_http_session_err_e        err;
     ngx_http_session_image_dl_t  *dl;
@@ -92,27 +93,16 @@ ngx_http_session_image_bytes(ngx_http_session_db_query_t *q, PGresult *res)
 
     dl->sending = res;
 
-    err = ngx_http_session_check(q, res, 0, 1);
-
-    if (err == NGX_HTTP_SESSION_ERR_LAST
-        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
-    {
-        err = NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
-    }
+    err = ngx_http_session_check_image(q, res,
+                                       NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND);
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
         ngx_http_session_refuse(r, err);
         return;
     }
 
-    rc = ngx_http_session_image_send_bytes(r, dl, res);
-
-    if (rc == NGX_BUSY) {
-        ngx_http_session_image_wait(r);
-        return;
-    }
-
-    ngx_http_finalize_request(r, rc);
+    ngx_http_session_image_step(r,
+                                ngx_http_session_image_send_bytes(r, dl, res));
 }
 
 
@@ -381,7 +371,6 @@ ngx_http_session_image_pump(ngx_http_request_t *r,
 static void
 ngx_http_session_image_slice(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                     rc;
     ngx_http_request_t           *r;
     ngx_http_session_image_dl_t  *dl;
 
@@ -416,14 +405,7 @@ ngx_http_session_image_slice(ngx_http_session_db_query_t *q, PGresult *res)
 
     dl->ready = res;
 
-    rc = ngx_http_session_image_pump(r, dl);
-
-    if (rc == NGX_BUSY) {
-        ngx_http_session_image_wait(r);
-        return;
-    }
-
-    ngx_http_finalize_request(r, rc);
+    ngx_http_session_image_step(r, ngx_http_session_image_pump(r, dl));
 }
 
 
@@ -467,8 +449,15 @@ ngx_http_session_image_writer(ngx_http_request_t *r)
         return;
     }
 
-    rc = ngx_http_session_image_pump(r, dl);
+    ngx_http_session_image_step(r, ngx_http_session_image_pump(r, dl));
+}
 
+
+/* after a step of sending: the client to wait for (NGX_BUSY), or the end */
+
+static void
+ngx_http_session_image_step(ngx_http_request_t *r, ngx_int_t rc)
+{
     if (rc == NGX_BUSY) {
         ngx_http_session_image_wait(r);
         return;

@@ -113,6 +113,33 @@ ngx_http_session_image_type_of(ngx_http_request_t *r, ngx_str_t *name)
 }
 
 
+ngx_int_t
+ngx_http_session_image_upload_check(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, const u_char *p, size_t len, int *type,
+    u_char **sid)
+{
+    ngx_int_t  rc;
+    ngx_str_t  name;
+
+    *type = ngx_http_session_image_type_of(r, &name);
+
+    if (!ngx_http_session_image_signature_ok(*type, p, len)) {
+        return ngx_http_session_error_value(r,
+                                          NGX_HTTP_SESSION_ERR_IMAGE_INVALID,
+                                          &name);
+    }
+
+    /* stage 5 is PostgreSQL's, but for an id that cannot exist */
+
+    *sid = ngx_http_session_route_sid(r, ctx, &rc);
+    if (*sid == NULL) {
+        return rc;
+    }
+
+    return NGX_DECLINED;
+}
+
+
 /*
  * An upload over session_image_chunk_size: the body, whole in nginx's
  * temporary file, goes to PostgreSQL a chunk at a time in one
@@ -130,7 +157,6 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
     u_char                        *sid;
     ssize_t                        n;
     ngx_int_t                      rc;
-    ngx_str_t                      name;
     ngx_pool_cleanup_t            *cln;
     ngx_http_session_ctx_t        *ctx;
     ngx_http_session_db_copy_t    *cp;
@@ -144,8 +170,6 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
 
     /* the signature, from the first bytes */
 
-    type = ngx_http_session_image_type_of(r, &name);
-
     for (n = 0; n < (ssize_t) sizeof(head); n += rc) {
         rc = ngx_http_session_body_read(r, n, head + n, sizeof(head) - n);
 
@@ -158,19 +182,9 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
         }
     }
 
-    if (!ngx_http_session_image_signature_ok(type, head, n)) {
-        return ngx_http_session_error_value(r,
-                                          NGX_HTTP_SESSION_ERR_IMAGE_INVALID,
-                                          &name);
-    }
-
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
-    if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    rc = ngx_http_session_image_upload_check(r, ctx, head, n, &type, &sid);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     up = ngx_pcalloc(r->pool, sizeof(ngx_http_session_image_up_t));
@@ -559,14 +573,10 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
         return;
     }
 
-    err = ngx_http_session_check(q, res, 0, 1);
+    /* a session that may be used but took no image is completed */
 
-    if (err == NGX_HTTP_SESSION_ERR_LAST
-        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
-    {
-        /* the session may be used but took no image: it is completed */
-        err = NGX_HTTP_SESSION_ERR_SESSION_COMPLETED;
-    }
+    err = ngx_http_session_check_image(q, res,
+                                       NGX_HTTP_SESSION_ERR_SESSION_COMPLETED);
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
         ngx_http_session_refuse(r, err);

@@ -16,6 +16,16 @@
 /* the image type of Content-Type (NGX_HTTP_SESSION_IMAGE_*); name: as named */
 int ngx_http_session_image_type_of(ngx_http_request_t *r, ngx_str_t *name);
 
+/*
+ * What an upload, streamed or not, checks before the database: the image
+ * type of Content-Type (*type), whose signature the first len bytes at p
+ * must carry (400), and the session id as a parameter (*sid, 404):
+ * NGX_DECLINED, or what answering returned
+ */
+ngx_int_t ngx_http_session_image_upload_check(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, const u_char *p, size_t len, int *type,
+    u_char **sid);
+
 /* r's body of size bytes, streamed: NGX_DONE, or what answering returned */
 ngx_int_t ngx_http_session_image_stream(ngx_http_request_t *r, off_t size);
 

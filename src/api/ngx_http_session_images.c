@@ -195,7 +195,6 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
     int                            type;
     u_char                        *sid, *sha;
     ngx_int_t                      rc;
-    ngx_str_t                      name;
     ngx_http_session_ctx_t        *ctx;
     ngx_http_session_db_query_t   *q;
 
@@ -205,23 +204,10 @@ ngx_http_session_image_insert(ngx_http_request_t *r, u_char *body,
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_IMAGE_EMPTY);
     }
 
-    type = ngx_http_session_image_type_of(r, &name);
-
-    if (!ngx_http_session_image_signature_ok(type, body, len)) {
-        return ngx_http_session_error_value(r,
-                                          NGX_HTTP_SESSION_ERR_IMAGE_INVALID,
-                                          &name);
-    }
-
-    /* stage 5 is PostgreSQL's, but for an id that cannot exist */
-
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
-    if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+    rc = ngx_http_session_image_upload_check(r, ctx, body, len, &type,
+                                             &sid);
+    if (rc != NGX_DECLINED) {
+        return rc;
     }
 
     /* an Idempotency-Key's fingerprint has hashed the body already */
@@ -288,13 +274,9 @@ ngx_http_session_image_list(ngx_http_request_t *r,
     ack = args.ack;
     after = args.after;
 
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
+    sid = ngx_http_session_route_sid(r, ctx, &rc);
     if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+        return rc;
     }
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_LIST,
@@ -449,10 +431,6 @@ ngx_http_session_image_get(ngx_http_request_t *r,
                                            ngx_http_session_image_one);
     }
 
-    if (q == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
     rc = ngx_http_session_image_ids(r, ctx, q);
     if (rc != NGX_DECLINED) {
         return rc;
@@ -473,7 +451,6 @@ ngx_http_session_image_get(ngx_http_request_t *r,
 static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    int                      present;
     ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
@@ -488,23 +465,21 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
         return;
     }
 
-    err = ngx_http_session_check(q, res, 0, 1);
+    err = ngx_http_session_check_image(q, res,
+                                       NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND);
 
-    if (err == NGX_HTTP_SESSION_ERR_LAST
-        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
+    if (err == NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND
+        && ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK
+        && PQnfields(res) == NGX_HTTP_SESSION_CHECK_NCOLS
+                             + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+                             + ngx_http_session_work_ncols(q)
+        && PQgetlength(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
+                               + NGX_HTTP_SESSION_IMAGE_NCOLS)
+           == 1
+        && PQgetvalue(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
+                              + NGX_HTTP_SESSION_IMAGE_NCOLS)[0])
     {
-        present = ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGE_ACK
-                  && PQnfields(res) == NGX_HTTP_SESSION_CHECK_NCOLS
-                                       + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
-                                       + ngx_http_session_work_ncols(q)
-                  && PQgetlength(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
-                                         + NGX_HTTP_SESSION_IMAGE_NCOLS)
-                     == 1
-                  && PQgetvalue(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS
-                                        + NGX_HTTP_SESSION_IMAGE_NCOLS)[0];
-
-        err = present ? NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED
-                      : NGX_HTTP_SESSION_ERR_IMAGE_NOT_FOUND;
+        err = NGX_HTTP_SESSION_ERR_IMAGE_ACKNOWLEDGED;
     }
 
     if (err != NGX_HTTP_SESSION_ERR_LAST) {
@@ -542,9 +517,6 @@ ngx_http_session_image_content(ngx_http_request_t *r,
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_CONTENT,
                                        ngx_http_session_image_bytes);
-    if (q == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
 
     rc = ngx_http_session_image_ids(r, ctx, q);
     if (rc != NGX_DECLINED) {
@@ -571,8 +543,9 @@ ngx_http_session_image_content(ngx_http_request_t *r,
 
 
 /*
- * The first three parameters: project, session, image; NGX_DECLINED when
- * they are added, else what answering returned.  A malformed session id
+ * The first three parameters of q (NULL: it could not be made, 500):
+ * project, session, image; NGX_DECLINED when they are added, else what
+ * answering returned.  A malformed session id
  * is 404 at once; a malformed image id goes as NULL, so that the session
  * is judged first and the answer is "image not found".
  */
@@ -584,13 +557,13 @@ ngx_http_session_image_ids(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
     u_char     *sid, *iid;
     ngx_int_t   rc;
 
-    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
+    if (q == NULL) {
+        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    sid = ngx_http_session_route_sid(r, ctx, &rc);
     if (sid == NULL) {
-        return (rc == NGX_ERROR)
-               ? ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL)
-               : ngx_http_session_error(r,
-                                      NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND);
+        return rc;
     }
 
     iid = ngx_http_session_uuid_text(r, ctx->route.iid, ctx->route.iid_len,

@@ -47,6 +47,7 @@ static void ngx_http_session_poll_deliver(ngx_http_session_poll_t *p,
     ngx_http_session_err_e err, ngx_http_session_poll_answer_t *a);
 static ngx_int_t ngx_http_session_poll_send(ngx_http_request_t *r,
     ngx_http_session_poll_answer_t *a);
+static void ngx_http_session_poll_stop(ngx_http_session_poll_t *p);
 static void ngx_http_session_poll_leave(ngx_http_session_poll_t *p);
 static void ngx_http_session_poll_cleanup(void *data);
 static void ngx_http_session_poll_timeout(ngx_event_t *ev);
@@ -293,14 +294,7 @@ ngx_http_session_poll_deliver(ngx_http_session_poll_t *p,
     ngx_connection_t    *c;
     ngx_http_request_t  *r;
 
-    if (p->timer.timer_set) {
-        ngx_del_timer(&p->timer);
-    }
-
-    if (p->parking.next) {
-        ngx_queue_remove(&p->parking);
-        p->parking.next = NULL;
-    }
+    ngx_http_session_poll_stop(p);
 
     r = p->request;
 
@@ -325,13 +319,11 @@ ngx_http_session_poll_deliver(ngx_http_session_poll_t *p,
 }
 
 
-/* out of the node, timer off; safe to call again */
+/* the timer off, and off the list of waiters to park; safe to call again */
 
 static void
-ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
+ngx_http_session_poll_stop(ngx_http_session_poll_t *p)
 {
-    ngx_http_session_poll_node_t  *node;
-
     if (p->timer.timer_set) {
         ngx_del_timer(&p->timer);
     }
@@ -340,6 +332,17 @@ ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
         ngx_queue_remove(&p->parking);
         p->parking.next = NULL;
     }
+}
+
+
+/* out of the node, timer off; safe to call again */
+
+static void
+ngx_http_session_poll_leave(ngx_http_session_poll_t *p)
+{
+    ngx_http_session_poll_node_t  *node;
+
+    ngx_http_session_poll_stop(p);
 
     node = p->node;
 
@@ -424,15 +427,10 @@ ngx_http_session_poll_exit_check(ngx_event_t *ev)
 
 
 ngx_int_t
-ngx_http_session_poll_init_process(ngx_cycle_t *cycle)
+ngx_http_session_poll_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
     ngx_http_session_poll_worker_t  *w;
-    ngx_http_session_main_conf_t    *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
 
     w = &ngx_http_session_poll_worker;
 

@@ -20,7 +20,8 @@ void ngx_http_session_poll_wake(u_char *sid, size_t len);
 /* notifications may have been lost: every waiter reads again */
 void ngx_http_session_poll_wake_all(void);
 
-ngx_int_t ngx_http_session_poll_init_process(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_session_poll_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf);
 void ngx_http_session_poll_exit_process(ngx_cycle_t *cycle);
 
 

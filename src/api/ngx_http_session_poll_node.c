@@ -573,11 +573,8 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
         return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
     }
 
-    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_STATUS)
-        == sizeof("expired") - 1
-        && ngx_strncmp(PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_STATUS),
-                       "expired", sizeof("expired") - 1)
-           == 0)
+    if (ngx_http_session_render_is(res, first, NGX_HTTP_SESSION_COL_S_STATUS,
+                                   "expired"))
     {
         return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
     }
@@ -587,11 +584,8 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
         return NGX_HTTP_SESSION_ERR_LAST;
     }
 
-    if (PQgetlength(res, first, NGX_HTTP_SESSION_COL_S_STATUS)
-        == sizeof("completed") - 1
-        && ngx_strncmp(PQgetvalue(res, first, NGX_HTTP_SESSION_COL_S_STATUS),
-                       "completed", sizeof("completed") - 1)
-           == 0)
+    if (ngx_http_session_render_is(res, first, NGX_HTTP_SESSION_COL_S_STATUS,
+                                   "completed"))
     {
         /* completed, and no image waits for an acknowledgement */
         return NGX_HTTP_SESSION_ERR_ALL_ACKNOWLEDGED;

@@ -488,13 +488,9 @@ ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
         return rc;
     }
 
-    *sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
-                                      &rc);
-
+    *sid = ngx_http_session_route_sid(r, ctx, &rc);
     if (*sid == NULL) {
-        return ngx_http_session_error(r, (rc == NGX_DECLINED)
-                                     ? NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND
-                                     : NGX_HTTP_SESSION_ERR_INTERNAL);
+        return rc;
     }
 
     if (ngx_http_session_project(r, ctx) == NULL) {

@@ -39,7 +39,6 @@
 /* "whsec_" + base64 of 32 bytes (44 characters) */
 #define SESSIONCTL_SECRET_LEN      (sizeof(SESSIONCTL_SECRET_PREFIX) - 1 + 44)
 #define SESSIONCTL_PLAN_NAME_MAX   64
-#define SESSIONCTL_MAX_OPTS        2
 
 /* pg_advisory_lock key serialising concurrent migrates ("sessmigr") */
 #define SESSIONCTL_MIGRATE_LOCK    "8315161247355380082"
@@ -101,12 +100,22 @@ int sessionctl_parse_args(int argc, char **argv, const char **pos,
 int sessionctl_connect(sessionctl_ctx_t *ctx);
 int sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
     const char *what, const char **id);
+int sessionctl_id_row(sessionctl_ctx_t *ctx, int argc, char **argv,
+    const char *what, const char *sql, PGresult **res);
 PGresult *sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql, int n,
     const char *const *values, const int *lengths, const int *formats);
-int sessionctl_run(sessionctl_ctx_t *ctx, const char *sql);
+int sessionctl_run(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values);
+PGresult *sessionctl_exec_row(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found);
+int sessionctl_change(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found, const char *notify,
+    char *id);
 void sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res);
 int sessionctl_db_refused(PGresult *res);
 int sessionctl_print_json(json_t *obj);
+int sessionctl_print_fields(sessionctl_ctx_t *ctx, const char *name1,
+    const char *value1, const char *name2, const char *value2);
 int sessionctl_print_rows(sessionctl_ctx_t *ctx, PGresult *res, int n,
     const sessionctl_col_t *text, const sessionctl_col_t *json,
     const char *name);

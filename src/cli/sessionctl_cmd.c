@@ -256,15 +256,9 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     values[0] = SESSIONCTL_MIGRATE_LOCK;
 
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_LOCK, 1, values, NULL, NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    PQclear(res);
-
-    if (sessionctl_run(ctx, SESSIONCTL_SQL_MIGRATIONS_TABLE)
-        != SESSIONCTL_OK)
+    if (sessionctl_run(ctx, SESSIONCTL_SQL_LOCK, 1, values) != SESSIONCTL_OK
+        || sessionctl_run(ctx, SESSIONCTL_SQL_MIGRATIONS_TABLE, 0, NULL)
+           != SESSIONCTL_OK)
     {
         return SESSIONCTL_REFUSED;
     }
@@ -296,7 +290,9 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
             continue;
         }
 
-        if (sessionctl_run(ctx, SESSIONCTL_SQL_BEGIN) != SESSIONCTL_OK) {
+        if (sessionctl_run(ctx, SESSIONCTL_SQL_BEGIN, 0, NULL)
+            != SESSIONCTL_OK)
+        {
             return SESSIONCTL_REFUSED;
         }
 
@@ -318,15 +314,11 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
         values[0] = version;
         values[1] = m->name;
 
-        res = sessionctl_exec(ctx, SESSIONCTL_SQL_MIGRATION_DONE, 2, values,
-                              NULL, NULL);
-        if (res == NULL) {
-            return SESSIONCTL_REFUSED;
-        }
-
-        PQclear(res);
-
-        if (sessionctl_run(ctx, SESSIONCTL_SQL_COMMIT) != SESSIONCTL_OK) {
+        if (sessionctl_run(ctx, SESSIONCTL_SQL_MIGRATION_DONE, 2, values)
+            != SESSIONCTL_OK
+            || sessionctl_run(ctx, SESSIONCTL_SQL_COMMIT, 0, NULL)
+               != SESSIONCTL_OK)
+        {
             return SESSIONCTL_REFUSED;
         }
 
@@ -337,12 +329,11 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     values[0] = SESSIONCTL_MIGRATE_LOCK;
 
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_UNLOCK, 1, values, NULL, NULL);
-    if (res == NULL) {
+    if (sessionctl_run(ctx, SESSIONCTL_SQL_UNLOCK, 1, values)
+        != SESSIONCTL_OK)
+    {
         return SESSIONCTL_REFUSED;
     }
-
-    PQclear(res);
 
     if (ctx->json) {
         return sessionctl_print_json(json_pack("{s:I}", "version",
@@ -365,12 +356,9 @@ sessionctl_plan_set(sessionctl_ctx_t *ctx, int argc, char **argv)
     json_t            *obj, *list;
     PGresult          *res;
     const char        *pos[1], *values[5];
-    sessionctl_opt_t   opts[SESSIONCTL_MAX_OPTS];
-
-    opts[0].name = "--quota";
-    opts[0].value = NULL;
-    opts[1].name = "--features";
-    opts[1].value = NULL;
+    sessionctl_opt_t   opts[2] = {
+        { "--quota", NULL }, { "--features", NULL }
+    };
 
     rc = sessionctl_parse_args(argc, argv, pos, 1, opts, 2);
     if (rc != SESSIONCTL_OK) {
@@ -473,10 +461,7 @@ sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
     char               id[SESSIONCTL_UUID_LEN + 1];
     PGresult          *res;
     const char        *pos[1], *values[2];
-    sessionctl_opt_t   opts[1];
-
-    opts[0].name = "--plan";
-    opts[0].value = NULL;
+    sessionctl_opt_t   opts[1] = { { "--plan", NULL } };
 
     rc = sessionctl_parse_args(argc, argv, pos, 1, opts, 1);
     if (rc != SESSIONCTL_OK) {
@@ -503,27 +488,16 @@ sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
     values[0] = pos[0];
     values[1] = opts[0].value;
 
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_ACCOUNT_CREATE, 2, values,
-                          NULL, NULL);
+    res = sessionctl_exec_row(ctx, SESSIONCTL_SQL_ACCOUNT_CREATE, 2, values,
+                              "plan not found");
     if (res == NULL) {
         return SESSIONCTL_REFUSED;
-    }
-
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return sessionctl_refuse("plan not found");
     }
 
     snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
     PQclear(res);
 
-    if (ctx->json) {
-        return sessionctl_print_json(json_pack("{s:s}", "account_id", id));
-    }
-
-    printf("account_id %s\n", id);
-
-    return SESSIONCTL_OK;
+    return sessionctl_print_fields(ctx, "account_id", id, NULL, NULL);
 }
 
 
@@ -541,10 +515,7 @@ sessionctl_account_activate(sessionctl_ctx_t *ctx, int argc, char **argv)
 }
 
 
-/*
- * The status change and the notification that makes every worker of
- * every node forget its cached answer commit together.
- */
+/* the status change, with the notification that drops cached answers */
 
 static int
 sessionctl_account_status(sessionctl_ctx_t *ctx, int argc, char **argv,
@@ -552,7 +523,6 @@ sessionctl_account_status(sessionctl_ctx_t *ctx, int argc, char **argv,
 {
     int          rc;
     char         id[SESSIONCTL_UUID_LEN + 1];
-    PGresult    *res;
     const char  *pos[1], *values[2];
 
     rc = sessionctl_id_command(ctx, argc, argv, "account", pos);
@@ -560,50 +530,17 @@ sessionctl_account_status(sessionctl_ctx_t *ctx, int argc, char **argv,
         return rc;
     }
 
-    if (sessionctl_run(ctx, SESSIONCTL_SQL_BEGIN) != SESSIONCTL_OK) {
-        return SESSIONCTL_REFUSED;
-    }
-
     values[0] = pos[0];
     values[1] = status;
 
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_ACCOUNT_STATUS, 2, values,
-                          NULL, NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
+    rc = sessionctl_change(ctx, SESSIONCTL_SQL_ACCOUNT_STATUS, 2, values,
+                           "account not found",
+                           SESSIONCTL_SQL_NOTIFY_ACCOUNT, id);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
     }
 
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return sessionctl_refuse("account not found");
-    }
-
-    /* the canonical lower-case form, as the server caches it */
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    values[0] = id;
-
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_NOTIFY_ACCOUNT, 1, values,
-                          NULL, NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    PQclear(res);
-
-    if (sessionctl_run(ctx, SESSIONCTL_SQL_COMMIT) != SESSIONCTL_OK) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    if (ctx->json) {
-        return sessionctl_print_json(json_pack("{s:s, s:s}", "account_id",
-                                               id, "status", status));
-    }
-
-    printf("account_id %s\nstatus %s\n", id, status);
-
-    return SESSIONCTL_OK;
+    return sessionctl_print_fields(ctx, "account_id", id, "status", status);
 }
 
 
@@ -676,10 +613,7 @@ sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
     const char        *pos[1], *values[4], *prefix;
     unsigned char      raw[SESSIONCTL_KEY_BYTES];
     unsigned char      hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
-    sessionctl_opt_t   opts[1];
-
-    opts[0].name = "--prefix";
-    opts[0].value = NULL;
+    sessionctl_opt_t   opts[1] = { { "--prefix", NULL } };
 
     rc = sessionctl_parse_args(argc, argv, pos, 1, opts, 1);
     if (rc != SESSIONCTL_OK) {
@@ -761,90 +695,42 @@ sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 int
 sessionctl_key_list(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
-    int          rc, n;
-    PGresult    *res;
-    const char  *pos[1], *values[1];
+    int        rc, n;
+    PGresult  *res;
 
-    rc = sessionctl_id_command(ctx, argc, argv, "project", pos);
+    rc = sessionctl_id_row(ctx, argc, argv, "project",
+                           SESSIONCTL_SQL_KEY_LIST, &res);
     if (rc != SESSIONCTL_OK) {
         return rc;
     }
 
-    values[0] = pos[0];
-
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_KEY_LIST, 1, values, NULL,
-                          NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    n = PQntuples(res);
-
-    if (n == 0) {
-        PQclear(res);
-        return sessionctl_refuse("project not found");
-    }
-
     /* a project without keys is one row of NULLs from the outer join */
-    if (PQgetisnull(res, 0, 0)) {
-        n = 0;
-    }
+    n = PQgetisnull(res, 0, 0) ? 0 : PQntuples(res);
 
     return sessionctl_print_rows(ctx, res, n, sessionctl_key_cols,
                                  sessionctl_key_cols, "keys");
 }
 
 
-/*
- * The deletion and the notification naming the key's hash, on which
- * every worker of every node drops its cached answer, commit together.
- */
+/* the deletion, with the notification naming the key's hash */
 
 int
 sessionctl_key_delete(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int          rc;
     char         id[SESSIONCTL_UUID_LEN + 1];
-    PGresult    *res;
-    const char  *pos[1], *values[1];
+    const char  *pos[1];
 
     rc = sessionctl_id_command(ctx, argc, argv, "key", pos);
     if (rc != SESSIONCTL_OK) {
         return rc;
     }
 
-    if (sessionctl_run(ctx, SESSIONCTL_SQL_BEGIN) != SESSIONCTL_OK) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    values[0] = pos[0];
-
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_KEY_DELETE, 1, values, NULL,
-                          NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return sessionctl_refuse("key not found or already deleted");
-    }
-
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    values[0] = id;
-
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_NOTIFY_KEY, 1, values, NULL,
-                          NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    PQclear(res);
-
-    if (sessionctl_run(ctx, SESSIONCTL_SQL_COMMIT) != SESSIONCTL_OK) {
-        return SESSIONCTL_REFUSED;
+    rc = sessionctl_change(ctx, SESSIONCTL_SQL_KEY_DELETE, 1, pos,
+                           "key not found or already deleted",
+                           SESSIONCTL_SQL_NOTIFY_KEY, id);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
     }
 
     if (ctx->json) {
@@ -942,27 +828,14 @@ sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc, char **argv)
 int
 sessionctl_webhook_retry(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
-    int          rc, busy;
-    char         id[SESSIONCTL_UUID_LEN + 1];
-    PGresult    *res;
-    const char  *pos[1], *values[1];
+    int        rc, busy;
+    char       id[SESSIONCTL_UUID_LEN + 1];
+    PGresult  *res;
 
-    rc = sessionctl_id_command(ctx, argc, argv, "event", pos);
+    rc = sessionctl_id_row(ctx, argc, argv, "event",
+                           SESSIONCTL_SQL_WEBHOOK_RETRY, &res);
     if (rc != SESSIONCTL_OK) {
         return rc;
-    }
-
-    values[0] = pos[0];
-
-    res = sessionctl_exec(ctx, SESSIONCTL_SQL_WEBHOOK_RETRY, 1, values, NULL,
-                          NULL);
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    if (PQntuples(res) == 0) {
-        PQclear(res);
-        return sessionctl_refuse("event not found");
     }
 
     snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
@@ -974,12 +847,5 @@ sessionctl_webhook_retry(sessionctl_ctx_t *ctx, int argc, char **argv)
                                  "once its attempt has ended", id);
     }
 
-    if (ctx->json) {
-        return sessionctl_print_json(json_pack("{s:s, s:s}", "event_id", id,
-                                               "state", "pending"));
-    }
-
-    printf("event_id %s\nstate pending\n", id);
-
-    return SESSIONCTL_OK;
+    return sessionctl_print_fields(ctx, "event_id", id, "state", "pending");
 }

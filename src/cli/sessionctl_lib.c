@@ -173,6 +173,33 @@ sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
 }
 
 
+/*
+ * The whole of a "COMMAND ID" command that reads the row the statement
+ * names by the id ($1): as sessionctl_id_command(), then the statement;
+ * no row is "<what> not found"
+ */
+
+int
+sessionctl_id_row(sessionctl_ctx_t *ctx, int argc, char **argv,
+    const char *what, const char *sql, PGresult **res)
+{
+    int          rc;
+    char         not_found[64];
+    const char  *id[1];
+
+    rc = sessionctl_id_command(ctx, argc, argv, what, id);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    snprintf(not_found, sizeof(not_found), "%s not found", what);
+
+    *res = sessionctl_exec_row(ctx, sql, 1, id, not_found);
+
+    return (*res == NULL) ? SESSIONCTL_REFUSED : SESSIONCTL_OK;
+}
+
+
 int
 sessionctl_connect(sessionctl_ctx_t *ctx)
 {
@@ -240,18 +267,83 @@ sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql, int n,
 }
 
 
+/* a statement whose rows do not matter */
+
 int
-sessionctl_run(sessionctl_ctx_t *ctx, const char *sql)
+sessionctl_run(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values)
 {
     PGresult  *res;
 
-    res = sessionctl_exec(ctx, sql, 0, NULL, NULL, NULL);
+    res = sessionctl_exec(ctx, sql, n, values, NULL, NULL);
 
     if (res == NULL) {
         return SESSIONCTL_REFUSED;
     }
 
     PQclear(res);
+
+    return SESSIONCTL_OK;
+}
+
+
+/*
+ * A statement that names a row by its id: no row is "<not_found>" (a
+ * refused request), and NULL as for a failure
+ */
+
+PGresult *
+sessionctl_exec_row(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found)
+{
+    PGresult  *res;
+
+    res = sessionctl_exec(ctx, sql, n, values, NULL, NULL);
+
+    if (res != NULL && PQntuples(res) == 0) {
+        PQclear(res);
+        (void) sessionctl_refuse("%s", not_found);
+        return NULL;
+    }
+
+    return res;
+}
+
+
+/*
+ * A change and the notification naming the row (its id, in the canonical
+ * form the change returns first), on which every worker of every node
+ * drops its cached answer, commit together; id gets the row's id.
+ */
+
+int
+sessionctl_change(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found, const char *notify,
+    char *id)
+{
+    PGresult    *res;
+    const char  *name[1];
+
+    if (sessionctl_run(ctx, SESSIONCTL_SQL_BEGIN, 0, NULL) != SESSIONCTL_OK) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    res = sessionctl_exec_row(ctx, sql, n, values, not_found);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    snprintf(id, SESSIONCTL_UUID_LEN + 1, "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+
+    name[0] = id;
+
+    if (sessionctl_run(ctx, notify, 1, name) != SESSIONCTL_OK
+        || sessionctl_run(ctx, SESSIONCTL_SQL_COMMIT, 0, NULL)
+           != SESSIONCTL_OK)
+    {
+        return SESSIONCTL_REFUSED;
+    }
 
     return SESSIONCTL_OK;
 }
@@ -328,19 +420,37 @@ sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
         snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
         PQclear(res);
 
-        if (ctx->json) {
-            rc = sessionctl_print_json(json_pack("{s:s, s:s}", id_name, id,
-                                                 secret_name, secret));
-
-        } else {
-            printf("%s %s\n%s %s\n", id_name, id, secret_name, secret);
-            rc = SESSIONCTL_OK;
-        }
+        rc = sessionctl_print_fields(ctx, id_name, id, secret_name, secret);
     }
 
     OPENSSL_cleanse(secret, size);
 
     return rc;
+}
+
+
+/*
+ * One or two named strings (name2 NULL: one): "name value" lines, or with
+ * --json an object
+ */
+
+int
+sessionctl_print_fields(sessionctl_ctx_t *ctx, const char *name1,
+    const char *value1, const char *name2, const char *value2)
+{
+    if (ctx->json) {
+        return sessionctl_print_json(name2
+            ? json_pack("{s:s, s:s}", name1, value1, name2, value2)
+            : json_pack("{s:s}", name1, value1));
+    }
+
+    printf("%s %s\n", name1, value1);
+
+    if (name2) {
+        printf("%s %s\n", name2, value2);
+    }
+
+    return SESSIONCTL_OK;
 }
 
 

@@ -44,9 +44,10 @@
 
 
 static size_t ngx_http_session_cursor_encode(unsigned char *dst,
-    unsigned char *bin, size_t len);
+    unsigned char *bin, size_t len, int kind, long long position);
 static int ngx_http_session_cursor_decode(const unsigned char *src,
-    size_t len, unsigned char *bin, size_t size, int kind);
+    size_t len, unsigned char *bin, size_t size, int kind, long long max,
+    long long *position);
 static size_t ngx_http_session_cursor_b64_encode(unsigned char *dst,
     const unsigned char *src, size_t len);
 static int ngx_http_session_cursor_b64_decode(unsigned char *dst,
@@ -101,23 +102,14 @@ size_t
 ngx_http_session_cursor_encode_session(unsigned char *dst,
     long long created_us, const unsigned char *uuid16)
 {
-    int            i;
-    uint64_t       v;
     unsigned char  bin[NGX_HTTP_SESSION_CURSOR_SESSION_BIN];
-
-    bin[0] = NGX_HTTP_SESSION_CURSOR_VERSION;
-    bin[1] = NGX_HTTP_SESSION_CURSOR_KIND_SESSION;
-
-    v = (uint64_t) created_us;
-
-    for (i = 0; i < 8; i++) {
-        bin[2 + i] = (unsigned char) (v >> (56 - 8 * i));
-    }
 
     memcpy(bin + NGX_HTTP_SESSION_CURSOR_HEAD, uuid16,
            NGX_HTTP_SESSION_UUID_BIN_LEN);
 
-    return ngx_http_session_cursor_encode(dst, bin, sizeof(bin));
+    return ngx_http_session_cursor_encode(dst, bin, sizeof(bin),
+                                          NGX_HTTP_SESSION_CURSOR_KIND_SESSION,
+                                          created_us);
 }
 
 
@@ -125,30 +117,17 @@ int
 ngx_http_session_cursor_decode_session(const unsigned char *src, size_t len,
     long long *created_us, unsigned char *uuid16)
 {
-    int            i;
-    uint64_t       v;
     unsigned char  bin[NGX_HTTP_SESSION_CURSOR_SESSION_BIN];
 
     if (ngx_http_session_cursor_decode(src, len, bin, sizeof(bin),
-                                       NGX_HTTP_SESSION_CURSOR_KIND_SESSION)
+                                       NGX_HTTP_SESSION_CURSOR_KIND_SESSION,
+                                       NGX_HTTP_SESSION_CURSOR_US_MAX,
+                                       created_us)
         != 0)
     {
         return -1;
     }
 
-    v = 0;
-
-    for (i = 0; i < 8; i++) {
-        v = (v << 8) | bin[2 + i];
-    }
-
-    /* two's complement: anything from 2^63 on is negative */
-
-    if (v > (uint64_t) NGX_HTTP_SESSION_CURSOR_US_MAX) {
-        return -1;
-    }
-
-    *created_us = (long long) v;
     memcpy(uuid16, bin + NGX_HTTP_SESSION_CURSOR_HEAD,
            NGX_HTTP_SESSION_UUID_BIN_LEN);
 
@@ -159,20 +138,11 @@ ngx_http_session_cursor_decode_session(const unsigned char *src, size_t len,
 size_t
 ngx_http_session_cursor_encode_image(unsigned char *dst, long long sequence)
 {
-    int            i;
-    uint64_t       v;
     unsigned char  bin[NGX_HTTP_SESSION_CURSOR_IMAGE_BIN];
 
-    bin[0] = NGX_HTTP_SESSION_CURSOR_VERSION;
-    bin[1] = NGX_HTTP_SESSION_CURSOR_KIND_IMAGE;
-
-    v = (uint64_t) sequence;
-
-    for (i = 0; i < 8; i++) {
-        bin[2 + i] = (unsigned char) (v >> (56 - 8 * i));
-    }
-
-    return ngx_http_session_cursor_encode(dst, bin, sizeof(bin));
+    return ngx_http_session_cursor_encode(dst, bin, sizeof(bin),
+                                          NGX_HTTP_SESSION_CURSOR_KIND_IMAGE,
+                                          sequence);
 }
 
 
@@ -180,30 +150,12 @@ int
 ngx_http_session_cursor_decode_image(const unsigned char *src, size_t len,
     long long *sequence)
 {
-    int            i;
-    uint64_t       v;
     unsigned char  bin[NGX_HTTP_SESSION_CURSOR_IMAGE_BIN];
 
-    if (ngx_http_session_cursor_decode(src, len, bin, sizeof(bin),
-                                       NGX_HTTP_SESSION_CURSOR_KIND_IMAGE)
-        != 0)
-    {
-        return -1;
-    }
-
-    v = 0;
-
-    for (i = 0; i < 8; i++) {
-        v = (v << 8) | bin[2 + i];
-    }
-
-    if (v > (uint64_t) NGX_HTTP_SESSION_CURSOR_SEQ_MAX) {
-        return -1;
-    }
-
-    *sequence = (long long) v;
-
-    return 0;
+    return ngx_http_session_cursor_decode(src, len, bin, sizeof(bin),
+                                          NGX_HTTP_SESSION_CURSOR_KIND_IMAGE,
+                                          NGX_HTTP_SESSION_CURSOR_SEQ_MAX,
+                                          sequence);
 }
 
 
@@ -279,13 +231,28 @@ ngx_http_session_uuid_format(const unsigned char *uuid16,
 }
 
 
-/* seals bin (len bytes, the last four for the CRC) and encodes it */
+/*
+ * Writes the head (the kind and the position) of bin (len bytes, the
+ * last four for the CRC; what lies between is the caller's), seals it
+ * and encodes it
+ */
 
 static size_t
 ngx_http_session_cursor_encode(unsigned char *dst, unsigned char *bin,
-    size_t len)
+    size_t len, int kind, long long position)
 {
+    int       i;
+    uint64_t  v;
     uint32_t  crc;
+
+    bin[0] = NGX_HTTP_SESSION_CURSOR_VERSION;
+    bin[1] = (unsigned char) kind;
+
+    v = (uint64_t) position;
+
+    for (i = 0; i < 8; i++) {
+        bin[2 + i] = (unsigned char) (v >> (56 - 8 * i));
+    }
 
     crc = ngx_http_session_cursor_crc32(bin,
                                         len - NGX_HTTP_SESSION_CURSOR_CRC);
@@ -299,10 +266,18 @@ ngx_http_session_cursor_encode(unsigned char *dst, unsigned char *bin,
 }
 
 
+/*
+ * Decodes a cursor of kind into bin (size bytes) and gives its position,
+ * which is at most max
+ */
+
 static int
 ngx_http_session_cursor_decode(const unsigned char *src, size_t len,
-    unsigned char *bin, size_t size, int kind)
+    unsigned char *bin, size_t size, int kind, long long max,
+    long long *position)
 {
+    int       i;
+    uint64_t  v;
     uint32_t  crc;
 
     if (len != NGX_HTTP_SESSION_CURSOR_B64_LEN(size)
@@ -325,6 +300,20 @@ ngx_http_session_cursor_decode(const unsigned char *src, size_t len,
     {
         return -1;
     }
+
+    v = 0;
+
+    for (i = 0; i < 8; i++) {
+        v = (v << 8) | bin[2 + i];
+    }
+
+    /* two's complement: anything from 2^63 on is negative */
+
+    if (v > (uint64_t) max) {
+        return -1;
+    }
+
+    *position = (long long) v;
 
     return 0;
 }

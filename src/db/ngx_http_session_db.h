@@ -150,7 +150,8 @@ struct ngx_http_session_db_copy_s {
 };
 
 
-ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_session_db_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf);
 void ngx_http_session_db_exit_process(ngx_cycle_t *cycle);
 
 /* a query owned by r: freed with it, detached if r goes away first */
@@ -213,7 +214,8 @@ ngx_int_t ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp);
 void ngx_http_session_db_copy_go(ngx_http_session_db_copy_t *cp);
 void ngx_http_session_db_copy_stop(ngx_http_session_db_copy_t *cp);
 
-ngx_int_t ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf);
 void ngx_http_session_db_copy_exit_process(ngx_cycle_t *cycle);
 
 /* is res a successful result? logs the error when not */

@@ -43,10 +43,6 @@ ngx_http_session_db(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_session_main_conf_t  *smcf = conf;
 
-    if (smcf->db_conninfo.data) {
-        return "is duplicate";
-    }
-
     return ngx_http_session_db_conninfo(cf, cmd, &smcf->db_conninfo,
                                         &smcf->db_options, &smcf->db_hosts);
 }
@@ -56,10 +52,6 @@ char *
 ngx_http_session_db_listen(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 {
     ngx_http_session_main_conf_t  *smcf = conf;
-
-    if (smcf->listen_conninfo.data) {
-        return "is duplicate";
-    }
 
     return ngx_http_session_db_conninfo(cf, cmd, &smcf->listen_conninfo,
                                         &smcf->listen_options,
@@ -104,7 +96,7 @@ ngx_http_session_db_pooler(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 }
 
 
-/* the conninfo of session_db or session_db_listen, parsed and kept */
+/* the conninfo of session_db or session_db_listen, parsed and kept, once */
 
 static char *
 ngx_http_session_db_conninfo(ngx_conf_t *cf, ngx_command_t *cmd,
@@ -115,6 +107,10 @@ ngx_http_session_db_conninfo(ngx_conf_t *cf, ngx_command_t *cmd,
     size_t             len;
     ngx_str_t         *value;
     PQconninfoOption  *opts, *opt;
+
+    if (conninfo->data) {
+        return "is duplicate";
+    }
 
     value = cf->args->elts;
 

@@ -74,6 +74,9 @@ static void ngx_http_session_db_copy_resume(ngx_event_t *ev);
 static void ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp,
     PGresult *res, ngx_uint_t abort);
 static void ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_lost(ngx_http_session_db_copy_t *cp);
+static ngx_uint_t ngx_http_session_db_copy_open(
+    ngx_http_session_db_copies_t *copies);
 static void ngx_http_session_db_copy_dispatch(void);
 static void ngx_http_session_db_copy_timeout(ngx_event_t *ev);
 static void ngx_http_session_db_copy_cleanup(void *data);
@@ -94,18 +97,13 @@ static const char  *ngx_http_session_db_copy_stmts[] = {
 
 
 ngx_int_t
-ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle)
+ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
     ngx_uint_t                     i;
     const char                    *options;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copies_t  *copies;
-    ngx_http_session_main_conf_t  *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
 
     copies = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_copies_t));
     if (copies == NULL) {
@@ -223,6 +221,26 @@ ngx_http_session_db_copy_create(ngx_http_request_t *r, size_t size)
 }
 
 
+/* one more connection while there is room; whether it is alive */
+
+static ngx_uint_t
+ngx_http_session_db_copy_open(ngx_http_session_db_copies_t *copies)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    if (copies->opened == copies->nconns) {
+        return 0;
+    }
+
+    dc = &copies->conns[copies->opened++];
+
+    ngx_http_session_db_conn_add(dc);
+    ngx_http_session_db_conn_open(dc);
+
+    return dc->state != NGX_HTTP_SESSION_DB_CLOSED;
+}
+
+
 ngx_int_t
 ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 {
@@ -251,16 +269,7 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
         }
     }
 
-    if (copies->opened < copies->nconns) {
-        dc = &copies->conns[copies->opened++];
-
-        ngx_http_session_db_conn_add(dc);
-        ngx_http_session_db_conn_open(dc);
-
-        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
-            alive++;
-        }
-    }
+    alive += ngx_http_session_db_copy_open(copies);
 
     if (alive == 0) {
         ngx_http_session_stat(db_failures, 1);
@@ -549,6 +558,26 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
 }
 
 
+/*
+ * The connection failed as a step was sent: closed, and the owner's
+ * handler runs when posted (never before the caller returns)
+ */
+
+static void
+ngx_http_session_db_copy_lost(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t  *dc;
+
+    dc = cp->conn;
+
+    ngx_http_session_db_copy_release(cp);
+    ngx_http_session_db_conn_fail(dc);
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_FAILED;
+    ngx_post_event(&cp->resume, &ngx_posted_events);
+}
+
+
 void
 ngx_http_session_db_copy_go(ngx_http_session_db_copy_t *cp)
 {
@@ -566,11 +595,7 @@ ngx_http_session_db_copy_go(ngx_http_session_db_copy_t *cp)
         || ngx_http_session_db_conn_send(dc, cp->copy) != NGX_OK)
     {
         /* the handler is not called again before go() returns */
-        ngx_http_session_db_copy_release(cp);
-        ngx_http_session_db_conn_fail(dc);
-
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_FAILED;
-        ngx_post_event(&cp->resume, &ngx_posted_events);
+        ngx_http_session_db_copy_lost(cp);
         return;
     }
 
@@ -609,11 +634,7 @@ ngx_http_session_db_copy_stop(ngx_http_session_db_copy_t *cp)
 
     if (ngx_http_session_db_conn_send(dc, "ROLLBACK") != NGX_OK) {
         /* closed: the server rolls back; the handler runs when posted */
-        ngx_http_session_db_copy_release(cp);
-        ngx_http_session_db_conn_fail(dc);
-
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_FAILED;
-        ngx_post_event(&cp->resume, &ngx_posted_events);
+        ngx_http_session_db_copy_lost(cp);
         return;
     }
 
@@ -1096,16 +1117,7 @@ ngx_http_session_db_copy_dispatch(void)
         }
     }
 
-    if (copies->opened < copies->nconns) {
-        dc = &copies->conns[copies->opened++];
-
-        ngx_http_session_db_conn_add(dc);
-        ngx_http_session_db_conn_open(dc);
-
-        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED) {
-            alive++;
-        }
-    }
+    alive += ngx_http_session_db_copy_open(copies);
 
     if (alive) {
         return;

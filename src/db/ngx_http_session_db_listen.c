@@ -41,15 +41,10 @@ static ngx_http_session_listen_t  ngx_http_session_listen;
 
 ngx_int_t
 ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf,
     const ngx_http_session_listen_handlers_t *handlers)
 {
-    ngx_http_session_db_conn_t    *dc;
-    ngx_http_session_main_conf_t  *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
+    ngx_http_session_db_conn_t  *dc;
 
     dc = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_conn_t));
     if (dc == NULL) {

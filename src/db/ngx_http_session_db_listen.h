@@ -29,6 +29,7 @@ typedef struct {
 
 
 ngx_int_t ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf,
     const ngx_http_session_listen_handlers_t *handlers);
 void ngx_http_session_listen_exit_process(ngx_cycle_t *cycle);
 

@@ -119,18 +119,13 @@ static ngx_http_session_db_pool_t  *ngx_http_session_db_pool;
 
 
 ngx_int_t
-ngx_http_session_db_init_process(ngx_cycle_t *cycle)
+ngx_http_session_db_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
-    ngx_uint_t                     i;
-    const char                    *options;
-    ngx_http_session_db_pool_t    *pool;
-    ngx_http_session_db_conn_t    *dc;
-    ngx_http_session_main_conf_t  *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
+    ngx_uint_t                   i;
+    const char                  *options;
+    ngx_http_session_db_pool_t  *pool;
+    ngx_http_session_db_conn_t  *dc;
 
     pool = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_pool_t));
     if (pool == NULL) {

@@ -110,15 +110,10 @@ ngx_http_session_retention(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
 
 
 ngx_int_t
-ngx_http_session_sweep_init_process(ngx_cycle_t *cycle)
+ngx_http_session_sweep_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
-    ngx_http_session_sweep_t      *sw;
-    ngx_http_session_main_conf_t  *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
+    ngx_http_session_sweep_t  *sw;
 
     sw = &ngx_http_session_sweep;
 

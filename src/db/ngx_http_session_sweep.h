@@ -23,7 +23,8 @@
 
 char *ngx_http_session_retention(ngx_conf_t *cf, ngx_command_t *cmd,
     void *conf);
-ngx_int_t ngx_http_session_sweep_init_process(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_session_sweep_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf);
 void ngx_http_session_sweep_exit_process(ngx_cycle_t *cycle);
 
 

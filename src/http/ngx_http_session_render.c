@@ -130,6 +130,18 @@ ngx_http_session_render_int4(PGresult *res, int row, int col, int64_t *n)
 }
 
 
+ngx_uint_t
+ngx_http_session_render_is(PGresult *res, int row, int col, const char *s)
+{
+    size_t  len;
+
+    len = ngx_strlen(s);
+
+    return (size_t) PQgetlength(res, row, col) == len
+           && ngx_strncmp(PQgetvalue(res, row, col), s, len) == 0;
+}
+
+
 ngx_int_t
 ngx_http_session_render_time(PGresult *res, int row, int col, int64_t *us)
 {

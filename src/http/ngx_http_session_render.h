@@ -61,6 +61,9 @@ ngx_int_t ngx_http_session_render_int4(PGresult *res, int row, int col,
     int64_t *n);
 ngx_int_t ngx_http_session_render_time(PGresult *res, int row, int col,
     int64_t *us);
+/* whether a text column is s, e.g. a session's status "expired" */
+ngx_uint_t ngx_http_session_render_is(PGresult *res, int row, int col,
+    const char *s);
 
 /* one session or image document; NULL on failure (logged) */
 ngx_buf_t *ngx_http_session_render_session(ngx_http_request_t *r,

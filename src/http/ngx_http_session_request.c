@@ -10,6 +10,10 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_render.h"
+
+
+static void ngx_http_session_waiter_cleanup(void *data);
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -75,15 +79,29 @@ ngx_http_session_check(ngx_http_session_db_query_t *q, PGresult *res,
         return NGX_HTTP_SESSION_ERR_SESSION_FORBIDDEN;
     }
 
-    if (PQgetlength(res, 0, status_col) == sizeof("expired") - 1
-        && ngx_strncmp(PQgetvalue(res, 0, status_col), "expired",
-                       sizeof("expired") - 1)
-           == 0)
-    {
+    if (ngx_http_session_render_is(res, 0, status_col, "expired")) {
         return NGX_HTTP_SESSION_ERR_SESSION_EXPIRED;
     }
 
     return NGX_HTTP_SESSION_ERR_LAST;
+}
+
+
+ngx_http_session_err_e
+ngx_http_session_check_image(ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_http_session_err_e none)
+{
+    ngx_http_session_err_e  err;
+
+    err = ngx_http_session_check(q, res, 0, 1);
+
+    if (err == NGX_HTTP_SESSION_ERR_LAST
+        && PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS))
+    {
+        return none;
+    }
+
+    return err;
 }
 
 
@@ -398,6 +416,25 @@ ngx_http_session_uuid_text(ngx_http_request_t *r, const u_char *s,
 }
 
 
+u_char *
+ngx_http_session_route_sid(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_int_t *rc)
+{
+    u_char  *sid;
+
+    sid = ngx_http_session_uuid_text(r, ctx->route.sid, ctx->route.sid_len,
+                                     rc);
+
+    if (sid == NULL) {
+        *rc = ngx_http_session_error(r, (*rc == NGX_DECLINED)
+                                        ? NGX_HTTP_SESSION_ERR_SESSION_NOT_FOUND
+                                        : NGX_HTTP_SESSION_ERR_INTERNAL);
+    }
+
+    return sid;
+}
+
+
 void
 ngx_http_session_reply(ngx_http_request_t *r, ngx_uint_t status,
     ngx_buf_t *b)
@@ -412,4 +449,65 @@ void
 ngx_http_session_refuse(ngx_http_request_t *r, ngx_http_session_err_e err)
 {
     ngx_http_finalize_request(r, ngx_http_session_error(r, err));
+}
+
+
+ngx_http_session_waiter_t *
+ngx_http_session_waiter_create(ngx_http_request_t *r)
+{
+    ngx_pool_cleanup_t         *cln;
+    ngx_http_session_waiter_t  *w;
+
+    w = ngx_pcalloc(r->pool, sizeof(ngx_http_session_waiter_t));
+    cln = ngx_pool_cleanup_add(r->pool, 0);
+
+    if (w == NULL || cln == NULL) {
+        return NULL;
+    }
+
+    w->request = r;
+
+    cln->handler = ngx_http_session_waiter_cleanup;
+    cln->data = w;
+
+    return w;
+}
+
+
+void
+ngx_http_session_waiter_join(ngx_http_session_waiter_t *w,
+    ngx_queue_t *waiters, void *flight)
+{
+    w->flight = flight;
+    ngx_queue_insert_tail(waiters, &w->queue);
+}
+
+
+ngx_http_session_waiter_t *
+ngx_http_session_waiter_next(ngx_queue_t *waiters)
+{
+    ngx_queue_t                *q;
+    ngx_http_session_waiter_t  *w;
+
+    q = ngx_queue_head(waiters);
+    ngx_queue_remove(q);
+
+    w = ngx_queue_data(q, ngx_http_session_waiter_t, queue);
+    w->flight = NULL;
+
+    return w;
+}
+
+
+/* a waiting client went away: the flight goes on without it */
+
+static void
+ngx_http_session_waiter_cleanup(void *data)
+{
+    ngx_http_session_waiter_t  *w = data;
+
+    if (w->flight) {
+        ngx_queue_remove(&w->queue);
+        w->flight = NULL;
+    }
 }

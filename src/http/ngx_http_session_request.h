@@ -78,6 +78,14 @@ ngx_http_session_err_e ngx_http_session_check(
     int status_col);
 
 /*
+ * The same of a statement that returns NGX_HTTP_SESSION_SQL_CHECK_COLS,
+ * then an image's columns: none when they are NULL (no such image)
+ */
+ngx_http_session_err_e ngx_http_session_check_image(
+    ngx_http_session_db_query_t *q, PGresult *res,
+    ngx_http_session_err_e none);
+
+/*
  * The query parameters an endpoint takes, as a table ended by a row with
  * no name: each name with what reads its value into the endpoint's
  * arguments, at offset.  A reader returns NGX_DECLINED when the value is
@@ -116,6 +124,32 @@ ngx_int_t ngx_http_session_arg_limit(ngx_http_request_t *r,
  */
 u_char *ngx_http_session_uuid_text(ngx_http_request_t *r, const u_char *s,
     size_t len, ngx_int_t *rc);
+
+/*
+ * The same of the route's session id; NULL when it cannot name a session,
+ * with what answering it (404 or 500) returned in *rc
+ */
+u_char *ngx_http_session_route_sid(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, ngx_int_t *rc);
+
+/*
+ * A request waiting for a query that several share (a flight: an auth
+ * lookup, a lease), in the request's pool; when the request goes away
+ * first, it leaves the flight's queue of waiters
+ */
+typedef struct {
+    ngx_queue_t          queue;
+    ngx_http_request_t  *request;
+    /* NULL until it joins, and once answered or gone */
+    void                *flight;
+} ngx_http_session_waiter_t;
+
+ngx_http_session_waiter_t *ngx_http_session_waiter_create(
+    ngx_http_request_t *r);
+void ngx_http_session_waiter_join(ngx_http_session_waiter_t *w,
+    ngx_queue_t *waiters, void *flight);
+/* the first of a flight's waiters (there is one), out of the queue */
+ngx_http_session_waiter_t *ngx_http_session_waiter_next(ngx_queue_t *waiters);
 
 /* answers 400 "unknown query parameter: <name>" */
 ngx_int_t ngx_http_session_unknown_arg(ngx_http_request_t *r,

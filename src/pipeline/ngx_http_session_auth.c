@@ -6,6 +6,7 @@
 #include "ngx_http_session_auth.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_request.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_zone_auth.h"
 #include "ngx_http_session_zone_fail.h"
@@ -54,15 +55,6 @@ typedef struct {
 } ngx_http_session_flight_t;
 
 
-/* a request waiting for a flight, in its own pool */
-typedef struct {
-    ngx_queue_t                   queue;
-    ngx_http_request_t           *request;
-    /* NULL once answered or gone */
-    ngx_http_session_flight_t    *flight;
-} ngx_http_session_waiter_t;
-
-
 static ngx_int_t ngx_http_session_auth_hash(const u_char *token,
     u_char *hash);
 static ngx_int_t ngx_http_session_auth_fail_check(ngx_http_request_t *r,
@@ -73,7 +65,6 @@ static void ngx_http_session_auth_addr(ngx_http_request_t *r, u_char *key);
 static ngx_http_session_flight_t *ngx_http_session_flight_find(u_char *hash);
 static ngx_http_session_flight_t *ngx_http_session_flight_start(
     ngx_http_request_t *r, ngx_http_session_ctx_t *ctx);
-static void ngx_http_session_waiter_cleanup(void *data);
 static ngx_uint_t ngx_http_session_auth_flag(PGresult *res, int col,
     ngx_uint_t flag);
 static void ngx_http_session_auth_done(ngx_http_session_db_query_t *q,
@@ -232,14 +223,11 @@ ngx_int_t
 ngx_http_session_auth_lookup(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume)
 {
-    ngx_pool_cleanup_t         *cln;
     ngx_http_session_flight_t  *f;
     ngx_http_session_waiter_t  *w;
 
-    w = ngx_palloc(r->pool, sizeof(ngx_http_session_waiter_t));
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-
-    if (w == NULL || cln == NULL) {
+    w = ngx_http_session_waiter_create(r);
+    if (w == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
@@ -270,12 +258,7 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
                        "session auth: cache miss, joining a lookup");
     }
 
-    w->request = r;
-    w->flight = f;
-    ngx_queue_insert_tail(&f->waiters, &w->queue);
-
-    cln->handler = ngx_http_session_waiter_cleanup;
-    cln->data = w;
+    ngx_http_session_waiter_join(w, &f->waiters, f);
 
     return NGX_AGAIN;
 }
@@ -507,20 +490,6 @@ failed:
 }
 
 
-/* a waiting client went away: the flight goes on without it */
-
-static void
-ngx_http_session_waiter_cleanup(void *data)
-{
-    ngx_http_session_waiter_t  *w = data;
-
-    if (w->flight) {
-        ngx_queue_remove(&w->queue);
-        w->flight = NULL;
-    }
-}
-
-
 /*
  * The SHA-256 of a well-formed key, from the memo when it is there.  The
  * memo is keyed by the token as it came, so "sess_AB.." and "sess_ab.."
@@ -593,7 +562,6 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
     char                          *status;
     ngx_int_t                      rc, quota;
     ngx_uint_t                     outcome, err;
-    ngx_queue_t                   *wq;
     ngx_connection_t              *c;
     ngx_http_request_t            *r;
     ngx_http_session_ctx_t        *ctx;
@@ -696,11 +664,7 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     while (!ngx_queue_empty(&f->waiters)) {
-        wq = ngx_queue_head(&f->waiters);
-        ngx_queue_remove(wq);
-
-        w = ngx_queue_data(wq, ngx_http_session_waiter_t, queue);
-        w->flight = NULL;
+        w = ngx_http_session_waiter_next(&f->waiters);
 
         r = w->request;
         c = r->connection;

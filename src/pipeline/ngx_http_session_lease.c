@@ -23,6 +23,7 @@
 #include "ngx_http_session_lease.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_request.h"
 #include "ngx_http_session_sql.h"
 #include "ngx_http_session_stats.h"
 #include "ngx_http_session_zone_lease.h"
@@ -53,15 +54,6 @@ typedef struct {
 } ngx_http_session_lease_flight_t;
 
 
-/* a request waiting for a lease, in its own pool */
-typedef struct {
-    ngx_queue_t                        queue;
-    ngx_http_request_t                *request;
-    /* NULL once answered or gone */
-    ngx_http_session_lease_flight_t   *flight;
-} ngx_http_session_lease_waiter_t;
-
-
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_find(
     u_char *hash, ngx_uint_t cls);
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
@@ -69,7 +61,6 @@ static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
 static void ngx_http_session_lease_failed(
     ngx_http_session_lease_answer_t *a);
 static void ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a);
-static void ngx_http_session_lease_cleanup(void *data);
 static void ngx_http_session_lease_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_lease_read(PGresult *res,
@@ -96,14 +87,11 @@ ngx_http_session_lease_wait(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume)
 {
     ngx_uint_t                        err;
-    ngx_pool_cleanup_t               *cln;
+    ngx_http_session_waiter_t        *w;
     ngx_http_session_lease_flight_t  *f;
-    ngx_http_session_lease_waiter_t  *w;
 
-    w = ngx_palloc(r->pool, sizeof(ngx_http_session_lease_waiter_t));
-    cln = ngx_pool_cleanup_add(r->pool, 0);
-
-    if (w == NULL || cln == NULL) {
+    w = ngx_http_session_waiter_create(r);
+    if (w == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
@@ -129,13 +117,8 @@ ngx_http_session_lease_wait(ngx_http_request_t *r,
 
     ctx->resume = resume;
 
-    w->request = r;
-    w->flight = f;
-    ngx_queue_insert_tail(&f->waiters, &w->queue);
+    ngx_http_session_waiter_join(w, &f->waiters, f);
     f->nwaiters++;
-
-    cln->handler = ngx_http_session_lease_cleanup;
-    cln->data = w;
 
     ngx_http_session_stat(lease_waits, 1);
 
@@ -325,34 +308,19 @@ ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a)
 }
 
 
-/* a waiting client went away: the lease goes on without it */
-
-static void
-ngx_http_session_lease_cleanup(void *data)
-{
-    ngx_http_session_lease_waiter_t  *w = data;
-
-    if (w->flight) {
-        ngx_queue_remove(&w->queue);
-        w->flight = NULL;
-    }
-}
-
-
 static void
 ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
     ngx_int_t                          rc;
     ngx_uint_t                         err;
-    ngx_queue_t                       *wq;
     ngx_connection_t                  *c;
     ngx_http_request_t                *r;
     ngx_http_session_ctx_t            *ctx;
     ngx_http_session_take_t           *take;
+    ngx_http_session_waiter_t         *w;
     ngx_http_session_main_conf_t      *smcf;
     ngx_http_session_lease_answer_t    a;
     ngx_http_session_lease_flight_t   *f, *nf;
-    ngx_http_session_lease_waiter_t   *w;
 
     f = q->data;
 
@@ -403,11 +371,7 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     while (!ngx_queue_empty(&f->waiters)) {
-        wq = ngx_queue_head(&f->waiters);
-        ngx_queue_remove(wq);
-
-        w = ngx_queue_data(wq, ngx_http_session_lease_waiter_t, queue);
-        w->flight = NULL;
+        w = ngx_http_session_waiter_next(&f->waiters);
 
         r = w->request;
         c = r->connection;
@@ -438,8 +402,7 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
             }
 
             if (nf) {
-                w->flight = nf;
-                ngx_queue_insert_tail(&nf->waiters, &w->queue);
+                ngx_http_session_waiter_join(w, &nf->waiters, nf);
                 nf->nwaiters++;
                 continue;
             }

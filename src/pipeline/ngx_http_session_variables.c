@@ -17,6 +17,8 @@ static ngx_int_t ngx_http_session_variable_rate_class(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_int_t ngx_http_session_variable_rate_remaining(
     ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data);
+static ngx_http_session_take_t *ngx_http_session_variable_take(
+    ngx_http_request_t *r);
 
 
 static ngx_http_variable_t  ngx_http_session_vars[] = {
@@ -100,30 +102,21 @@ ngx_http_session_variable_id(ngx_http_request_t *r,
 }
 
 
-/*
- * Counted or refused by stage 2: stage 1 prepared the take (its limit is
- * never 0) and stage 2 set take.rc, NGX_DECLINED until then.
- */
-
 static ngx_int_t
 ngx_http_session_variable_rate_class(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    const char              *name;
-    ngx_http_session_ctx_t  *ctx;
+    const char               *name;
+    ngx_http_session_take_t  *take;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    take = ngx_http_session_variable_take(r);
 
-    if (ctx == NULL
-        || ctx->take.limit == 0
-        || ctx->take.rc == NGX_DECLINED
-        || ctx->take.rc == NGX_ERROR)
-    {
+    if (take == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
 
-    name = ngx_http_session_limit_class_name(ctx->take.cls);
+    name = ngx_http_session_limit_class_name(take->cls);
 
     v->len = ngx_strlen(name);
     v->valid = 1;
@@ -139,16 +132,12 @@ static ngx_int_t
 ngx_http_session_variable_rate_remaining(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    u_char                  *p;
-    ngx_http_session_ctx_t  *ctx;
+    u_char                   *p;
+    ngx_http_session_take_t  *take;
 
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    take = ngx_http_session_variable_take(r);
 
-    if (ctx == NULL
-        || ctx->take.limit == 0
-        || ctx->take.rc == NGX_DECLINED
-        || ctx->take.rc == NGX_ERROR)
-    {
+    if (take == NULL) {
         v->not_found = 1;
         return NGX_OK;
     }
@@ -158,11 +147,35 @@ ngx_http_session_variable_rate_remaining(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    v->len = ngx_sprintf(p, "%ui", ctx->take.remaining) - p;
+    v->len = ngx_sprintf(p, "%ui", take->remaining) - p;
     v->valid = 1;
     v->no_cacheable = 1;
     v->not_found = 0;
     v->data = p;
 
     return NGX_OK;
+}
+
+
+/*
+ * The take, once counted or refused by stage 2: stage 1 prepared it (its
+ * limit is never 0) and stage 2 set take.rc, NGX_DECLINED until then.
+ */
+
+static ngx_http_session_take_t *
+ngx_http_session_variable_take(ngx_http_request_t *r)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    if (ctx == NULL
+        || ctx->take.limit == 0
+        || ctx->take.rc == NGX_DECLINED
+        || ctx->take.rc == NGX_ERROR)
+    {
+        return NULL;
+    }
+
+    return &ctx->take;
 }

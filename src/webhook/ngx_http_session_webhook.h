@@ -26,7 +26,8 @@
 ngx_int_t ngx_http_session_webhook_init_conf(ngx_conf_t *cf,
     ngx_http_session_main_conf_t *smcf);
 
-ngx_int_t ngx_http_session_webhook_init_process(ngx_cycle_t *cycle);
+ngx_int_t ngx_http_session_webhook_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf);
 void ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle);
 
 /* an event may be due: claim now (a NOTIFY, or LISTEN back up) */

@@ -240,11 +240,8 @@ static void
 ngx_http_session_webhook_begin(ngx_http_session_webhook_delivery_t *d)
 {
     size_t                              len;
+    ngx_sockaddr_t                     *sa;
     ngx_resolver_ctx_t                 *ctx;
-    struct sockaddr_in                 *sin;
-#if (NGX_HAVE_INET6)
-    struct sockaddr_in6                *sin6;
-#endif
     ngx_http_session_webhook_client_t  *cl;
 
     cl = &ngx_http_session_webhook_client;
@@ -331,48 +328,35 @@ ngx_http_session_webhook_begin(ngx_http_session_webhook_delivery_t *d)
     /* an IP literal: one address */
 
     d->addrs = ngx_pcalloc(d->pool, sizeof(ngx_addr_t));
-    if (d->addrs == NULL) {
+    sa = ngx_pcalloc(d->pool, sizeof(ngx_sockaddr_t));
+
+    if (d->addrs == NULL || sa == NULL) {
         ngx_http_session_webhook_fail(d, "out of memory");
         return;
     }
 
     d->naddrs = 1;
+    d->addrs->sockaddr = &sa->sockaddr;
 
 #if (NGX_HAVE_INET6)
     if (d->u.host_type == NGX_HTTP_SESSION_URL_HOST_IPV6) {
-        sin6 = ngx_pcalloc(d->pool, sizeof(struct sockaddr_in6));
-        if (sin6 == NULL) {
-            ngx_http_session_webhook_fail(d, "out of memory");
-            return;
-        }
-
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons((in_port_t) d->u.port);
-        ngx_memcpy(sin6->sin6_addr.s6_addr, d->u.addr, 16);
-
-        d->addrs->sockaddr = (struct sockaddr *) sin6;
+        sa->sockaddr_in6.sin6_family = AF_INET6;
+        ngx_memcpy(sa->sockaddr_in6.sin6_addr.s6_addr, d->u.addr, 16);
         d->addrs->socklen = sizeof(struct sockaddr_in6);
 
     } else
 #endif
     if (d->u.host_type == NGX_HTTP_SESSION_URL_HOST_IPV4) {
-        sin = ngx_pcalloc(d->pool, sizeof(struct sockaddr_in));
-        if (sin == NULL) {
-            ngx_http_session_webhook_fail(d, "out of memory");
-            return;
-        }
-
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons((in_port_t) d->u.port);
-        ngx_memcpy(&sin->sin_addr.s_addr, d->u.addr, 4);
-
-        d->addrs->sockaddr = (struct sockaddr *) sin;
+        sa->sockaddr_in.sin_family = AF_INET;
+        ngx_memcpy(&sa->sockaddr_in.sin_addr.s_addr, d->u.addr, 4);
         d->addrs->socklen = sizeof(struct sockaddr_in);
 
     } else {
         ngx_http_session_webhook_fail(d, "IPv6 is not available");
         return;
     }
+
+    ngx_inet_set_port(d->addrs->sockaddr, (in_port_t) d->u.port);
 
     if (ngx_http_session_webhook_refused(d, d->addrs->sockaddr,
                                          d->addrs->socklen))

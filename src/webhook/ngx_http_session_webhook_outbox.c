@@ -125,15 +125,10 @@ static ngx_http_session_webhook_t  ngx_http_session_webhook;
 
 
 ngx_int_t
-ngx_http_session_webhook_init_process(ngx_cycle_t *cycle)
+ngx_http_session_webhook_init_process(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf)
 {
-    ngx_http_session_webhook_t    *wh;
-    ngx_http_session_main_conf_t  *smcf;
-
-    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
-    if (smcf == NULL || !smcf->enabled) {
-        return NGX_OK;
-    }
+    ngx_http_session_webhook_t  *wh;
 
     wh = &ngx_http_session_webhook;
 

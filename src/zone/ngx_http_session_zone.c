@@ -382,20 +382,85 @@ ngx_http_session_zone_evict(ngx_http_session_zone_ctx_t *ctx,
     ngx_http_session_zone_tree_t *t, ngx_uint_t n)
 {
     ngx_uint_t                     freed;
-    ngx_queue_t                   *q;
     ngx_http_session_zone_node_t  *sn;
 
-    freed = 0;
-
-    while (freed < n && !ngx_queue_empty(&t->lru)) {
-        q = ngx_queue_last(&t->lru);
-        sn = ngx_queue_data(q, ngx_http_session_zone_node_t, queue);
+    for (freed = 0; freed < n; freed++) {
+        sn = ngx_http_session_zone_coldest(t);
+        if (sn == NULL) {
+            break;
+        }
 
         ngx_http_session_zone_delete(ctx, t, sn);
-        freed++;
     }
 
     return freed;
+}
+
+
+/* an entry just used: to the hot end of its tree's LRU */
+
+void
+ngx_http_session_zone_touch(ngx_http_session_zone_tree_t *t,
+    ngx_http_session_zone_node_t *sn)
+{
+    ngx_queue_remove(&sn->queue);
+    ngx_queue_insert_head(&t->lru, &sn->queue);
+}
+
+
+/* deletes the entry of hash, if there is one */
+
+void
+ngx_http_session_zone_drop(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, u_char *hash)
+{
+    ngx_http_session_zone_node_t  *sn;
+
+    sn = ngx_http_session_zone_lookup(t, hash);
+
+    if (sn) {
+        ngx_http_session_zone_delete(ctx, t, sn);
+    }
+}
+
+
+/* the least recently used entry of a tree, NULL when it is empty */
+
+ngx_http_session_zone_node_t *
+ngx_http_session_zone_coldest(ngx_http_session_zone_tree_t *t)
+{
+    ngx_queue_t  *q;
+
+    if (ngx_queue_empty(&t->lru)) {
+        return NULL;
+    }
+
+    q = ngx_queue_last(&t->lru);
+
+    return ngx_queue_data(q, ngx_http_session_zone_node_t, queue);
+}
+
+
+/*
+ * The evictions of a take, under the mutex: counted, and handed to the
+ * take for one ALERT a second that counts every eviction since the last
+ */
+
+void
+ngx_http_session_zone_evicted(ngx_http_session_zone_sh_t *sh,
+    ngx_http_session_take_t *take, ngx_uint_t evicted)
+{
+    if (evicted == 0) {
+        return;
+    }
+
+    sh->evictions += evicted;
+
+    if (sh->last_full_alert != take->now) {
+        sh->last_full_alert = take->now;
+        take->evicted = sh->evictions - sh->evictions_alerted;
+        sh->evictions_alerted = sh->evictions;
+    }
 }
 
 

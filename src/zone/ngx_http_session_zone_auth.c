@@ -8,14 +8,15 @@
 #include "ngx_http_session_zone_shm.h"
 
 
+static void *ngx_http_session_auth_entry(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, u_char *hash, size_t size,
+    ngx_uint_t known);
 static void *ngx_http_session_auth_alloc(ngx_http_session_zone_ctx_t *ctx,
     size_t size, ngx_uint_t known);
 static ngx_int_t ngx_http_session_auth_seen(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash);
 static void ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_msec_t ttl);
-static void ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
-    u_char *hash);
 static ngx_uint_t ngx_http_session_auth_seen_evict(
     ngx_http_session_zone_ctx_t *ctx);
 
@@ -55,8 +56,7 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
             rc = ngx_http_session_auth_seen(ctx, p->hash);
 
         } else {
-            ngx_queue_remove(&nn->sn.queue);
-            ngx_queue_insert_head(&sh->neg.lru, &nn->sn.queue);
+            ngx_http_session_zone_touch(&sh->neg, &nn->sn);
             rc = NGX_HTTP_SESSION_AUTH_INVALID;
         }
 
@@ -65,8 +65,7 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
         rc = ngx_http_session_auth_seen(ctx, p->hash);
 
     } else {
-        ngx_queue_remove(&an->sn.queue);
-        ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
+        ngx_http_session_zone_touch(&sh->auth, &an->sn);
 
         rc = an->status;
 
@@ -102,7 +101,6 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 {
     ngx_uint_t                     forgotten;
     ngx_http_session_zone_sh_t    *sh;
-    ngx_http_session_zone_node_t  *sn;
     ngx_http_session_neg_node_t   *nn;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
@@ -126,7 +124,7 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
         ngx_http_session_auth_seen_keep(ctx, p->hash, ttl);
 
     } else if (status == NGX_HTTP_SESSION_AUTH_INVALID) {
-        ngx_http_session_auth_seen_drop(ctx, p->hash);
+        ngx_http_session_zone_drop(ctx, &sh->seen, p->hash);
     }
 
     if (sh->auth_generation != generation || ttl == 0) {
@@ -137,58 +135,24 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 
         /* a key that was known and is no more (deleted) */
 
-        sn = ngx_http_session_zone_lookup(&sh->auth, p->hash);
-        if (sn) {
-            ngx_http_session_zone_delete(ctx, &sh->auth, sn);
+        ngx_http_session_zone_drop(ctx, &sh->auth, p->hash);
+
+        nn = ngx_http_session_auth_entry(ctx, &sh->neg, p->hash,
+                                         sizeof(ngx_http_session_neg_node_t),
+                                         0);
+        if (nn) {
+            nn->expires = ngx_current_msec + ttl;
         }
-
-        nn = (ngx_http_session_neg_node_t *)
-                 ngx_http_session_zone_lookup(&sh->neg, p->hash);
-
-        if (nn == NULL) {
-            if (sh->neg.n >= sh->neg_max) {
-                (void) ngx_http_session_zone_evict(ctx, &sh->neg, 1);
-            }
-
-            nn = ngx_http_session_auth_alloc(ctx,
-                                       sizeof(ngx_http_session_neg_node_t), 0);
-            if (nn == NULL) {
-                goto done;
-            }
-
-            ngx_http_session_zone_insert(&sh->neg, &nn->sn, p->hash);
-
-        } else {
-            ngx_queue_remove(&nn->sn.queue);
-            ngx_queue_insert_head(&sh->neg.lru, &nn->sn.queue);
-        }
-
-        nn->expires = ngx_current_msec + ttl;
 
         goto done;
     }
 
-    sn = ngx_http_session_zone_lookup(&sh->neg, p->hash);
-    if (sn) {
-        ngx_http_session_zone_delete(ctx, &sh->neg, sn);
-    }
+    ngx_http_session_zone_drop(ctx, &sh->neg, p->hash);
 
-    an = (ngx_http_session_auth_node_t *)
-             ngx_http_session_zone_lookup(&sh->auth, p->hash);
-
+    an = ngx_http_session_auth_entry(ctx, &sh->auth, p->hash,
+                                     sizeof(ngx_http_session_auth_node_t), 1);
     if (an == NULL) {
-        an = ngx_http_session_auth_alloc(ctx,
-                                      sizeof(ngx_http_session_auth_node_t), 1);
-        if (an == NULL) {
-            /* a cache: going without is slower, never wrong */
-            goto done;
-        }
-
-        ngx_http_session_zone_insert(&sh->auth, &an->sn, p->hash);
-
-    } else {
-        ngx_queue_remove(&an->sn.queue);
-        ngx_queue_insert_head(&sh->auth.lru, &an->sn.queue);
+        goto done;
     }
 
     an->status = status;
@@ -223,6 +187,41 @@ done:
                       "found valid within the last hour, make the zone "
                       "larger", &zone->shm.name, forgotten);
     }
+}
+
+
+/*
+ * The entry of hash in a cache tree, at the hot end; made if there is
+ * none, of size bytes with room as ngx_http_session_auth_alloc() makes it
+ * (unknown keys, known 0, also keep to their budget).  NULL without room:
+ * a cache, going without is slower, never wrong.
+ */
+
+static void *
+ngx_http_session_auth_entry(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, u_char *hash, size_t size,
+    ngx_uint_t known)
+{
+    ngx_http_session_zone_node_t  *sn;
+
+    sn = ngx_http_session_zone_lookup(t, hash);
+
+    if (sn) {
+        ngx_http_session_zone_touch(t, sn);
+        return sn;
+    }
+
+    if (!known && t->n >= ctx->sh->neg_max) {
+        (void) ngx_http_session_zone_evict(ctx, t, 1);
+    }
+
+    sn = ngx_http_session_auth_alloc(ctx, size, known);
+
+    if (sn) {
+        ngx_http_session_zone_insert(t, sn, hash);
+    }
+
+    return sn;
 }
 
 
@@ -295,7 +294,6 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_msec_t ttl)
 {
     ngx_uint_t                     n;
-    ngx_queue_t                   *q;
     ngx_http_session_zone_sh_t    *sh;
     ngx_http_session_seen_node_t  *vn;
 
@@ -303,11 +301,13 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
 
     /* keys whose hour is over, a few at a time */
 
-    for (n = 0; n < 2 && !ngx_queue_empty(&sh->seen.lru); n++) {
-        q = ngx_queue_last(&sh->seen.lru);
-        vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
+    for (n = 0; n < 2; n++) {
+        vn = (ngx_http_session_seen_node_t *)
+                 ngx_http_session_zone_coldest(&sh->seen);
 
-        if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
+        if (vn == NULL
+            || (ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0)
+        {
             break;
         }
 
@@ -318,8 +318,7 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
              ngx_http_session_zone_lookup(&sh->seen, hash);
 
     if (vn) {
-        ngx_queue_remove(&vn->sn.queue);
-        ngx_queue_insert_head(&sh->seen.lru, &vn->sn.queue);
+        ngx_http_session_zone_touch(&sh->seen, &vn->sn);
 
     } else {
         if (sh->seen.n >= sh->seen_max) {
@@ -347,19 +346,6 @@ ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
 }
 
 
-static void
-ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
-    u_char *hash)
-{
-    ngx_http_session_zone_node_t  *sn;
-
-    sn = ngx_http_session_zone_lookup(&ctx->sh->seen, hash);
-    if (sn) {
-        ngx_http_session_zone_delete(ctx, &ctx->sh->seen, sn);
-    }
-}
-
-
 /*
  * Frees the key found valid least recently, counted as forgotten unless
  * its hour was over anyway; 0 when there is none.
@@ -368,15 +354,13 @@ ngx_http_session_auth_seen_drop(ngx_http_session_zone_ctx_t *ctx,
 static ngx_uint_t
 ngx_http_session_auth_seen_evict(ngx_http_session_zone_ctx_t *ctx)
 {
-    ngx_queue_t                   *q;
     ngx_http_session_seen_node_t  *vn;
 
-    if (ngx_queue_empty(&ctx->sh->seen.lru)) {
+    vn = (ngx_http_session_seen_node_t *)
+             ngx_http_session_zone_coldest(&ctx->sh->seen);
+    if (vn == NULL) {
         return 0;
     }
-
-    q = ngx_queue_last(&ctx->sh->seen.lru);
-    vn = ngx_queue_data(q, ngx_http_session_seen_node_t, sn.queue);
 
     if ((ngx_msec_int_t) (vn->expires - ngx_current_msec) > 0) {
         ctx->sh->seen_forgotten++;
@@ -391,9 +375,8 @@ ngx_http_session_auth_seen_evict(ngx_http_session_zone_ctx_t *ctx)
 void
 ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
 {
-    ngx_http_session_zone_sh_t    *sh;
-    ngx_http_session_zone_node_t  *sn;
-    ngx_http_session_zone_ctx_t   *ctx;
+    ngx_http_session_zone_sh_t   *sh;
+    ngx_http_session_zone_ctx_t  *ctx;
 
     ctx = zone->data;
     sh = ctx->sh;
@@ -402,19 +385,12 @@ ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
 
     sh->auth_generation++;
 
-    sn = ngx_http_session_zone_lookup(&sh->auth, hash);
-    if (sn) {
-        ngx_http_session_zone_delete(ctx, &sh->auth, sn);
-    }
-
-    sn = ngx_http_session_zone_lookup(&sh->neg, hash);
-    if (sn) {
-        ngx_http_session_zone_delete(ctx, &sh->neg, sn);
-    }
+    ngx_http_session_zone_drop(ctx, &sh->auth, hash);
+    ngx_http_session_zone_drop(ctx, &sh->neg, hash);
 
     /* deleted: its failures count again (docs/api.md §10) */
 
-    ngx_http_session_auth_seen_drop(ctx, hash);
+    ngx_http_session_zone_drop(ctx, &sh->seen, hash);
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
 }

@@ -17,7 +17,6 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
     uint32_t                       remaining;
     ngx_int_t                      rc;
     ngx_uint_t                     n;
-    ngx_queue_t                   *q;
     ngx_http_session_zone_sh_t    *sh;
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_fail_node_t  *fn;
@@ -30,11 +29,11 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
 
     /* addresses whose minute is over, a few at a time */
 
-    for (n = 0; n < 2 && !ngx_queue_empty(&sh->fail.lru); n++) {
-        q = ngx_queue_last(&sh->fail.lru);
-        fn = ngx_queue_data(q, ngx_http_session_fail_node_t, sn.queue);
+    for (n = 0; n < 2; n++) {
+        fn = (ngx_http_session_fail_node_t *)
+                 ngx_http_session_zone_coldest(&sh->fail);
 
-        if (fn->minute >= f->minute) {
+        if (fn == NULL || fn->minute >= f->minute) {
             break;
         }
 
@@ -78,8 +77,7 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         ngx_http_session_zone_insert(&sh->fail, &fn->sn, f->key);
 
     } else {
-        ngx_queue_remove(&fn->sn.queue);
-        ngx_queue_insert_head(&sh->fail.lru, &fn->sn.queue);
+        ngx_http_session_zone_touch(&sh->fail, &fn->sn);
     }
 
     switch (f->op) {

@@ -166,15 +166,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
 done:
 
-    if (evicted) {
-        sh->evictions += evicted;
-
-        if (sh->last_full_alert != take->now) {
-            sh->last_full_alert = take->now;
-            take->evicted = sh->evictions - sh->evictions_alerted;
-            sh->evictions_alerted = sh->evictions;
-        }
-    }
+    ngx_http_session_zone_evicted(sh, take, evicted);
 }
 
 
@@ -321,7 +313,6 @@ static ngx_http_session_lease_node_t *
 ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_uint_t *evicted)
 {
-    ngx_queue_t                    *q;
     ngx_http_session_zone_sh_t     *sh;
     ngx_http_session_lease_node_t  *ln, *old;
 
@@ -331,8 +322,7 @@ ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
              ngx_http_session_zone_lookup(&sh->lease, hash);
 
     if (ln) {
-        ngx_queue_remove(&ln->sn.queue);
-        ngx_queue_insert_head(&sh->lease.lru, &ln->sn.queue);
+        ngx_http_session_zone_touch(&sh->lease, &ln->sn);
         return ln;
     }
 
@@ -345,12 +335,11 @@ ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
         if (ngx_http_session_zone_evict(ctx, &sh->neg, 16) == 0
             && ngx_http_session_zone_evict(ctx, &sh->auth, 16) == 0)
         {
-            if (ngx_queue_empty(&sh->lease.lru)) {
+            old = (ngx_http_session_lease_node_t *)
+                      ngx_http_session_zone_coldest(&sh->lease);
+            if (old == NULL) {
                 return NULL;
             }
-
-            q = ngx_queue_last(&sh->lease.lru);
-            old = ngx_queue_data(q, ngx_http_session_lease_node_t, sn.queue);
 
             ngx_http_session_lease_drop(ctx, old);
             (*evicted)++;
@@ -438,17 +427,15 @@ ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute)
 {
     ngx_uint_t                      n, i;
-    ngx_queue_t                    *q;
     ngx_http_session_lease_node_t  *ln;
 
     for (n = 0; n < 2; n++) {
 
-        if (ngx_queue_empty(&ctx->sh->lease.lru)) {
+        ln = (ngx_http_session_lease_node_t *)
+                 ngx_http_session_zone_coldest(&ctx->sh->lease);
+        if (ln == NULL) {
             return;
         }
-
-        q = ngx_queue_last(&ctx->sh->lease.lru);
-        ln = ngx_queue_data(q, ngx_http_session_lease_node_t, sn.queue);
 
         for (i = 0; i < NGX_HTTP_SESSION_NCLASSES; i++) {
             if (ln->leases[i].minute + 1 >= minute) {

@@ -93,8 +93,7 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         ngx_http_session_zone_insert(&sh->rate, &rn->sn, hash);
 
     } else {
-        ngx_queue_remove(&rn->sn.queue);
-        ngx_queue_insert_head(&sh->rate.lru, &rn->sn.queue);
+        ngx_http_session_zone_touch(&sh->rate, &rn->sn);
     }
 
     c = &rn->counters[take->cls];
@@ -117,17 +116,7 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         take->now = (time_t) counted * NGX_HTTP_SESSION_WINDOW_SECONDS;
     }
 
-    if (evicted) {
-        sh->evictions += evicted;
-
-        /* one ALERT a second, counting every eviction since the last */
-
-        if (sh->last_full_alert != take->now) {
-            sh->last_full_alert = take->now;
-            take->evicted = sh->evictions - sh->evictions_alerted;
-            sh->evictions_alerted = sh->evictions;
-        }
-    }
+    ngx_http_session_zone_evicted(sh, take, evicted);
 }
 
 
@@ -160,17 +149,15 @@ ngx_http_session_rate_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute)
 {
     ngx_uint_t                     n, i, live;
-    ngx_queue_t                   *q;
     ngx_http_session_rate_node_t  *rn;
 
     for (n = 0; n < 2; n++) {
 
-        if (ngx_queue_empty(&ctx->sh->rate.lru)) {
+        rn = (ngx_http_session_rate_node_t *)
+                 ngx_http_session_zone_coldest(&ctx->sh->rate);
+        if (rn == NULL) {
             return;
         }
-
-        q = ngx_queue_last(&ctx->sh->rate.lru);
-        rn = ngx_queue_data(q, ngx_http_session_rate_node_t, sn.queue);
 
         live = 0;
 

@@ -204,6 +204,14 @@ void ngx_http_session_zone_delete(ngx_http_session_zone_ctx_t *ctx,
 /* frees up to n entries from the cold end of a tree; returns how many */
 ngx_uint_t ngx_http_session_zone_evict(ngx_http_session_zone_ctx_t *ctx,
     ngx_http_session_zone_tree_t *t, ngx_uint_t n);
+void ngx_http_session_zone_touch(ngx_http_session_zone_tree_t *t,
+    ngx_http_session_zone_node_t *sn);
+void ngx_http_session_zone_drop(ngx_http_session_zone_ctx_t *ctx,
+    ngx_http_session_zone_tree_t *t, u_char *hash);
+ngx_http_session_zone_node_t *ngx_http_session_zone_coldest(
+    ngx_http_session_zone_tree_t *t);
+void ngx_http_session_zone_evicted(ngx_http_session_zone_sh_t *sh,
+    ngx_http_session_take_t *take, ngx_uint_t evicted);
 
 /*
  * zone_rate.c's step for zone_auth.c, which admits a cached key in the
