@@ -22,6 +22,10 @@
 # waiting poll catches up with what happened meanwhile.  TEST 6-10: host
 # names, through the resolver (a name only the test's DNS responder
 # knows: a getaddrinfo() in a worker would fail) and without one.
+# TEST 13: the statements' PREPARE of a new connection waits for a lock
+# (a migration's ACCESS EXCLUSIVE) with the server's statement_timeout
+# off: given up after session_db_timeout, the connection made again,
+# requests answered 503 meanwhile, served once the lock is gone.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -223,6 +227,10 @@ $ENV{TEST_NGINX_SESSION_DB_REC} = nginx_quote(
 $ENV{TEST_NGINX_SESSION_DB_RECOPT} = nginx_quote(
     "host=127.0.0.1 port=$REC options='-c plan_cache_mode=auto"
     . " -c statement_timeout=7000' $REST");
+
+# the operator turned the server's statement_timeout off
+$ENV{TEST_NGINX_SESSION_DB_NOTIMEOUT} = nginx_quote(
+    "$ENV{TEST_NGINX_SESSION_DB} options='-c statement_timeout=0'");
 
 # the options of the pool connections that the stand-in has seen (one
 # per worker), once there are two; the records are removed
@@ -577,6 +585,43 @@ sub resolved_again {
     ok($back, "$name - requests are answered after the reconnect");
 }
 
+# A PREPARE held by a lock on sessions, which every pool connection's
+# statements name: the connections made again under the lock wait in it
+# until session_db_timeout, say so, and connect again; requests meanwhile
+# get 503 (the query's own timeout), and all is served once it is gone
+sub prepare_held {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
+    ok($up, "$name - served before");
+
+    my $held = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE;'
+                          . " SET application_name = 't023-lock'",
+                          q{SELECT count(*) FROM pg_stat_activity}
+                          . q{ WHERE application_name = 't023-lock'});
+
+    psql(q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
+         . q{ WHERE application_name = 'nginx session pool'});
+
+    my $re = qr/no answer to the statements' PREPARE within 1000 ms,/;
+    my ($gave_up) = wait_until(10, 0.05, sub { error_log_count($re) >= 2 });
+    ok($gave_up, "$name - the PREPARE given up on, on both workers");
+
+    my $t0 = Time::HiRes::time();
+    my $status = get_status();
+    my $took = Time::HiRes::time() - $t0;
+    is($status, 503, "$name - a request meanwhile: 503");
+    cmp_ok($took, '<', 3, "$name - within session_db_timeout");
+
+    my ($again) = wait_until(10, 0.05, sub { error_log_count($re) >= 4 });
+    ok($again, "$name - connected again and given up again");
+
+    psql_end($held, 'ROLLBACK');
+
+    my ($back) = wait_until(10, 0.05, sub { get_status() == 200 });
+    ok($back, "$name - served once the lock is gone");
+}
+
 master_on();
 workers(2);
 no_shuffle();
@@ -592,7 +637,8 @@ add_block_preprocessor(sub {
              ? '$TEST_NGINX_SESSION_DB_' . ($block->db =~ s/\s+//gr)
            : '$TEST_NGINX_SESSION_DB_LIST';
 
-    my $extra = $silent ? "session_db_timeout 1s;\n"
+    my $extra = $block->name =~ /PREPARE/ ? "session_db_timeout 1s;\n"
+              : $silent ? "session_db_timeout 1s;\n"
                           . "    session_db_idle_check 1s;\n"
               : defined $block->resolver
                 ? "resolver 127.0.0.1:\$TEST_NGINX_DNS_PORT ipv6=off;\n"
@@ -798,3 +844,18 @@ GET /api/v1/sessions?limit=1
 --- must_die
 --- error_log eval
 qr/\[emerg\] .*host not found in "session_db": "nowhere\.t023\.invalid"/
+
+
+
+=== TEST 13: a PREPARE held by a lock, statement_timeout off: connected again
+--- db: NOTIMEOUT
+--- check: prepare_held
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- error_log eval
+qr/no answer to the statements' PREPARE within 1000 ms, connecting again/
+--- no_error_log
+[alert]

@@ -688,11 +688,13 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
         return;
     }
 
-    if (dc->checking || dc->probing) {
+    if (dc->checking || dc->probing || dc->preparing) {
         ngx_log_error(NGX_LOG_ERR, dc->log, 0,
                       "session db: no answer to the %s within "
                       "%M ms%s, connecting again",
-                      dc->checking ? "idle check" : "first statement",
+                      dc->checking ? "idle check"
+                      : dc->probing ? "first statement"
+                                    : "statements' PREPARE",
                       dc->timeout,
                       dc->notify ? " on the LISTEN connection" : "");
         ngx_http_session_db_conn_fail(dc);
@@ -924,6 +926,11 @@ ngx_http_session_db_read(ngx_http_session_db_conn_t *dc)
 static void
 ngx_http_session_db_answered(ngx_http_session_db_conn_t *dc, PGresult *res)
 {
+    if (dc->timer.timer_set) {
+        /* the first statement's, the idle check's or the PREPARE's */
+        ngx_del_timer(&dc->timer);
+    }
+
     ngx_http_session_db_conn_idle(dc);
 
     if (dc->probing) {
@@ -979,6 +986,29 @@ ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
     }
 
     return ngx_http_session_db_conn_busy(dc);
+}
+
+
+/*
+ * A PREPARE waits for the locks of the tables it names (a migration's
+ * ACCESS EXCLUSIVE among them) and the server's statement_timeout may be
+ * off (the operator's options, a pooler): like the first statement, it
+ * has session_db_timeout to be answered
+ */
+
+ngx_int_t
+ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
+    const char *sql)
+{
+    if (ngx_http_session_db_conn_send(dc, sql) != NGX_OK) {
+        return NGX_ERROR;
+    }
+
+    dc->preparing = 1;
+
+    ngx_add_timer(&dc->timer, dc->timeout);
+
+    return NGX_OK;
 }
 
 

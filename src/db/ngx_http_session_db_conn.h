@@ -168,6 +168,14 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);
 
 /*
+ * The statements' PREPARE as text, answered to dc->answer with
+ * dc->preparing set: within session_db_timeout, or the connection is made
+ * again
+ */
+ngx_int_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
+    const char *sql);
+
+/*
  * The owner has handed libpq what to send (PQsendQueryParams(), a
  * pipeline): the connection is busy until it is answered
  */

@@ -656,10 +656,7 @@ ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
     if (copies && copies->prepare && !dc->prepared
         && !(dc->pooled && copies->pooler == NGX_HTTP_SESSION_POOLER_OFF))
     {
-        dc->preparing = 1;
-
-        if (ngx_http_session_db_conn_send(dc, copies->prepare) != NGX_OK) {
-            dc->preparing = 0;
+        if (ngx_http_session_db_conn_prepare(dc, copies->prepare) != NGX_OK) {
             ngx_http_session_db_conn_fail(dc);
         }
 

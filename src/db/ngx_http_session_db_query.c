@@ -249,10 +249,7 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
     if (pool && pool->prepare && !dc->prepared
         && !(dc->pooled && pool->pooler == NGX_HTTP_SESSION_POOLER_OFF))
     {
-        dc->preparing = 1;
-
-        if (ngx_http_session_db_conn_send(dc, pool->prepare) != NGX_OK) {
-            dc->preparing = 0;
+        if (ngx_http_session_db_conn_prepare(dc, pool->prepare) != NGX_OK) {
             ngx_http_session_db_conn_fail(dc);
         }
 
