@@ -472,6 +472,19 @@ $checks{big} = sub {
         ok(($c->{content} // '') eq $bytes,
            "$name - If-None-Match: $inm - the bytes");
     }
+
+    # around the first slice (16k with the answer's headers) and the
+    # next ones (session_image_chunk_size, 64k): byte for byte
+    for my $n (16383, 16384, 16385, 65536, 16384 + 65536,
+               16384 + 65536 + 1)
+    {
+        my $b = big_png($n);
+        my $i = upload_ok($s->{id}, 'image/png', $b);
+        my $c = api('GET', "/api/v1/sessions/$s->{id}/images/$i->{id}"
+                           . '/content', $KEY{MAIN});
+        is($c->{status}, 200, "$name - $n bytes - 200");
+        ok(($c->{content} // '') eq $b, "$name - $n bytes - byte for byte");
+    }
 };
 
 # 50 uploads at once into one session (4 workers): sequences 1 .. 50

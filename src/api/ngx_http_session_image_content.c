@@ -208,7 +208,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r,
         return rc;
     }
 
-    want = ngx_min((size_t) size, slcf->image_chunk_size);
+    want = ngx_min((size_t) size, ngx_http_session_image_first_slice(slcf));
 
     if (size == 0
         || PQgetisnull(res, 0, 6)

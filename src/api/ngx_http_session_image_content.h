@@ -16,6 +16,20 @@
 #define NGX_HTTP_SESSION_IMAGE_ETAG_LEN  64
 
 
+/*
+ * The first slice of a download, with the answer's headers: at most 16k
+ * (or session_image_chunk_size when smaller), so that the first byte of
+ * a large image costs the first query no more than a small image's
+ * whole does (its TOAST pieces, its bytes through libpq); the next
+ * slices are of session_image_chunk_size (decision (zf))
+ */
+#define NGX_HTTP_SESSION_IMAGE_FIRST_SLICE  16384
+
+#define ngx_http_session_image_first_slice(slcf)                            \
+    ngx_min((slcf)->image_chunk_size,                                       \
+            (size_t) NGX_HTTP_SESSION_IMAGE_FIRST_SLICE)
+
+
 /* the db handler of the content statement: the answer, then its slices */
 void ngx_http_session_image_bytes(ngx_http_session_db_query_t *q,
     PGresult *res);

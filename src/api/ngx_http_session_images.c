@@ -530,7 +530,8 @@ ngx_http_session_image_content(ngx_http_request_t *r,
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    *ngx_sprintf(chunk, "%uz", slcf->image_chunk_size) = '\0';
+    *ngx_sprintf(chunk, "%uz", ngx_http_session_image_first_slice(slcf))
+        = '\0';
 
     ngx_http_session_db_param(q, (*tags == '\0') ? NULL : tags, 0, 0);
     ngx_http_session_db_param(q, r->header_only ? "false" : "true", 0, 0);
