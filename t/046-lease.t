@@ -184,6 +184,84 @@ $C->start;
 }
 
 
+# --- the next window's first blocks, leased together ----------------------
+
+{
+    # keys that lease their next window's first block from second 53 at
+    # the latest (45 + the sixth byte of the key's hash modulo 12,
+    # zone_lease.c)
+    my @keys;
+    my $n = 0;
+
+    while (@keys < 7) {
+        my $key = fixture(plan => 'unlimited',
+                          name => "$TAG-next-" . $n++)->{key};
+        push @keys, $key
+            if 45 + hex(substr(key_hash_hex($key), 10, 2)) % 12 <= 53;
+    }
+
+    # from second 54 to 56 of a minute
+    my $now = Time::HiRes::time();
+    my $at = POSIX::floor($now / 60) * 60 + 54;
+
+    $at += 60 if $now > $at + 2;
+
+    if ($at > $now) {
+        note(sprintf 'waiting %.1f s for second 54', $at - $now);
+        Time::HiRes::sleep($at - $now);
+    }
+
+    my $next = POSIX::floor(Time::HiRes::time() / 60) + 1;
+
+    # the next window's budget of one of them leased out (to other nodes)
+    my $spent = pop @keys;
+
+    psql("INSERT INTO rate_leases (minute, key_hash, class, granted, given,"
+         . " nodes) VALUES ($next, '\\x" . key_hash_hex($spent)
+         . "'::bytea, 2, $LIMIT, $LIMIT, '{1}')");
+
+    # busy keys: each admitted 8 times (from its first lease's 10)
+    for (1 .. 8) {
+        nope($C, $_) for @keys, $spent;
+    }
+
+    my $in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" } @keys;
+    my $rows = "FROM rate_leases WHERE minute = $next AND class = 2"
+               . " AND key_hash IN ($in)";
+
+    my ($ok) = wait_until(3, 0.05, sub {
+        psql("SELECT count(*) $rows") == @keys;
+    });
+
+    ok($ok, 'next window: each busy key leased its first block ahead');
+
+    # one statement's rows are one transaction's
+    my $statements = psql("SELECT count(DISTINCT xmin::text) $rows");
+
+    cmp_ok($statements, '<', scalar @keys,
+           'next window: ' . scalar(@keys) . " keys' blocks in $statements"
+           . ' statements');
+
+    my $left = reset_of(Time::HiRes::time()) - Time::HiRes::time();
+    Time::HiRes::sleep($left + 0.05) if $left > 0;
+
+    my $s0 = $C->status(0)->{rate_limit};
+    my @st = map { nope($C, $_)->{status} } @keys;
+
+    is("@st", join(' ', (404) x @keys),
+       'next window: each key admitted at once from its block');
+    is(nope($C, $spent)->{status}, 429,
+       'next window: a key whose budget was leased out gets 429');
+
+    my $s1 = $C->status(0)->{rate_limit};
+
+    is($s1->{waits} - $s0->{waits}, 0,
+       'next window: no request waited for a lease');
+    is($s1->{leases} - $s0->{leases}, 0,
+       'next window: no lease statement at the turn of the minute');
+}
+
+
 # --- a slow database: the lease row locked past session_db_timeout ---------
 
 {

@@ -74,6 +74,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     take->evicted = 0;
     take->lease = 0;
     take->asked = 0;
+    take->next = 0;
 
     ngx_http_session_lease_expire(ctx, minute);
 
@@ -145,6 +146,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
             /* the window ends soon and the key is busy: the next one's */
             take->lease = size;
             take->minute = minute + 1;
+            take->next = 1;
 
         } else {
             goto done;
