@@ -43,7 +43,10 @@
 #    database of BENCH_SESSION_DB on another machine: nginx's only).
 #
 # BENCH_CLUSTER_ONLY=turn runs the turn of a minute alone (the warm-up,
-# then BENCH_CLUSTER_TURN runs of each set).  BENCH_CLUSTER_TRACE=FILE
+# then BENCH_CLUSTER_TURN runs of each set).  BENCH_CLUSTER_TURN_KEYS=new
+# gives each run of the turn 1,000 keys of its own, busy from second 47
+# (no block leased yet, no rate known: the keys wake up just before the
+# turn) instead of the 1,000 keys of the other runs (same).  BENCH_CLUSTER_TRACE=FILE
 # appends a line a second of each run of part 1 to FILE (second of the
 # minute; the set's 404s, lease statements and requests that waited; CPU
 # ms of its nginx and of PostgreSQL), and after each run what
@@ -610,21 +613,28 @@ done
 # first block of the next one ahead)
 
 TURN=${BENCH_CLUSTER_TURN:-2}
+TURN_KEYS=${BENCH_CLUSTER_TURN_KEYS:-same}
 
 for round in $(seq "$TURN"); do
     order=(node cluster)
     [ $((round % 2)) = 0 ] && order=(cluster node)
 
     for scope in "${order[@]}"; do
+        # new: keys that nothing used before, busy from second 47 on
+        turnkeys=$W/keys
+        if [ "$TURN_KEYS" = new ]; then
+            turnkeys=$W/keys-turn
+            keys "$NKEYS" "$turnkeys"
+        fi
         left=$(( 60 - $(date +%s) % 60 ))
         if [ "$left" -lt 13 ]; then
             sleep $((left + 47))
         else
             sleep $((left - 13))
         fi
-        wrk_run "$scope" /api/v1/nope "@$W/keys" 2s >/dev/null
+        wrk_run "$scope" /api/v1/nope "@$turnkeys" 2s >/dev/null
         DURATION=13s measure "across a minute's turn" "$scope" \
-            /api/v1/nope "@$W/keys"
+            /api/v1/nope "@$turnkeys"
     done
 done
 
@@ -704,6 +714,8 @@ report() {
             && label="$NKEYS keys, admitted, across a minute's turn"
         [ "$name" = "across a minute's turn" ] \
             && label+=" (13 s, $TURN times)"
+        [ "$name" = "across a minute's turn" ] && [ "$TURN_KEYS" = new ] \
+            && label+=", new keys each time"
         printf '| %s | %.0f | %.0f | %.2f | %s | %s | %.2f | %s | %s |\n' \
                "$label" "$rn" "$rc" \
                "$(pairs "${ALLRPS[$name/node]}" "${ALLRPS[$name/cluster]}")" \
