@@ -12,7 +12,7 @@
 # threads, thread i connected to node i of the set under test
 # (bench/cluster.lua), BENCH_CLUSTER_CONNECTIONS (48) connections in all:
 # every node gets a third of the load, as behind a round-robin balancer.
-# The two sets take turns, run by run, BENCH_CLUSTER_ROUNDS (3) times,
+# The two sets take turns, run by run, BENCH_CLUSTER_ROUNDS (5) times,
 # every other round the cluster set first; medians are reported, and
 # each ratio is the median of the rounds' own ratios (the two runs of a
 # round are next to each other, so the machine's drift cancels).
@@ -692,7 +692,8 @@ report() {
     echo "\`bash util/bench-cluster.sh\`: two sets of $NODES nodes" \
          "($WORKERS worker each) on one database, one wrk" \
          "(-t$NODES -c$CONNS -d$DURATION, thread i on node i)," \
-         "median of $ROUNDS runs each, the sets in turn; a ratio is the" \
+         "median of $([ "$ONLY" = turn ] && echo "$TURN" || echo "$ROUNDS")" \
+         "runs each, the sets in turn; a ratio is the" \
          "median of the rounds' cluster/node ratios."
     echo
     echo "| load | node: requests/s | cluster: requests/s | ratio (goal ≥ 0.90) | node: p99 ms | cluster: p99 ms | ratio (goal ≤ 1.20) | cluster: lease statements per 1,000 requests | cluster: requests that waited per 1,000 |"
