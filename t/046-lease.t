@@ -323,9 +323,10 @@ $C->stop;
     my $in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" } @keys;
     my $rows = "FROM rate_leases WHERE minute = $next AND class = 2"
                . " AND key_hash IN ($in)";
-    my $fast_row = "SELECT granted FROM rate_leases WHERE minute = $next"
-                   . " AND class = 2 AND key_hash = '\\x"
-                   . key_hash_hex($fast) . "'::bytea";
+    my $fast_row_where = "FROM rate_leases WHERE minute = $next"
+                         . " AND class = 2 AND key_hash = '\\x"
+                         . key_hash_hex($fast) . "'::bytea";
+    my $fast_row = "SELECT granted $fast_row_where";
 
     my ($ok) = wait_until(3, 0.05, sub {
         psql("SELECT count(*) $rows") == @keys && psql($fast_row) ne '';
@@ -345,7 +346,9 @@ $C->stop;
     cmp_ok($fast_block, '>', 40,
            "next window: a block from the key's rate ($fast_block)");
     cmp_ok($fast_block, '<=', $limit / 10,
-           'next window: at most a tenth of the limit');
+           'next window: at most a tenth of the limit')
+        or diag(psql("SELECT granted, given, nodes, xmin $fast_row_where"),
+                "\n", $n->error_log(0));
 
     my $left = reset_of(Time::HiRes::time()) - Time::HiRes::time();
     Time::HiRes::sleep($left + 0.05) if $left > 0;
