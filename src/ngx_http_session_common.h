@@ -200,6 +200,8 @@ typedef struct {
     /* a lease in flight longer than this is taken for lost */
     uint32_t                    stale;
     unsigned                    cluster:1;
+    /* the lease is the next window's first block, asked for near the end */
+    unsigned                    next:1;
 } ngx_http_session_take_t;
 
 

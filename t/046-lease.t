@@ -9,6 +9,10 @@
 # node leases again by itself once the database answers.  A lease that
 # timed out on the node can still commit in the database when the lock
 # goes: its block is lost to the window (fewer requests, never more).
+# Near the end of a window, busy keys lease their next window's first
+# blocks together, fewer statements than keys (decision (qh)), a block
+# from the key's rate then (decision (qi)), and are admitted at the turn
+# of the minute with no statement and no wait.
 #
 # The node is t/lib/Cluster.pm's, with one worker (so that the order of
 # leases is the test's); each check waits for a fresh minute when too
@@ -258,6 +262,114 @@ $C->start;
 }
 
 $C->stop;
+
+
+# --- the next window's first blocks, leased together ----------------------
+
+{
+    my $limit = 1000;
+    my $n = Cluster->new(nodes => 1, workers => 1, http => $HTTP,
+                         location => "session_limits other=$limit;");
+    $n->start;
+
+    # keys that lease their next window's first block from second 53 at
+    # the latest (45 + the sixth byte of the key's hash modulo 12,
+    # zone_lease.c)
+    my @keys;
+    my $k = 0;
+
+    while (@keys < 8) {
+        my $key = fixture(plan => 'unlimited',
+                          name => "$TAG-next-" . $k++)->{key};
+        push @keys, $key
+            if 45 + hex(substr(key_hash_hex($key), 10, 2)) % 12 <= 53;
+    }
+
+    # from second 54 to 56 of a minute
+    my $now = Time::HiRes::time();
+    my $at = POSIX::floor($now / 60) * 60 + 54;
+
+    $at += 60 if $now > $at + 2;
+
+    if ($at > $now) {
+        note(sprintf 'waiting %.1f s for second 54', $at - $now);
+        Time::HiRes::sleep($at - $now);
+    }
+
+    my $next = POSIX::floor(Time::HiRes::time() / 60) + 1;
+
+    # the next window's budget of one of them leased out (to other nodes)
+    my $spent = pop @keys;
+
+    psql("INSERT INTO rate_leases (minute, key_hash, class, granted, given,"
+         . " nodes) VALUES ($next, '\\x" . key_hash_hex($spent)
+         . "'::bytea, 2, $limit, $limit, '{1}')");
+
+    # one key's rate measured: its first block (10, waited for) and the
+    # next (40, ahead of need) at once, 5 more requests 0.15 s later: its
+    # next window's block is what it would admit in 30 s at that rate
+    # (at most a tenth of the limit), not the last block's 40
+    my $fast = pop @keys;
+
+    nope($n, $fast) for 1 .. 2;
+    Time::HiRes::sleep(0.15);
+    nope($n, $fast) for 1 .. 5;
+
+    # busy keys: each admitted 8 times
+    for (1 .. 8) {
+        nope($n, $_) for @keys, $spent;
+    }
+
+    my $in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" } @keys;
+    my $rows = "FROM rate_leases WHERE minute = $next AND class = 2"
+               . " AND key_hash IN ($in)";
+    my $fast_row_where = "FROM rate_leases WHERE minute = $next"
+                         . " AND class = 2 AND key_hash = '\\x"
+                         . key_hash_hex($fast) . "'::bytea";
+    my $fast_row = "SELECT granted $fast_row_where";
+
+    my ($ok) = wait_until(3, 0.05, sub {
+        psql("SELECT count(*) $rows") == @keys && psql($fast_row) ne '';
+    });
+
+    ok($ok, 'next window: each busy key leased its first block ahead');
+
+    # one statement's rows are one transaction's
+    my $statements = psql("SELECT count(DISTINCT xmin::text) $rows");
+
+    cmp_ok($statements, '<', scalar @keys,
+           'next window: ' . scalar(@keys) . " keys' blocks in $statements"
+           . ' statements');
+
+    my $fast_block = psql($fast_row);
+
+    cmp_ok($fast_block, '>', 40,
+           "next window: a block from the key's rate ($fast_block)");
+    cmp_ok($fast_block, '<=', $limit / 10,
+           'next window: at most a tenth of the limit')
+        or diag(psql("SELECT granted, given, nodes, xmin $fast_row_where"),
+                "\n", $n->error_log(0));
+
+    my $left = reset_of(Time::HiRes::time()) - Time::HiRes::time();
+    Time::HiRes::sleep($left + 0.05) if $left > 0;
+
+    my $s0 = $n->status(0)->{rate_limit};
+    my @st = map { nope($n, $_)->{status} } @keys, $fast;
+
+    is("@st", join(' ', (404) x (@keys + 1)),
+       'next window: each key admitted at once from its block');
+    is(nope($n, $spent)->{status}, 429,
+       'next window: a key whose budget was leased out gets 429');
+
+    my $s1 = $n->status(0)->{rate_limit};
+
+    is($s1->{waits} - $s0->{waits}, 0,
+       'next window: no request waited for a lease');
+    is($s1->{leases} - $s0->{leases}, 0,
+       'next window: no lease statement at the turn of the minute');
+
+    $n->stop;
+}
 
 
 # --- the database gone: its connections cut ---------------------------------

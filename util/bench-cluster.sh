@@ -12,7 +12,7 @@
 # threads, thread i connected to node i of the set under test
 # (bench/cluster.lua), BENCH_CLUSTER_CONNECTIONS (48) connections in all:
 # every node gets a third of the load, as behind a round-robin balancer.
-# The two sets take turns, run by run, BENCH_CLUSTER_ROUNDS (3) times,
+# The two sets take turns, run by run, BENCH_CLUSTER_ROUNDS (5) times,
 # every other round the cluster set first; medians are reported, and
 # each ratio is the median of the rounds' own ratios (the two runs of a
 # round are next to each other, so the machine's drift cancels).
@@ -38,6 +38,22 @@
 #    run 8 s, shorter than what is left of its minute, with keys of its
 #    own.
 #
+# 3. CPU per 1,000 requests of each run of part 1: the scheduler's time
+#    of the set's nginx workers and of every PostgreSQL process (a
+#    database of BENCH_SESSION_DB on another machine: nginx's only).
+#
+# BENCH_CLUSTER_ONLY=turn runs the turn of a minute alone (the warm-up,
+# then BENCH_CLUSTER_TURN runs of each set).  BENCH_CLUSTER_TURN_KEYS=new
+# gives each run of the turn 1,000 keys of its own, busy from second 47
+# (no block leased yet, no rate known: the keys wake up just before the
+# turn) instead of the 1,000 keys of the other runs (same).  BENCH_CLUSTER_TRACE=FILE
+# appends a line a second of each run of part 1 to FILE (second of the
+# minute; the set's 404s, lease statements and requests that waited; CPU
+# ms of its nginx and of PostgreSQL), and after each run what
+# pg_stat_statements and pg_stat_wal counted in it (the throw-away
+# PostgreSQL then loads pg_stat_statements).  BENCH_PORTS (bench-lib.sh)
+# is the range of the ports it picks.
+#
 # On a 2-CPU machine the six nginx, PostgreSQL and wrk share two CPUs:
 # what counts is each ratio of the two sets in the same run, not the
 # absolute figures.  Prints a Markdown section on stdout
@@ -59,6 +75,8 @@ CONNS=${BENCH_CLUSTER_CONNECTIONS:-48}
 DURATION=${BENCH_CLUSTER_DURATION:-5s}
 ROUNDS=${BENCH_CLUSTER_ROUNDS:-5}
 NKEYS=${BENCH_CLUSTER_KEYS:-1000}
+ONLY=${BENCH_CLUSTER_ONLY:-}
+TRACE=${BENCH_CLUSTER_TRACE:-}
 OUT=${BENCH_CLUSTER_OUT:--}
 NODES=3
 
@@ -91,7 +109,12 @@ if [ -z "$DB" ] && [ "${1:-}" != --inside-pg-virtualenv ]; then
     export PGPORT
     report_file=$(mktemp /tmp/ngx-session-bench-cluster-report.XXXXXX)
     rc=0
-    BENCH_CLUSTER_OUT=$report_file pg_virtualenv -t -o fsync=on -- \
+    pgss=()
+    if [ -n "$TRACE" ]; then
+        pgss=(-o shared_preload_libraries=pg_stat_statements
+              -o track_wal_io_timing=on -o pg_stat_statements.track=all)
+    fi
+    BENCH_CLUSTER_OUT=$report_file pg_virtualenv -t -o fsync=on "${pgss[@]}" -- \
         bash "$ROOT/util/bench-cluster.sh" --inside-pg-virtualenv >&2 \
         || rc=$?
     if [ "$rc" -eq 0 ]; then
@@ -234,6 +257,155 @@ sum() {
 }
 
 
+# --- CPU time --------------------------------------------------------------
+
+POSTMASTER=
+
+# the local PostgreSQL's postmaster (the checkpointer's parent), if any
+find_postmaster() {
+    local p
+    p=$(sql "SELECT pid FROM pg_stat_activity
+             WHERE backend_type = 'checkpointer'" 2>/dev/null) || p=
+    [ -n "$p" ] || return 0
+    p=$(ps -o ppid= -p "$p" 2>/dev/null || true)
+    p=${p// /}
+    if [ -n "$p" ] && grep -q postgres "/proc/$p/cmdline" 2>/dev/null; then
+        POSTMASTER=$p
+    fi
+}
+
+# cpu_snap SCOPE: "GROUP PID NS" for the set's nginx workers (nginx) and
+# every PostgreSQL process (pg): the scheduler's nanoseconds on a CPU
+# (/proc/PID/task/*/schedstat), as in bench-db.sh
+cpu_snap() {
+    local scope=$1 d p
+    local -a files=()
+
+    for d in "$W/$scope"/*; do
+        for p in $(pgrep -P "$(cat "$d/nginx.pid")"); do
+            files+=(/proc/"$p"/task/*/schedstat)
+        done
+    done
+    if [ -n "$POSTMASTER" ]; then
+        for p in "$POSTMASTER" $(pgrep -P "$POSTMASTER"); do
+            files+=(/proc/"$p"/task/*/schedstat)
+        done
+    fi
+
+    # a process that ended since: skipped, not an error (grep's status 2)
+    { grep -s -H '' "${files[@]}" || true; } | awk '
+        { split($0, a, "/"); split($0, b, ":"); split(b[2], v, " ");
+          s[a[3]] += v[1] }
+        END { for (p in s) print p, s[p] }' \
+        | while read -r p ns; do
+            if grep -qs '^nginx' "/proc/$p/comm"; then
+                echo "nginx $p $ns"
+            else
+                echo "pg $p $ns"
+            fi
+        done
+}
+
+# cpu_delta BEFORE AFTER: "NGINX_MS PG_MS", CPU time between two cpu_snap
+# (a process that ended in between is left out, a new one counted whole)
+cpu_delta() {
+    awk 'NR == FNR { b[$2] = $3; next }
+         { d = $3 - ($2 in b ? b[$2] : 0); t[$1] += d }
+         END { printf "%.1f %.1f\n", t["nginx"] / 1e6, t["pg"] / 1e6 }' \
+        "$1" "$2"
+}
+
+
+# trace NAME SCOPE SECONDS: a line a second to BENCH_CLUSTER_TRACE, for
+# SECONDS: the second of the minute, then over the set's nodes the 404s,
+# lease statements and requests that waited in that second, and the CPU
+# milliseconds of its nginx workers and of PostgreSQL (one perl for all
+# of it, not a curl a node each second)
+trace() {
+    local name=$1 scope=$2 secs=$3 d pids=
+    for d in "$W/$scope"/*; do
+        pids+="$(pgrep -P "$(cat "$d/nginx.pid")" | tr '\n' ' ')"
+    done
+    perl -MHTTP::Tiny -MJSON::PP -MTime::HiRes=time,sleep -e '
+        my ($name, $scope, $secs, $ports, $pids, $pm) = @ARGV;
+        my @ports = split " ", $ports;
+        my @ngx = split " ", $pids;
+        my $http = HTTP::Tiny->new(timeout => 2);
+        sub ns {
+            my $t = 0;
+            for my $p (@_) {
+                for my $f (glob "/proc/$p/task/*/schedstat") {
+                    open my $h, "<", $f or next;
+                    my $l = <$h>;
+                    $t += (split " ", $l)[0];
+                }
+            }
+            return $t;
+        }
+        sub pgpids {
+            return () unless $pm;
+            my @c = ($pm);
+            for my $s (glob "/proc/[0-9]*/stat") {
+                open my $h, "<", $s or next;
+                my $l = <$h>;
+                push @c, $1 if $l =~ /^(\d+) \(.*\) \S (\d+)/ && $2 == $pm;
+            }
+            return @c;
+        }
+        sub snap {
+            my %v = (a => 0, l => 0, w => 0);
+            for my $p (@ports) {
+                my $r = $http->get("http://127.0.0.1:$p/status");
+                next unless $r->{success};
+                my $j = JSON::PP->new->decode($r->{content});
+                $v{a} += $j->{requests}{by_status}{404} // 0;
+                $v{l} += $j->{rate_limit}{leases} // 0;
+                $v{w} += $j->{rate_limit}{waits} // 0;
+            }
+            $v{n} = ns(@ngx);
+            $v{p} = ns(pgpids());
+            return \%v;
+        }
+        open my $out, ">>", $ENV{BENCH_CLUSTER_TRACE} or die;
+        my $t0 = time;
+        my $prev = snap();
+        for my $i (1 .. $secs) {
+            sleep($t0 + $i - time) if $t0 + $i > time;
+            my $cur = snap();
+            printf $out "%s\t%s\t%02d\t%d\t%d\t%d\t%.0f\t%.0f\n",
+                $name, $scope, int(time) % 60,
+                $cur->{a} - $prev->{a}, $cur->{l} - $prev->{l},
+                $cur->{w} - $prev->{w}, ($cur->{n} - $prev->{n}) / 1e6,
+                ($cur->{p} - $prev->{p}) / 1e6;
+            $prev = $cur;
+        }' "$name" "$scope" "$secs" "${PORTS[$scope]}" "$pids" \
+        "$POSTMASTER"
+}
+
+
+# with BENCH_CLUSTER_TRACE, pg_stat_statements and pg_stat_wal over each
+# run, to the trace (a database of BENCH_SESSION_DB may lack them)
+pgss_reset() {
+    sql "CREATE EXTENSION IF NOT EXISTS pg_stat_statements;
+         SELECT pg_stat_statements_reset();
+         SELECT pg_stat_reset_shared('wal')" >/dev/null 2>&1 || true
+}
+
+pgss_dump() {
+    {
+        echo "# $1, $2: statements (calls, ms in all, rows), WAL"
+        sql "SELECT calls, round(total_exec_time::numeric, 1), rows,
+                    left(regexp_replace(query, '\s+', ' ', 'g'), 70)
+               FROM pg_stat_statements
+              WHERE query NOT LIKE '%pg_stat%'
+              ORDER BY total_exec_time DESC LIMIT 6;
+             SELECT 'wal', wal_records, wal_fpi, wal_bytes, wal_write,
+                    wal_sync, round(wal_sync_time::numeric, 1)
+               FROM pg_stat_wal" 2>&1 | sed 's/^/#   /'
+    } >> "$TRACE"
+}
+
+
 # keys N FILE: N new keys of the bench's project, one a line in FILE
 keys() {
     psql -X -q -At -v ON_ERROR_STOP=1 -d "$DB" -o "$2" -c "
@@ -252,7 +424,7 @@ keys() {
 
 # --- wrk ------------------------------------------------------------------
 
-declare -A ALLRPS ALLP99 ALLWAITS ALLSTMTS
+declare -A ALLRPS ALLP99 ALLWAITS ALLSTMTS ALLCPUN ALLCPUP
 
 # ms VALUE: wrk's "1.23ms", "456.00us", "1.02s" in milliseconds
 ms() {
@@ -302,7 +474,7 @@ wrk_run() {
 # measure NAME SCOPE PATH KEY: one run, its figures kept under NAME/SCOPE
 measure() {
     local name=$1 scope=$2 path=$3 key=$4 rps p99 total s0 s1 want
-    local w0 w1 l0 l1
+    local w0 w1 l0 l1 cn cp
 
     want=404
     [ "$path" = /dl/x ] && want=429
@@ -310,7 +482,18 @@ measure() {
     s0=$(sum "$scope" "$want")
     w0=$(sum "$scope" waits)
     l0=$(sum "$scope" leases)
+    if [ -n "$TRACE" ]; then
+        pgss_reset
+        trace "$name" "$scope" "${DURATION%s}" &
+    fi
+    cpu_snap "$scope" > "$W/cpu0"
     read -r rps p99 total < <(wrk_run "$scope" "$path" "$key" "$DURATION")
+    cpu_snap "$scope" > "$W/cpu1"
+    if [ -n "$TRACE" ]; then
+        wait
+        pgss_dump "$name" "$scope"
+    fi
+    read -r cn cp < <(cpu_delta "$W/cpu0" "$W/cpu1")
     s1=$(sum "$scope" "$want")
     w1=$(sum "$scope" waits)
     l1=$(sum "$scope" leases)
@@ -326,8 +509,13 @@ measure() {
                                    'BEGIN { printf "%.3f", 1000 * w / n }') "
     ALLSTMTS[$name/$scope]+="$(awk -v l=$((l1 - l0)) -v n="$total" \
                                    'BEGIN { printf "%.3f", 1000 * l / n }') "
+    ALLCPUN[$name/$scope]+="$(awk -v c="$cn" -v n="$total" \
+                                   'BEGIN { printf "%.2f", 1000 * c / n }') "
+    ALLCPUP[$name/$scope]+="$(awk -v c="$cp" -v n="$total" \
+                                   'BEGIN { printf "%.2f", 1000 * c / n }') "
     log "$name, $scope: $rps requests/s, p99 $p99 ms," \
-        "$((l1 - l0)) leases, $((w1 - w0)) waited, of $total"
+        "$((l1 - l0)) leases, $((w1 - w0)) waited, of $total;" \
+        "CPU ms: nginx $cn, PostgreSQL $cp"
 }
 
 
@@ -364,6 +552,7 @@ per_minute() {
 # --- the run ----------------------------------------------------------------
 
 "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "sessionctl migrate failed"
+find_postmaster
 
 cp "$MODULE" "$W/ngx_http_session_module.so"
 
@@ -402,6 +591,8 @@ SCENARIOS=(
 # measured is a window's steady state (the turn of the minute is below)
 secs=${DURATION%s}
 
+[ "$ONLY" != turn ] || ROUNDS=0
+
 for round in $(seq "$ROUNDS"); do
     order=(node cluster)
     [ $((round % 2)) = 0 ] && order=(cluster node)
@@ -422,21 +613,28 @@ done
 # first block of the next one ahead)
 
 TURN=${BENCH_CLUSTER_TURN:-2}
+TURN_KEYS=${BENCH_CLUSTER_TURN_KEYS:-same}
 
 for round in $(seq "$TURN"); do
     order=(node cluster)
     [ $((round % 2)) = 0 ] && order=(cluster node)
 
     for scope in "${order[@]}"; do
+        # new: keys that nothing used before, busy from second 47 on
+        turnkeys=$W/keys
+        if [ "$TURN_KEYS" = new ]; then
+            turnkeys=$W/keys-turn
+            keys "$NKEYS" "$turnkeys"
+        fi
         left=$(( 60 - $(date +%s) % 60 ))
         if [ "$left" -lt 13 ]; then
             sleep $((left + 47))
         else
             sleep $((left - 13))
         fi
-        wrk_run "$scope" /api/v1/nope "@$W/keys" 2s >/dev/null
+        wrk_run "$scope" /api/v1/nope "@$turnkeys" 2s >/dev/null
         DURATION=13s measure "across a minute's turn" "$scope" \
-            /api/v1/nope "@$W/keys"
+            /api/v1/nope "@$turnkeys"
     done
 done
 
@@ -448,7 +646,10 @@ PER_MINUTE=(
     "one busy key, limit 300|300|/l300/x"
 )
 
+[ "$ONLY" != turn ] || PER_MINUTE=()
+
 for scope in node cluster; do
+    [ "$ONLY" != turn ] || break
     for s in "${PER_MINUTE[@]}"; do
         IFS='|' read -r name limit path <<<"$s"
         busy=$(ctl key create "$PROJECT" | json_field key)
@@ -474,6 +675,12 @@ pairs() {
         | awk '{ printf "%.4f\n", $2 / $1 }' | median
 }
 
+# sums A B: the sums A_i + B_i of two lists of numbers
+sums() {
+    paste <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) \
+        | awk '{ printf "%.2f ", $1 + $2 }'
+}
+
 report() {
     local s name path key n c rn rc pn pc label
 
@@ -485,7 +692,8 @@ report() {
     echo "\`bash util/bench-cluster.sh\`: two sets of $NODES nodes" \
          "($WORKERS worker each) on one database, one wrk" \
          "(-t$NODES -c$CONNS -d$DURATION, thread i on node i)," \
-         "median of $ROUNDS runs each, the sets in turn; a ratio is the" \
+         "median of $([ "$ONLY" = turn ] && echo "$TURN" || echo "$ROUNDS")" \
+         "runs each, the sets in turn; a ratio is the" \
          "median of the rounds' cluster/node ratios."
     echo
     echo "| load | node: requests/s | cluster: requests/s | ratio (goal ≥ 0.90) | node: p99 ms | cluster: p99 ms | ratio (goal ≤ 1.20) | cluster: lease statements per 1,000 requests | cluster: requests that waited per 1,000 |"
@@ -507,6 +715,8 @@ report() {
             && label="$NKEYS keys, admitted, across a minute's turn"
         [ "$name" = "across a minute's turn" ] \
             && label+=" (13 s, $TURN times)"
+        [ "$name" = "across a minute's turn" ] && [ "$TURN_KEYS" = new ] \
+            && label+=", new keys each time"
         printf '| %s | %.0f | %.0f | %.2f | %s | %s | %.2f | %s | %s |\n' \
                "$label" "$rn" "$rc" \
                "$(pairs "${ALLRPS[$name/node]}" "${ALLRPS[$name/cluster]}")" \
@@ -515,6 +725,33 @@ report() {
                "$(median <<<"${ALLSTMTS[$name/cluster]}")" \
                "$(median <<<"${ALLWAITS[$name/cluster]}")"
     done
+
+    echo
+    echo "CPU per 1,000 requests (the scheduler's time of the set's nginx" \
+         "workers and of every PostgreSQL process, during each run), medians:"
+    echo
+    echo "| load | node: nginx ms | cluster: nginx ms | node: PostgreSQL ms | cluster: PostgreSQL ms | ratio of the sums |"
+    echo "|---|---:|---:|---:|---:|---:|"
+
+    for s in "${rows[@]}"; do
+        IFS='|' read -r name path key <<<"$s"
+        name=${name% ($NKEYS keys)}
+        [ -n "${ALLCPUN[$name/node]:-}" ] || continue
+        label=$name
+        [ "$name" = "across a minute's turn" ] \
+            && label="$NKEYS keys, admitted, across a minute's turn"
+        printf '| %s | %s | %s | %s | %s | %.2f |\n' "$label" \
+               "$(median <<<"${ALLCPUN[$name/node]}")" \
+               "$(median <<<"${ALLCPUN[$name/cluster]}")" \
+               "$(median <<<"${ALLCPUP[$name/node]}")" \
+               "$(median <<<"${ALLCPUP[$name/cluster]}")" \
+               "$(pairs "$(sums "${ALLCPUN[$name/node]}" \
+                                "${ALLCPUP[$name/node]}")" \
+                        "$(sums "${ALLCPUN[$name/cluster]}" \
+                                "${ALLCPUP[$name/cluster]}")")"
+    done
+
+    [ "$ONLY" != turn ] || return 0
 
     echo
     echo "| in one window | limit | node: admitted | cluster: admitted (goal: the limit) | cluster: lease statements | admitted per statement |"

@@ -458,6 +458,19 @@
 
 
 /*
+ * The next window's first blocks of many keys, src/sql/018_rate_lease_
+ * many.sql: $1 the keys' SHA-256, 32 bytes each (bytea, binary), $2 their
+ * classes, $3 the window, $4 the leases wanted, $5 the limits, $6 the
+ * node's id: (i, leased, total, nodes) for each, i from 1, total NULL
+ * when the window's budget of that key is leased out.  Sent as text, as
+ * NGX_HTTP_SESSION_SQL_LEASE.
+ */
+#define NGX_HTTP_SESSION_SQL_LEASE_MANY                                       \
+    "SELECT i, leased, total, nodes FROM session_rate_lease_many($1,"         \
+    " $2::integer[], $3::integer, $4::integer[], $5::integer[], $6::bigint)"
+
+
+/*
  * $1 project, $2 session id, $3 content type, $4 SHA-256 (bytea,
  * binary), $5 the bytes (bytea, binary): the check columns and the new
  * image's (NULL when there is none: the session is missing, another

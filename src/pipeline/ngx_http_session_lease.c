@@ -13,6 +13,13 @@
  * is admitted, refused with 429 (the window's budget is spent), or, when
  * other workers took what came first, it waits for the next lease.
  *
+ * The next window's first blocks, which every busy key asks for on every
+ * node near the end of a window, are gathered instead, for up to
+ * NGX_HTTP_SESSION_LEASE_BATCH_WAIT ms or NGX_HTTP_SESSION_LEASE_BATCH
+ * keys, and sent together in one statement (decision (qh)): nothing
+ * waits for them, and one statement and commit for many keys is what
+ * the turn of a minute costs the database then.
+ *
  * No answer (the database is down, slow or refuses): the waiting requests
  * get 503 "database unavailable", as any request that needs the database
  * then does, and the first failure is logged once for the node, until a
@@ -36,6 +43,12 @@
 /* the text parameters: class, window, lease, limit, node */
 #define NGX_HTTP_SESSION_LEASE_TEXTS    5
 
+/* the next window's leases sent in one statement, at most */
+#define NGX_HTTP_SESSION_LEASE_BATCH       128
+
+/* how long the first of them waits for others, milliseconds */
+#define NGX_HTTP_SESSION_LEASE_BATCH_WAIT  250
+
 
 typedef struct {
     ngx_queue_t                   queue;
@@ -54,6 +67,27 @@ typedef struct {
 } ngx_http_session_lease_flight_t;
 
 
+/* a lease of the next window's first block, in a batch */
+typedef struct {
+    ngx_uint_t                    cls;
+    ngx_uint_t                    limit;
+    uint32_t                      lease;
+    /* the zone's mark of the lease, 0: none */
+    uint32_t                      asked;
+} ngx_http_session_lease_item_t;
+
+
+/* the next window's leases gathered for one statement, in its own pool */
+typedef struct {
+    ngx_pool_t                     *pool;
+    uint32_t                        minute;
+    ngx_uint_t                      n;
+    u_char                          hashes[NGX_HTTP_SESSION_LEASE_BATCH][
+                                                NGX_HTTP_SESSION_KEY_HASH_LEN];
+    ngx_http_session_lease_item_t   items[NGX_HTTP_SESSION_LEASE_BATCH];
+} ngx_http_session_lease_batch_t;
+
+
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_find(
     u_char *hash, ngx_uint_t cls);
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
@@ -65,10 +99,27 @@ static void ngx_http_session_lease_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_lease_read(PGresult *res,
     ngx_http_session_lease_answer_t *a);
+static void ngx_http_session_lease_batch_add(u_char *hash,
+    ngx_http_session_take_t *take);
+static void ngx_http_session_lease_batch_timer(ngx_event_t *ev);
+static void ngx_http_session_lease_batch_send(
+    ngx_http_session_lease_batch_t *b);
+static u_char *ngx_http_session_lease_batch_array(ngx_pool_t *pool,
+    ngx_http_session_lease_batch_t *b, ngx_uint_t what);
+static void ngx_http_session_lease_batch_done(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static ngx_int_t ngx_http_session_lease_batch_read(PGresult *res,
+    ngx_http_session_lease_batch_t *b, ngx_http_session_lease_answer_t *as);
+static void ngx_http_session_lease_batch_failed(
+    ngx_http_session_lease_batch_t *b);
 
 
 static ngx_queue_t  ngx_http_session_lease_flights[
                                             NGX_HTTP_SESSION_LEASE_FLIGHTS];
+
+/* the next window's leases not sent yet, NULL: none; and their timer */
+static ngx_http_session_lease_batch_t  *ngx_http_session_lease_pending;
+static ngx_event_t                      ngx_http_session_lease_batch_ev;
 
 
 void
@@ -79,6 +130,15 @@ ngx_http_session_lease_init_process(void)
     for (i = 0; i < NGX_HTTP_SESSION_LEASE_FLIGHTS; i++) {
         ngx_queue_init(&ngx_http_session_lease_flights[i]);
     }
+
+    ngx_http_session_lease_pending = NULL;
+
+    ngx_memzero(&ngx_http_session_lease_batch_ev, sizeof(ngx_event_t));
+    ngx_http_session_lease_batch_ev.handler =
+                                        ngx_http_session_lease_batch_timer;
+    ngx_http_session_lease_batch_ev.log = ngx_cycle->log;
+    /* a worker that exits does not wait for it: the marks go stale */
+    ngx_http_session_lease_batch_ev.cancelable = 1;
 }
 
 
@@ -131,6 +191,11 @@ ngx_http_session_lease_ahead(u_char *hash, ngx_http_session_take_t *take)
 {
     ngx_uint_t                        err;
     ngx_http_session_lease_flight_t  *f;
+
+    if (take->next) {
+        ngx_http_session_lease_batch_add(hash, take);
+        return;
+    }
 
     f = ngx_http_session_lease_find(hash, take->cls);
 
@@ -463,4 +528,344 @@ invalid:
                   "(leased, total, nodes)");
 
     return NGX_ERROR;
+}
+
+
+/*
+ * The next window's first block of a key: into the batch, which is sent
+ * when it is full, when its first lease has waited
+ * NGX_HTTP_SESSION_LEASE_BATCH_WAIT ms, or before a lease of another
+ * window joins it
+ */
+
+static void
+ngx_http_session_lease_batch_add(u_char *hash, ngx_http_session_take_t *take)
+{
+    ngx_pool_t                       *pool;
+    ngx_http_session_lease_item_t    *it;
+    ngx_http_session_lease_batch_t   *b;
+    ngx_http_session_lease_answer_t   a;
+
+    b = ngx_http_session_lease_pending;
+
+    if (b && b->minute != take->minute) {
+        ngx_http_session_lease_batch_send(b);
+        b = NULL;
+    }
+
+    if (b == NULL) {
+        pool = ngx_create_pool(NGX_DEFAULT_POOL_SIZE, ngx_cycle->log);
+
+        if (pool) {
+            b = ngx_palloc(pool, sizeof(ngx_http_session_lease_batch_t));
+
+            if (b == NULL) {
+                ngx_destroy_pool(pool);
+            }
+        }
+
+        if (b == NULL) {
+            ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
+
+            a.hash = hash;
+            a.cls = take->cls;
+            a.limit = take->limit;
+            a.minute = take->minute;
+            a.asked = take->asked;
+
+            ngx_http_session_lease_failed(&a);
+            return;
+        }
+
+        b->pool = pool;
+        b->minute = take->minute;
+        b->n = 0;
+
+        ngx_http_session_lease_pending = b;
+
+        if (!ngx_http_session_lease_batch_ev.timer_set) {
+            ngx_add_timer(&ngx_http_session_lease_batch_ev,
+                          NGX_HTTP_SESSION_LEASE_BATCH_WAIT);
+        }
+    }
+
+    ngx_memcpy(b->hashes[b->n], hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
+
+    it = &b->items[b->n++];
+    it->cls = take->cls;
+    it->limit = take->limit;
+    it->lease = take->lease;
+    it->asked = take->asked;
+
+    if (b->n == NGX_HTTP_SESSION_LEASE_BATCH) {
+        ngx_http_session_lease_batch_send(b);
+    }
+}
+
+
+static void
+ngx_http_session_lease_batch_timer(ngx_event_t *ev)
+{
+    if (ngx_http_session_lease_pending) {
+        ngx_http_session_lease_batch_send(ngx_http_session_lease_pending);
+    }
+}
+
+
+static void
+ngx_http_session_lease_batch_send(ngx_http_session_lease_batch_t *b)
+{
+    u_char                       *p;
+    ngx_uint_t                    i;
+    ngx_http_session_db_query_t  *q;
+
+    ngx_http_session_lease_pending = NULL;
+
+    if (ngx_http_session_lease_batch_ev.timer_set) {
+        ngx_del_timer(&ngx_http_session_lease_batch_ev);
+    }
+
+    q = ngx_http_session_db_query_create_pool(b->pool, ngx_cycle->log,
+                                             NGX_HTTP_SESSION_SQL_LEASE_MANY,
+                                             ngx_http_session_lease_batch_done);
+    if (q == NULL) {
+        goto failed;
+    }
+
+    ngx_http_session_db_param(q, b->hashes,
+                              b->n * NGX_HTTP_SESSION_KEY_HASH_LEN, 1);
+
+    /* classes, window, leases, limits, node */
+
+    for (i = 0; i < NGX_HTTP_SESSION_LEASE_TEXTS; i++) {
+        p = ngx_http_session_lease_batch_array(b->pool, b, i);
+        if (p == NULL) {
+            goto failed;
+        }
+
+        ngx_http_session_db_param(q, p, ngx_strlen(p), 0);
+    }
+
+    /* as a lease one by one: it takes turns with the others */
+    q->first = 1;
+    q->data = b;
+
+    if (ngx_http_session_db_query_run(q) == NGX_OK) {
+        ngx_http_session_stat(leases, 1);
+        return;
+    }
+
+failed:
+
+    ngx_http_session_lease_batch_failed(b);
+}
+
+
+/* the text of a parameter: an array of the items' figures, or a figure */
+
+static u_char *
+ngx_http_session_lease_batch_array(ngx_pool_t *pool,
+    ngx_http_session_lease_batch_t *b, ngx_uint_t what)
+{
+    u_char                        *text, *p;
+    ngx_uint_t                     i;
+    ngx_http_session_lease_item_t  *it;
+    ngx_http_session_main_conf_t   *smcf;
+
+    text = ngx_pnalloc(pool, b->n * (NGX_INT_T_LEN + 1) + NGX_INT64_LEN + 3);
+    if (text == NULL) {
+        return NULL;
+    }
+
+    if (what == 1) {
+        ngx_sprintf(text, "%uD%Z", b->minute);
+        return text;
+    }
+
+    if (what == 4) {
+        smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                                   ngx_http_session_module);
+
+        ngx_sprintf(text, "%uL%Z",
+                    ngx_http_session_lease_node(smcf->shm_zone));
+        return text;
+    }
+
+    p = text;
+    *p++ = '{';
+
+    for (i = 0; i < b->n; i++) {
+        it = &b->items[i];
+
+        if (i) {
+            *p++ = ',';
+        }
+
+        switch (what) {
+
+        case 0:
+            p = ngx_sprintf(p, "%ui", it->cls);
+            break;
+
+        case 2:
+            p = ngx_sprintf(p, "%uD", it->lease);
+            break;
+
+        default: /* 3 */
+            p = ngx_sprintf(p, "%ui", it->limit);
+            break;
+        }
+    }
+
+    *p++ = '}';
+    *p = '\0';
+
+    return text;
+}
+
+
+static void
+ngx_http_session_lease_batch_done(ngx_http_session_db_query_t *q,
+    PGresult *res)
+{
+    ngx_uint_t                         i;
+    ngx_http_session_main_conf_t      *smcf;
+    ngx_http_session_lease_batch_t    *b;
+    ngx_http_session_lease_answer_t   *as;
+
+    b = q->data;
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    as = ngx_pcalloc(b->pool,
+                     b->n * sizeof(ngx_http_session_lease_answer_t));
+
+    if (res == NULL || as == NULL
+        || ngx_http_session_db_result_ok(q, res) != NGX_OK
+        || ngx_http_session_lease_batch_read(res, b, as) != NGX_OK)
+    {
+        ngx_http_session_lease_batch_failed(b);
+        return;
+    }
+
+    for (i = 0; i < b->n; i++) {
+        ngx_http_session_stat(lease_granted, as[i].given);
+
+        if (as[i].granted >= as[i].limit) {
+            ngx_http_session_stat(lease_spent, 1);
+        }
+
+        ngx_http_session_lease_answer(smcf->shm_zone, &as[i]);
+        ngx_http_session_lease_log(&as[i]);
+    }
+
+    ngx_destroy_pool(b->pool);
+}
+
+
+/* (i, leased, total, nodes) for each lease, total NULL: leased out */
+
+static ngx_int_t
+ngx_http_session_lease_batch_read(PGresult *res,
+    ngx_http_session_lease_batch_t *b, ngx_http_session_lease_answer_t *as)
+{
+    ngx_int_t                         i, given, granted, nodes;
+    ngx_uint_t                        row;
+    ngx_http_session_lease_answer_t  *a;
+
+    if ((ngx_uint_t) PQntuples(res) != b->n || PQnfields(res) != 4) {
+        goto invalid;
+    }
+
+    for (row = 0; row < b->n; row++) {
+        i = ngx_atoi((u_char *) PQgetvalue(res, row, 0),
+                     PQgetlength(res, row, 0));
+
+        if (i == NGX_ERROR || i < 1 || (ngx_uint_t) i > b->n
+            || as[i - 1].hash != NULL)
+        {
+            goto invalid;
+        }
+
+        a = &as[i - 1];
+
+        a->hash = b->hashes[i - 1];
+        a->cls = b->items[i - 1].cls;
+        a->limit = b->items[i - 1].limit;
+        a->minute = b->minute;
+        a->asked = b->items[i - 1].asked;
+
+        given = ngx_atoi((u_char *) PQgetvalue(res, row, 1),
+                         PQgetlength(res, row, 1));
+
+        if (PQgetisnull(res, row, 2)) {
+            /* the window's budget of the key is leased out */
+            if (given != 0) {
+                goto invalid;
+            }
+
+            a->given = 0;
+            a->granted = (uint32_t) a->limit;
+            continue;
+        }
+
+        granted = ngx_atoi((u_char *) PQgetvalue(res, row, 2),
+                           PQgetlength(res, row, 2));
+        nodes = ngx_atoi((u_char *) PQgetvalue(res, row, 3),
+                         PQgetlength(res, row, 3));
+
+        if (given == NGX_ERROR || granted == NGX_ERROR || nodes == NGX_ERROR
+            || given > granted || granted > NGX_MAX_INT32_VALUE
+            || nodes > NGX_MAX_INT32_VALUE)
+        {
+            goto invalid;
+        }
+
+        a->given = (uint32_t) given;
+        a->granted = (uint32_t) granted;
+        a->nodes = (uint32_t) nodes;
+    }
+
+    return NGX_OK;
+
+invalid:
+
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "session limit: the batched lease statement's answer is "
+                  "not (i, leased, total, nodes) for each lease");
+
+    return NGX_ERROR;
+}
+
+
+/* no answer: the marks go, one failure counted, logged once for the node */
+
+static void
+ngx_http_session_lease_batch_failed(ngx_http_session_lease_batch_t *b)
+{
+    ngx_uint_t                        i;
+    ngx_http_session_main_conf_t     *smcf;
+    ngx_http_session_lease_answer_t   a;
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    ngx_http_session_stat(lease_failures, 1);
+
+    for (i = 0; i < b->n; i++) {
+        ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
+
+        a.hash = b->hashes[i];
+        a.cls = b->items[i].cls;
+        a.limit = b->items[i].limit;
+        a.minute = b->minute;
+        a.asked = b->items[i].asked;
+        a.failed = 1;
+
+        ngx_http_session_lease_answer(smcf->shm_zone, &a);
+        ngx_http_session_lease_log(&a);
+    }
+
+    ngx_destroy_pool(b->pool);
 }

@@ -55,6 +55,8 @@ static void ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
 static uint32_t ngx_http_session_lease_size(ngx_http_session_lease_t *l,
     ngx_uint_t limit);
+static uint32_t ngx_http_session_lease_next_size(
+    ngx_http_session_lease_t *l, ngx_uint_t limit, uint32_t now);
 
 
 void
@@ -74,6 +76,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     take->evicted = 0;
     take->lease = 0;
     take->asked = 0;
+    take->next = 0;
 
     ngx_http_session_lease_expire(ctx, minute);
 
@@ -143,8 +146,10 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
                          + hash[5] % NGX_HTTP_SESSION_LEASE_SPREAD)
         {
             /* the window ends soon and the key is busy: the next one's */
-            take->lease = size;
+            take->lease = ngx_http_session_lease_next_size(l, take->limit,
+                                                           now);
             take->minute = minute + 1;
+            take->next = 1;
 
         } else {
             goto done;
@@ -461,4 +466,38 @@ ngx_http_session_lease_size(ngx_http_session_lease_t *l, ngx_uint_t limit)
     want = l->want ? l->want : NGX_HTTP_SESSION_LEASE_MIN;
 
     return ngx_min(want, cap);
+}
+
+
+/*
+ * The next window's first block: from the key's rate now when that is
+ * higher (decision (qi)).  A key busy only since a moment, whose blocks
+ * have not grown to its rate yet, would otherwise start the next window
+ * with a small block and lease again at once, with every other such key.
+ */
+
+static uint32_t
+ngx_http_session_lease_next_size(ngx_http_session_lease_t *l,
+    ngx_uint_t limit, uint32_t now)
+{
+    uint32_t  size, cap;
+    uint64_t  rate;
+
+    size = ngx_http_session_lease_size(l, limit);
+
+    if (l->last == 0 || now - l->last < NGX_HTTP_SESSION_LEASE_SAMPLE) {
+        return size;
+    }
+
+    cap = (uint32_t) ngx_max(NGX_HTTP_SESSION_LEASE_MIN,
+                             limit / NGX_HTTP_SESSION_LEASE_SHARE);
+
+    rate = (uint64_t) l->used * NGX_HTTP_SESSION_LEASE_SECONDS * 1000
+           / (now - l->last);
+
+    if (rate > cap) {
+        rate = cap;
+    }
+
+    return ngx_max(size, (uint32_t) rate);
 }
