@@ -385,12 +385,24 @@ $C->stop;
 SKIP: {
     my ($port, $pid, $conninfo) = relay_db();
 
-    skip 'the database cannot be relayed', 8 unless defined $port;
+    skip 'the database cannot be relayed', 9 unless defined $port;
 
     my $c = Cluster->new(nodes => 1, workers => 1, http => $HTTP,
                          location => "session_limits other=$LIMIT;",
                          db => $conninfo);
     $c->start;
+
+    # the node's LISTEN in effect first: it empties the auth cache when it
+    # is (decision (f)), and a key cached before would be looked up again
+    # once the database is gone (503 before any lease, on a slow machine)
+    my ($listening) = wait_until(20, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE application_name = 'nginx session listen'}
+             . q{ AND state = 'idle'}
+             . q{ AND query NOT LIKE 'SELECT pg_backend_pid()%'}) >= 1;
+    });
+    ok($listening, 'database down: the node listens');
+    Time::HiRes::sleep(0.2);
 
     my $key = fixture(plan => 'unlimited', name => "$TAG-down")->{key};
 
