@@ -323,8 +323,12 @@ if [ -n "$STRACE_OUT" ]; then
         -o "$STRACE_OUT.$kind.$n" </dev/null >/dev/null 2>&1 &
     sleep 0.5
 fi
-# the CPU time from here to the fan-out's end
+# the CPU time from here to the fan-out's end; each worker's schedstat
+# (on a CPU, waiting for one, time slices)
 cpu_ns > "$W/cpu-ready"
+for p in \$(pgrep -P "\$(cat "$W/nginx.pid")"); do
+    echo "\$p \$(cat /proc/\$p/schedstat)"
+done > "$W/sched-ready"
 exit 0
 EOF
 }
@@ -399,6 +403,7 @@ run() {
 
     ready=$(cat "$W/rss-ready" 2>/dev/null || echo "$base")
     cpu_ns > "$W/cpu-done"
+    sched_log "$kind" "$n"
 
 
     if [ "$kind" = module ]; then
@@ -440,6 +445,23 @@ run() {
     if [ "$kind" = module ] && [ "$nsess" -gt 1 ]; then
         commits "$n" "$nsess"
     fi
+}
+
+# sched_log KIND N: each worker's (main thread's) time on a CPU and time
+# runnable but waiting for one, from all N waiting to the fan-out's end:
+# a worker that answers late for want of a CPU shows in the second
+sched_log() {
+    local p line out=
+    [ -f "$W/sched-ready" ] || return 0
+    for p in $(pgrep -P "$(cat "$W/nginx.pid")"); do
+        line=$(grep "^$p " "$W/sched-ready") || continue
+        out="$out $(awk -v p="$p" -v a="$line" '{
+                       split(a, r, " ")
+                       printf "%s: on a CPU %.1f ms, waiting %.1f ms;", p,
+                           ($1 - r[2]) / 1e6, ($2 - r[3]) / 1e6 }' \
+                   "/proc/$p/schedstat")"
+    done
+    log "$1 N=$2: workers:$out"
 }
 
 # cg_count KIND N: from the callgrind file of the busiest process (the
