@@ -23,7 +23,7 @@ use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
-                    access_log check_init db_http_config);
+                    access_log error_log check_init db_http_config);
 
 our $TAG = sprintf 't022-%d-%d', $$, time;
 
@@ -434,6 +434,108 @@ sub parked_check {
     ok($line, "$name - the access log has the poll's line and status");
 }
 
+# read_answer(SOCK, SECS): one answer of a keep-alive connection, its head
+# and body up to its Content-Length; the raw bytes ('' when none came)
+sub read_answer {
+    my ($sock, $secs) = @_;
+
+    my $sel = IO::Select->new($sock);
+    my $deadline = Time::HiRes::time() + $secs;
+    my $buf = '';
+
+    for (;;) {
+        if ($buf =~ /\r\n\r\n/) {
+            my ($head) = split /\r\n\r\n/, $buf, 2;
+            my ($len) = $head =~ /^Content-Length: (\d+)/mi;
+            last if defined $len && length($buf) >= length($head) + 4 + $len;
+        }
+
+        my $left = $deadline - Time::HiRes::time();
+        last if $left <= 0 || !$sel->can_read($left);
+
+        my $got = sysread $sock, my $chunk, 65536;
+        last unless $got;
+        $buf .= $chunk;
+    }
+
+    return $buf;
+}
+
+# the bytes of an answer, but the values that change from one request to
+# the next (Date, the rate limit's remaining requests and reset)
+sub answer_shape {
+    my ($raw) = @_;
+
+    my $vary = qr/Date|X-RateLimit-Remaining|X-RateLimit-Reset/i;
+
+    $raw =~ s/^($vary): [^\r]*\r$/$1: -\r/mg;
+
+    return $raw;
+}
+
+# a parked keep-alive poll's connection gets TCP_NODELAY when it parks
+# (with tcp_nodelay on, as nginx sets it once a keep-alive answer is out),
+# not in the wake-up; with tcp_nodelay off ($on 0) never.  Its answer has
+# the bytes of an answer that was never parked (a timeout=0 poll's, sent
+# the same way after it).
+sub nodelay_check {
+    my ($name, $on) = @_;
+
+    # the TCP_NODELAY part reads debug-level lines (the bytes: always)
+    my $debug = nginx_debug();
+    debug_log_note('TCP_NODELAY when a poll parks') unless $debug;
+
+    my $sid = create()->{json}{id};
+    my $port = $Test::Nginx::Util::ServerPort;
+    my $req = "GET /api/v1/sessions/$sid/poll?timeout=%d HTTP/1.1\r\n"
+              . "Host: localhost\r\nAuthorization: Bearer $KEY{MAIN}\r\n\r\n";
+
+    my $ka = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                   PeerPort => $port, Proto => 'tcp')
+        or die "connect: $!";
+    print $ka sprintf($req, 30);
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 1 && $s->{parked} == 1 ? $s : undef;
+    });
+    ok($lp, "$name - the poll is parked");
+
+    my ($conn) = $debug ? wait_until(5, 0.05, sub {
+        error_log() =~ /\*(\d+) session park: parked/ ? $1 : undef;
+    }) : ();
+    my $count = sub {
+        scalar(() = error_log()
+                    =~ /\*\Q$conn\E session park: tcp_nodelay(?:,|$)/mg);
+    };
+
+    is($count->(), $on ? 1 : 0,
+       "$name - TCP_NODELAY " . ($on ? 'set when it parks' : 'not set'))
+        if $debug;
+
+    my $up = upload($sid);
+    my $woken = read_answer($ka, 10);
+    close $ka;
+
+    like($woken, qr{^HTTP/1\.1 200 .*"id":\s*"\Q$up->{id}\E"}s,
+         "$name - the woken poll answers 200 with the image");
+    is($count->(), $on ? 1 : 0, "$name - once") if $debug;
+
+    my $now = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                    PeerPort => $port, Proto => 'tcp')
+        or die "connect: $!";
+    print $now sprintf($req, 0);
+    my $plain = read_answer($now, 10);
+    close $now;
+
+    like($plain, qr{^HTTP/1\.1 200 }, "$name - the timeout=0 poll: 200");
+    is(answer_shape($woken), answer_shape($plain),
+       "$name - the woken answer's bytes are the unparked answer's");
+}
+
+$checks{nodelay} = sub { nodelay_check($_[0], 1) };
+$checks{nodelay_off} = sub { nodelay_check($_[0], 0) };
+
 # a worker killed while polls wait: the gauges of session_status are kept
 # per worker process (its slot in the master's table), and the worker the
 # master starts in its place begins from zero, so the waiting and parked
@@ -609,6 +711,35 @@ GET /api/v1/sessions?limit=1
 
 === TEST 8: a worker killed while polls wait: the gauges forget its polls
 --- check: killed
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: TCP_NODELAY when a poll parks; the woken answer's bytes as ever
+--- check: nodelay
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 10: tcp_nodelay off: a parked poll never gets TCP_NODELAY
+--- config
+    tcp_nodelay off;
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+    location = /status {
+        session_status;
+    }
+--- check: nodelay_off
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

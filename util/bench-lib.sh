@@ -164,7 +164,7 @@ start_nginx() {
     NGINX_UP=1
 
     local i
-    for i in $(seq 50); do
+    for i in $(seq "${START_WAIT:-50}"); do
         curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
         sleep 0.1
     done

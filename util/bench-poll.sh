@@ -28,7 +28,8 @@
 #
 # Environment:
 #   BENCH_POLL_SIZES     the N to run (default "1000 10000")
-#   BENCH_POLL_SPREAD    sessions of the "spread" runs (default 1000)
+#   BENCH_POLL_SPREAD    sessions of the "spread" runs (default 1000; 0:
+#                        none)
 #   BENCH_POLL_KINDS     the servers (default "module nchan floor"; the
 #                        floor's answer is the size of the module's, or
 #                        600 bytes without a module run)
@@ -53,6 +54,21 @@
 #   BENCH_POLL_PERF      a path prefix: "perf record -g" of the workers
 #                        for 3 s from just before the uploads, written to
 #                        PREFIX.KIND.N (for "perf report -i"; needs perf)
+#   BENCH_POLL_CALLGRIND a path prefix: the servers' processes run under
+#                        valgrind's callgrind (nchan's too if in
+#                        BENCH_POLL_KINDS; set BENCH_POLL_TIMEOUT high);
+#                        the counts are zeroed once all N wait and dumped
+#                        2 s after the last answer (the clients' closes
+#                        counted on both sides), to PREFIX.KIND.N.PID
+#                        (for callgrind_annotate); the table gains the
+#                        instructions per woken poll (user space only:
+#                        the kernel's share of each write is not in it)
+#   BENCH_POLL_CALLGRIND_OPTS  more options of valgrind (--cache-sim=yes)
+#   BENCH_POLL_STRACE    a path prefix: "strace -c" of the workers for
+#                        3 s from just before the uploads (the system calls
+#                        of the wake-up), written to PREFIX.KIND.N
+#   BENCH_MODULE         the module to load (default build/'s), say a
+#                        copy of another commit's for an A/B run
 #   BENCH_POLL_PORT      nginx's port (default: a free one, drawn from
 #                        BENCH_PORTS, LOW-HIGH, default 20000-39999)
 #   BENCH_POLL_PGPORT    the throw-away PostgreSQL's port (default: a free
@@ -64,19 +80,23 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 
 NGINX=${BENCH_NGINX:-/usr/sbin/nginx}
-MODULE=$ROOT/build/ngx_http_session_module.so
+MODULE=${BENCH_MODULE:-$ROOT/build/ngx_http_session_module.so}
 SESSIONCTL=$ROOT/build/sessionctl
 NCHAN=/usr/lib/nginx/modules/ngx_nchan_module.so
 
 SIZES=${BENCH_POLL_SIZES:-1000 10000}
 SPREAD=${BENCH_POLL_SPREAD:-1000}
 PERF_OUT=${BENCH_POLL_PERF:-}
+CG_OUT=${BENCH_POLL_CALLGRIND:-}
+STRACE_OUT=${BENCH_POLL_STRACE:-}
 KINDS=${BENCH_POLL_KINDS:-module nchan floor}
 COMMITS=${BENCH_POLL_COMMITS:-1}
 DB_CONNS_PER_WORKER=${BENCH_DB_CONNECTIONS:-4}
 ROUNDS=${BENCH_POLL_ROUNDS:-1}
 TIMEOUT=${BENCH_POLL_TIMEOUT:-60}
 WORKERS=${BENCH_WORKERS:-2}
+# tenths of a second a server may take to answer after its start
+START_WAIT=50
 OUT=${BENCH_POLL_OUT:--}
 
 # connections per worker: the largest N and the publishers, twice over
@@ -200,9 +220,9 @@ EOF
 start_floor() {
     local i
     rm -f "$W/nginx.pid"
-    "$W/poll-floor" "$PORT" "$WORKERS" "$1" "$W/nginx.pid" \
+    ${SERVER_PIN:-} "$W/poll-floor" "$PORT" "$WORKERS" "$1" "$W/nginx.pid" \
         </dev/null >>"$W/error.log" 2>&1 &
-    for i in $(seq 50); do
+    for i in $(seq "$START_WAIT"); do
         [ -f "$W/nginx.pid" ] \
             && curl -s -o /dev/null "http://127.0.0.1:$PORT/status" \
             && return 0
@@ -234,6 +254,26 @@ workers_rss() {
 }
 
 
+# cpu_ns: the CPU time (user and system, from schedstat) of the workers
+# (the floor's processes), then of the cluster's processes, ns
+cpu_ns() {
+    local master p t a=0 b=0
+    master=$(cat "$W/nginx.pid")
+    for p in $(pgrep -P "$master"); do
+        for t in /proc/$p/task/*/schedstat; do
+            a=$((a + $(cut -d' ' -f1 "$t" 2>/dev/null || echo 0)))
+        done
+    done
+    for p in $(psql -X -At -d "$DB" -c "SELECT pid FROM pg_stat_activity" \
+               2>/dev/null); do
+        for t in /proc/$p/task/*/schedstat; do
+            b=$((b + $(cut -d' ' -f1 "$t" 2>/dev/null || echo 0)))
+        done
+    done
+    echo "$a $b"
+}
+
+
 # --- runs ------------------------------------------------------------------
 
 # ready.sh: exits 0 once N wait (and notes the workers' RSS then)
@@ -245,6 +285,8 @@ set -u
 . "$ROOT/util/bench-lib.sh"
 W=$W
 $(declare -f workers_rss)
+$(declare -f cpu_ns)
+DB=$(printf '%q' "$DB")
 if [ "$kind" = module ]; then
     # steady: every poll waits and, unless it has been 5 s since they all
     # did, is parked (its request freed once its first read is over)
@@ -274,6 +316,19 @@ if [ -n "$PERF_OUT" ]; then
         -o "$PERF_OUT.$kind.$n" -- sleep 3 </dev/null >/dev/null 2>&1 &
     sleep 0.3
 fi
+if [ -n "$STRACE_OUT" ]; then
+    # the workers' system calls over the wake-up that follows
+    pids=\$(pgrep -P "\$(cat "$W/nginx.pid")" | sed 's/^/-p /' | paste -sd' ' -)
+    setsid timeout -s INT 3 strace -c -f \$pids \
+        -o "$STRACE_OUT.$kind.$n" </dev/null >/dev/null 2>&1 &
+    sleep 0.5
+fi
+# the CPU time from here to the fan-out's end; each worker's schedstat
+# (on a CPU, waiting for one, time slices)
+cpu_ns > "$W/cpu-ready"
+for p in \$(pgrep -P "\$(cat "$W/nginx.pid")"); do
+    echo "\$p \$(cat /proc/\$p/schedstat)"
+done > "$W/sched-ready"
 exit 0
 EOF
 }
@@ -313,6 +368,14 @@ run() {
             > "$W/pub" ;;
     esac
 
+    if [ -n "$CG_OUT" ]; then
+        SERVER_PIN="valgrind -q --tool=callgrind --dump-instr=no"
+        SERVER_PIN="$SERVER_PIN --compress-strings=no"
+        SERVER_PIN="$SERVER_PIN ${BENCH_POLL_CALLGRIND_OPTS:-}"
+        SERVER_PIN="$SERVER_PIN --callgrind-out-file=$CG_OUT.$kind.$n.%p"
+        START_WAIT=600
+    fi
+
     if [ "$kind" = floor ]; then
         size=$(cat "$W/answer-size.$n.$nsess" 2>/dev/null || echo 600)
         start_floor "$size"
@@ -339,6 +402,9 @@ run() {
         || die "poll-fanout failed"
 
     ready=$(cat "$W/rss-ready" 2>/dev/null || echo "$base")
+    cpu_ns > "$W/cpu-done"
+    sched_log "$kind" "$n"
+
 
     if [ "$kind" = module ]; then
         # the size of a woken poll's answer (headers and body): the
@@ -356,10 +422,20 @@ run() {
         stop_nginx
     fi
 
+    if [ -n "$CG_OUT" ]; then
+        cg_count "$kind" "$n"
+    fi
+
     {
         cat "$W/out"
         awk -v b="$base" -v r="$ready" -v n="$n" \
             'BEGIN { printf "rss_kb_per_poll %.2f\n", (r - b) / n }'
+        # CPU time per woken poll, microseconds: the server's processes,
+        # the cluster's (the upload, its notifications and the read)
+        paste -d' ' "$W/cpu-ready" "$W/cpu-done" | awk -v n="$n" \
+            '{ printf "cpu_us_per_poll %.2f\ncpu_db_us_per_poll %.2f\n",
+                      ($3 - $1) / n / 1000, ($4 - $2) / n / 1000 }'
+        [ -z "$CG_OUT" ] || echo "ir_per_poll $(cat "$W/cg-ir")"
         [ "$kind" = nchan ] \
             || echo "answer_bytes $(cat "$W/answer-size.$n.$nsess" 2>/dev/null || echo 600)"
     } > "$W/run.$kind.$n.$nsess.$ROUND"
@@ -369,6 +445,53 @@ run() {
     if [ "$kind" = module ] && [ "$nsess" -gt 1 ]; then
         commits "$n" "$nsess"
     fi
+}
+
+# sched_log KIND N: each worker's (main thread's) time on a CPU and time
+# runnable but waiting for one, from all N waiting to the fan-out's end:
+# a worker that answers late for want of a CPU shows in the second
+sched_log() {
+    local p line out=
+    [ -f "$W/sched-ready" ] || return 0
+    for p in $(pgrep -P "$(cat "$W/nginx.pid")"); do
+        line=$(grep "^$p " "$W/sched-ready") || continue
+        out="$out $(awk -v p="$p" -v a="$line" '{
+                       split(a, r, " ")
+                       printf "%s: on a CPU %.1f ms, waiting %.1f ms;", p,
+                           ($1 - r[2]) / 1e6, ($2 - r[3]) / 1e6 }' \
+                   "/proc/$p/schedstat")"
+    done
+    log "$1 N=$2: workers:$out"
+}
+
+# cg_count KIND N: from the callgrind file of the busiest process (the
+# one worker with BENCH_WORKERS=1), the instructions of the wake-up over
+# N in $W/cg-ir: the inclusive cost of the function that answers the
+# waiters (the module's result of the poll's read, with the rendering and
+# every answer; the floor's wake()); the clients' closes are not in it
+# (nginx's handler of them is static, nameless in a stripped binary).
+# valgrind's gdbserver (callgrind_control) is not needed.
+cg_count() {
+    local kind=$1 n=$2 f i wake
+    for i in $(seq 100); do
+        ! pgrep -f "callgrind-out-file=$CG_OUT.$kind.$n" >/dev/null && break
+        sleep 0.2
+    done
+    f=$(ls -S "$CG_OUT.$kind.$n".* | head -1)
+    case $kind in
+    module) wake=ngx_http_session_poll_result ;;
+    floor)  wake=wake ;;
+    *)      wake=none ;;
+    esac
+    # inclusive cost of a function: the cost line after each "calls="
+    # line of a call to it
+    awk -v n="$n" -v wake="$wake" '
+        /^cfn=/ { fn = substr($0, 5); next }
+        /^calls=/ { want = (fn == wake); next }
+        want && /^[0-9+*-]/ { s += $2; want = 0 }
+        END { printf "%.0f\n", s / n }' "$f" > "$W/cg-ir"
+    log "$kind N=$n: $(cat "$W/cg-ir") instructions per woken poll" \
+        "(callgrind, $f)"
 }
 
 # commits N SESSIONS: what PostgreSQL needs to commit one upload into
@@ -477,6 +600,10 @@ goals() {
             m=$(median <<<"$r")
             echo "- $n polls on one session: the module's wake-up p99 over the floor's, round by round: $r; median $m ($(awk -v v="$m" 'BEGIN { print (v <= 1.3) ? "goal ≤ 1.3 met" : "goal ≤ 1.3 NOT met" }'))"
         fi
+        echo "- $n polls on one session: CPU time per woken poll (from all waiting to the last answer, schedstat): $(for k in $KINDS; do printf '%s %s us ' "$k" "$(fig cpu_us_per_poll "$W/run.$k.$n.1.*")"; done)(the cluster's during the module's: $(fig cpu_db_us_per_poll "$W/run.module.$n.1.*") us)"
+        if [ -n "$CG_OUT" ]; then
+            echo "- $n polls on one session: instructions per woken poll (callgrind, user space): $(for k in $KINDS; do printf '%s %s ' "$k" "$(fig ir_per_poll "$W/run.$k.$n.1.*")"; done)"
+        fi
         kb=$(fig rss_kb_per_poll "$W/run.module.$n.1.*")
         echo "- $n polls on one session: $kb KB of worker memory per waiting poll ($(awk -v v="$kb" 'BEGIN { print (v <= 2) ? "goal ≤ 2 KB met" : "goal ≤ 2 KB NOT met" }'))"
         if ls "$W"/run.commits."$n"."$SPREAD".* >/dev/null 2>&1; then
@@ -517,6 +644,7 @@ inside() {
     for ROUND in $(seq "$ROUNDS"); do
         for n in $SIZES; do
             for s in 1 "$SPREAD"; do
+                [ "$s" != 0 ] || continue
                 for kind in $KINDS; do
                     run "$kind" "$n" "$s"
                 done
@@ -529,6 +657,7 @@ inside() {
         echo "|---|---|---|---|---|---|---|---|---|---|---|"
         for n in $SIZES; do
             for s in 1 "$SPREAD"; do
+                [ "$s" != 0 ] || continue
                 for kind in $KINDS; do
                     pat="$W/run.$kind.$n.$s.*"
                     printf '| %s | %s | %s | %s | %s | %s | %s | %s / %s | %s | %s | %s |\n' \

@@ -251,15 +251,38 @@ void
 ngx_http_session_park_request(ngx_http_session_park_t *pk,
     ngx_http_request_t *r)
 {
-    ngx_buf_t              *b;
-    ngx_event_t            *rev, *wev;
-    ngx_connection_t       *c;
-    ngx_http_connection_t  *hc;
+    ngx_buf_t                 *b;
+    ngx_event_t               *rev, *wev;
+    ngx_connection_t          *c;
+    ngx_http_connection_t     *hc;
+    ngx_http_core_loc_conf_t  *clcf;
 
     c = r->connection;
 
     ngx_http_session_park_worker.parked[c - ngx_cycle->connections] = pk;
     ngx_http_session_gauge(polls_parked, 1);
+
+    /*
+     * TCP_NODELAY now, which nginx sets once the answer of a keepalive
+     * request is out (ngx_http_set_keepalive(), with tcp_nodelay on): a
+     * wake-up of many parked polls then makes one system call a waiter
+     * less.  Nothing is sent while parked; the answer's bytes are the
+     * same (see decisions.md (gm)).
+     */
+
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    if (r->keepalive
+        && clcf->tcp_nodelay
+        && c->tcp_nodelay == NGX_TCP_NODELAY_UNSET
+        && c->tcp_nopush != NGX_TCP_NOPUSH_SET
+        && !ngx_http_session_park_quic(c)
+        && ngx_tcp_nodelay(c) == NGX_OK)
+    {
+        /* (a failure is nginx's to meet again after the answer) */
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, c->log, 0,
+                       "session park: tcp_nodelay");
+    }
 
     /* the request goes (its line is logged with the answer) */
 
