@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The long-poll fan-out benchmark (issues 11 and 24), "make bench-poll":
+# The long-poll fan-out benchmark, "make bench-poll":
 # N polls wait (N = 1,000 and 10,000), on one session and spread over
 # 1,000 sessions, then one upload per session wakes them; and the same
 # fan-out against nchan (Debian libnginx-mod-nchan: a long-poll

@@ -265,12 +265,6 @@ copy_tree() {
         rsync -a --delete "$ROOT/util/openapi/node_modules/" \
             "$dir/src/util/openapi/node_modules/"
     fi
-    # t/020-openapi.t reads the contract from ../shared beside the tree
-    rm -rf "$dir/shared"
-    if [ -f "$ROOT/../shared/API.md" ]; then
-        mkdir -p "$dir/shared"
-        cp "$ROOT/../shared/API.md" "$dir/shared/"
-    fi
 }
 
 # pkg_test SUITE DEB: DEB installed and tried in a clean SUITE root
