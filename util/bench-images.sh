@@ -31,6 +31,8 @@
 # progress on stderr.  Loopback only; every row it adds is deleted at the
 # end.  Environment as util/bench.sh: BENCH_DURATION (5s), BENCH_ROUNDS
 # (3), BENCH_WORKERS (2), BENCH_THREADS (2), BENCH_KEEP.
+# BENCH_IMAGES_CHUNK and BENCH_IMAGES_UPLOAD_CONNECTIONS set
+# session_image_chunk_size and session_image_upload_connections.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -54,6 +56,8 @@ PG_CLIENTS=${BENCH_IMAGES_PG_CLIENTS:-4}
 BIG=$((10 * 1024 * 1024))
 # session_image_chunk_size, when not the default
 CHUNK=${BENCH_IMAGES_CHUNK:-}
+# session_image_upload_connections, when not the default
+UPLOAD_CONNS=${BENCH_IMAGES_UPLOAD_CONNECTIONS:-}
 OUT=${BENCH_IMAGES_OUT:--}
 
 die() {
@@ -116,6 +120,7 @@ write_conf() {
     cat > "$W/nginx.conf" <<EOF
 $(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     session_limit_zone bench_images:10m;
+    ${UPLOAD_CONNS:+session_image_upload_connections $UPLOAD_CONNS;}
 
     server {
         listen 127.0.0.1:$PORT;
