@@ -99,6 +99,8 @@ static void ngx_http_session_lease_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_lease_read(PGresult *res,
     ngx_http_session_lease_answer_t *a);
+static ngx_int_t ngx_http_session_lease_figures(PGresult *res,
+    ngx_uint_t row, ngx_uint_t col, ngx_http_session_lease_answer_t *a);
 static void ngx_http_session_lease_batch_add(u_char *hash,
     ngx_http_session_take_t *take);
 static void ngx_http_session_lease_batch_timer(ngx_event_t *ev);
@@ -112,6 +114,9 @@ static ngx_int_t ngx_http_session_lease_batch_read(PGresult *res,
     ngx_http_session_lease_batch_t *b, ngx_http_session_lease_answer_t *as);
 static void ngx_http_session_lease_batch_failed(
     ngx_http_session_lease_batch_t *b);
+static void ngx_http_session_lease_batch_item(
+    ngx_http_session_lease_batch_t *b, ngx_uint_t i,
+    ngx_http_session_lease_answer_t *a);
 
 
 static ngx_queue_t  ngx_http_session_lease_flights[
@@ -491,28 +496,46 @@ static ngx_int_t
 ngx_http_session_lease_read(PGresult *res,
     ngx_http_session_lease_answer_t *a)
 {
-    ngx_int_t  given, granted, nodes;
-
     if (PQntuples(res) == 0) {
         a->given = 0;
         a->granted = (uint32_t) a->limit;
         return NGX_OK;
     }
 
-    if (PQntuples(res) != 1 || PQnfields(res) != 3) {
-        goto invalid;
+    if (PQntuples(res) == 1 && PQnfields(res) == 3
+        && ngx_http_session_lease_figures(res, 0, 0, a) == NGX_OK)
+    {
+        return NGX_OK;
     }
 
-    given = ngx_atoi((u_char *) PQgetvalue(res, 0, 0), PQgetlength(res, 0, 0));
-    granted = ngx_atoi((u_char *) PQgetvalue(res, 0, 1),
-                       PQgetlength(res, 0, 1));
-    nodes = ngx_atoi((u_char *) PQgetvalue(res, 0, 2), PQgetlength(res, 0, 2));
+    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                  "session limit: the lease statement's answer is not "
+                  "(leased, total, nodes)");
+
+    return NGX_ERROR;
+}
+
+
+/* (leased, total, nodes) from the columns from col on of a row */
+
+static ngx_int_t
+ngx_http_session_lease_figures(PGresult *res, ngx_uint_t row, ngx_uint_t col,
+    ngx_http_session_lease_answer_t *a)
+{
+    ngx_int_t  given, granted, nodes;
+
+    given = ngx_atoi((u_char *) PQgetvalue(res, row, col),
+                     PQgetlength(res, row, col));
+    granted = ngx_atoi((u_char *) PQgetvalue(res, row, col + 1),
+                       PQgetlength(res, row, col + 1));
+    nodes = ngx_atoi((u_char *) PQgetvalue(res, row, col + 2),
+                     PQgetlength(res, row, col + 2));
 
     if (given == NGX_ERROR || granted == NGX_ERROR || nodes == NGX_ERROR
         || given > granted || granted > NGX_MAX_INT32_VALUE
         || nodes > NGX_MAX_INT32_VALUE)
     {
-        goto invalid;
+        return NGX_ERROR;
     }
 
     a->given = (uint32_t) given;
@@ -520,14 +543,6 @@ ngx_http_session_lease_read(PGresult *res,
     a->nodes = (uint32_t) nodes;
 
     return NGX_OK;
-
-invalid:
-
-    ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                  "session limit: the lease statement's answer is not "
-                  "(leased, total, nodes)");
-
-    return NGX_ERROR;
 }
 
 
@@ -770,7 +785,7 @@ static ngx_int_t
 ngx_http_session_lease_batch_read(PGresult *res,
     ngx_http_session_lease_batch_t *b, ngx_http_session_lease_answer_t *as)
 {
-    ngx_int_t                         i, given, granted, nodes;
+    ngx_int_t                         i;
     ngx_uint_t                        row;
     ngx_http_session_lease_answer_t  *a;
 
@@ -790,18 +805,14 @@ ngx_http_session_lease_batch_read(PGresult *res,
 
         a = &as[i - 1];
 
-        a->hash = b->hashes[i - 1];
-        a->cls = b->items[i - 1].cls;
-        a->limit = b->items[i - 1].limit;
-        a->minute = b->minute;
-        a->asked = b->items[i - 1].asked;
-
-        given = ngx_atoi((u_char *) PQgetvalue(res, row, 1),
-                         PQgetlength(res, row, 1));
+        ngx_http_session_lease_batch_item(b, i - 1, a);
 
         if (PQgetisnull(res, row, 2)) {
             /* the window's budget of the key is leased out */
-            if (given != 0) {
+            if (ngx_atoi((u_char *) PQgetvalue(res, row, 1),
+                         PQgetlength(res, row, 1))
+                != 0)
+            {
                 goto invalid;
             }
 
@@ -810,21 +821,9 @@ ngx_http_session_lease_batch_read(PGresult *res,
             continue;
         }
 
-        granted = ngx_atoi((u_char *) PQgetvalue(res, row, 2),
-                           PQgetlength(res, row, 2));
-        nodes = ngx_atoi((u_char *) PQgetvalue(res, row, 3),
-                         PQgetlength(res, row, 3));
-
-        if (given == NGX_ERROR || granted == NGX_ERROR || nodes == NGX_ERROR
-            || given > granted || granted > NGX_MAX_INT32_VALUE
-            || nodes > NGX_MAX_INT32_VALUE)
-        {
+        if (ngx_http_session_lease_figures(res, row, 1, a) != NGX_OK) {
             goto invalid;
         }
-
-        a->given = (uint32_t) given;
-        a->granted = (uint32_t) granted;
-        a->nodes = (uint32_t) nodes;
     }
 
     return NGX_OK;
@@ -856,11 +855,7 @@ ngx_http_session_lease_batch_failed(ngx_http_session_lease_batch_t *b)
     for (i = 0; i < b->n; i++) {
         ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
 
-        a.hash = b->hashes[i];
-        a.cls = b->items[i].cls;
-        a.limit = b->items[i].limit;
-        a.minute = b->minute;
-        a.asked = b->items[i].asked;
+        ngx_http_session_lease_batch_item(b, i, &a);
         a.failed = 1;
 
         ngx_http_session_lease_answer(smcf->shm_zone, &a);
@@ -868,4 +863,18 @@ ngx_http_session_lease_batch_failed(ngx_http_session_lease_batch_t *b)
     }
 
     ngx_destroy_pool(b->pool);
+}
+
+
+/* what an answer says of the lease it answers: item i of the batch */
+
+static void
+ngx_http_session_lease_batch_item(ngx_http_session_lease_batch_t *b,
+    ngx_uint_t i, ngx_http_session_lease_answer_t *a)
+{
+    a->hash = b->hashes[i];
+    a->cls = b->items[i].cls;
+    a->limit = b->items[i].limit;
+    a->minute = b->minute;
+    a->asked = b->items[i].asked;
 }
