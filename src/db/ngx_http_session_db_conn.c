@@ -1012,6 +1012,25 @@ ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
 }
 
 
+void
+ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
+    PGresult *res, const char *what)
+{
+    dc->preparing = 0;
+    dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
+
+    if (!dc->prepared) {
+        ngx_log_error(NGX_LOG_WARN, dc->log, 0,
+                      "session db: preparing the %s failed, they are sent "
+                      "as text on this connection", what);
+        return;
+    }
+
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: the %s are prepared", what);
+}
+
+
 ngx_int_t
 ngx_http_session_db_conn_busy(ngx_http_session_db_conn_t *dc)
 {

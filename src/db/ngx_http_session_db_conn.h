@@ -175,6 +175,10 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
 ngx_int_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
     const char *sql);
 
+/* the PREPARE's answer in: prepared, or said once that they go as text */
+void ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
+    PGresult *res, const char *what);
+
 /*
  * The owner has handed libpq what to send (PQsendQueryParams(), a
  * pipeline): the connection is busy until it is answered

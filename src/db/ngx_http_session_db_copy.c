@@ -687,16 +687,7 @@ ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_copy_t  *cp;
 
     if (dc->preparing) {
-        dc->preparing = 0;
-        dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
-
-        if (!dc->prepared) {
-            ngx_log_error(NGX_LOG_WARN, dc->log, 0,
-                          "session db: preparing the upload statements "
-                          "failed, they are sent as text on this "
-                          "connection");
-        }
-
+        ngx_http_session_db_conn_prepared(dc, res, "upload statements");
         ngx_http_session_db_conn_clear(dc, res);
         ngx_http_session_db_copy_dispatch();
         return;

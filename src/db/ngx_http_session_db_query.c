@@ -331,18 +331,7 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
 
     if (q == NULL) {
         if (dc->preparing) {
-            dc->preparing = 0;
-            dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
-
-            if (!dc->prepared) {
-                ngx_log_error(NGX_LOG_WARN, dc->log, 0,
-                              "session db: preparing the statements failed, "
-                              "they are sent as text on this connection");
-
-            } else {
-                ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
-                               "session db: the statements are prepared");
-            }
+            ngx_http_session_db_conn_prepared(dc, res, "statements");
         }
 
         /* the PREPARE, or a query that went away meanwhile */
