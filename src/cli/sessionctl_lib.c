@@ -7,6 +7,7 @@
 
 
 static void sessionctl_notice(void *arg, const char *message);
+static void sessionctl_say(const char *fmt, va_list args);
 
 
 const char  sessionctl_usage_text[] =
@@ -47,11 +48,9 @@ sessionctl_usage(const char *fmt, ...)
     va_list  args;
 
     if (fmt) {
-        fprintf(stderr, "sessionctl: ");
         va_start(args, fmt);
-        vfprintf(stderr, fmt, args);
+        sessionctl_say(fmt, args);
         va_end(args);
-        fprintf(stderr, "\n");
     }
 
     fputs(sessionctl_usage_text, stderr);
@@ -65,13 +64,22 @@ sessionctl_refuse(const char *fmt, ...)
 {
     va_list  args;
 
-    fprintf(stderr, "sessionctl: ");
     va_start(args, fmt);
-    vfprintf(stderr, fmt, args);
+    sessionctl_say(fmt, args);
     va_end(args);
-    fprintf(stderr, "\n");
 
     return SESSIONCTL_REFUSED;
+}
+
+
+/* "sessionctl: <message>" on a line of stderr */
+
+static void
+sessionctl_say(const char *fmt, va_list args)
+{
+    fprintf(stderr, "sessionctl: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
 }
 
 

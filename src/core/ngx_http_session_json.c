@@ -15,47 +15,51 @@ typedef struct {
 } ngx_http_session_reason_t;
 
 
+/* a status, its phrase and its status line, "NNN Phrase", written once */
+#define ngx_http_session_reason_row(status, phrase)                           \
+    { status, phrase, #status " " phrase }
+
+
 static const ngx_http_session_reason_t  ngx_http_session_reasons[] = {
-    { 200, "OK", "200 OK" },
-    { 201, "Created", "201 Created" },
-    { 304, "Not Modified", "304 Not Modified" },
-    { 400, "Bad Request", "400 Bad Request" },
-    { 401, "Unauthorized", "401 Unauthorized" },
-    { 402, "Payment Required", "402 Payment Required" },
-    { 403, "Forbidden", "403 Forbidden" },
-    { 404, "Not Found", "404 Not Found" },
-    { 405, "Method Not Allowed", "405 Method Not Allowed" },
-    { 406, "Not Acceptable", "406 Not Acceptable" },
-    { 407, "Proxy Authentication Required",
-      "407 Proxy Authentication Required" },
-    { 408, "Request Timeout", "408 Request Timeout" },
-    { 409, "Conflict", "409 Conflict" },
-    { 410, "Gone", "410 Gone" },
-    { 411, "Length Required", "411 Length Required" },
-    { 412, "Precondition Failed", "412 Precondition Failed" },
-    { 413, "Payload Too Large", "413 Payload Too Large" },
-    { 414, "URI Too Long", "414 URI Too Long" },
-    { 415, "Unsupported Media Type", "415 Unsupported Media Type" },
-    { 416, "Range Not Satisfiable", "416 Range Not Satisfiable" },
-    { 417, "Expectation Failed", "417 Expectation Failed" },
-    { 421, "Misdirected Request", "421 Misdirected Request" },
-    { 422, "Unprocessable Entity", "422 Unprocessable Entity" },
-    { 426, "Upgrade Required", "426 Upgrade Required" },
-    { 428, "Precondition Required", "428 Precondition Required" },
-    { 429, "Too Many Requests", "429 Too Many Requests" },
-    { 431, "Request Header Fields Too Large",
-      "431 Request Header Fields Too Large" },
-    { 451, "Unavailable For Legal Reasons",
-      "451 Unavailable For Legal Reasons" },
-    { 500, "Internal Server Error", "500 Internal Server Error" },
-    { 501, "Not Implemented", "501 Not Implemented" },
-    { 502, "Bad Gateway", "502 Bad Gateway" },
-    { 503, "Service Unavailable", "503 Service Unavailable" },
-    { 504, "Gateway Timeout", "504 Gateway Timeout" },
-    { 505, "HTTP Version Not Supported", "505 HTTP Version Not Supported" },
-    { 507, "Insufficient Storage", "507 Insufficient Storage" },
+    ngx_http_session_reason_row(200, "OK"),
+    ngx_http_session_reason_row(201, "Created"),
+    ngx_http_session_reason_row(304, "Not Modified"),
+    ngx_http_session_reason_row(400, "Bad Request"),
+    ngx_http_session_reason_row(401, "Unauthorized"),
+    ngx_http_session_reason_row(402, "Payment Required"),
+    ngx_http_session_reason_row(403, "Forbidden"),
+    ngx_http_session_reason_row(404, "Not Found"),
+    ngx_http_session_reason_row(405, "Method Not Allowed"),
+    ngx_http_session_reason_row(406, "Not Acceptable"),
+    ngx_http_session_reason_row(407, "Proxy Authentication Required"),
+    ngx_http_session_reason_row(408, "Request Timeout"),
+    ngx_http_session_reason_row(409, "Conflict"),
+    ngx_http_session_reason_row(410, "Gone"),
+    ngx_http_session_reason_row(411, "Length Required"),
+    ngx_http_session_reason_row(412, "Precondition Failed"),
+    ngx_http_session_reason_row(413, "Payload Too Large"),
+    ngx_http_session_reason_row(414, "URI Too Long"),
+    ngx_http_session_reason_row(415, "Unsupported Media Type"),
+    ngx_http_session_reason_row(416, "Range Not Satisfiable"),
+    ngx_http_session_reason_row(417, "Expectation Failed"),
+    ngx_http_session_reason_row(421, "Misdirected Request"),
+    ngx_http_session_reason_row(422, "Unprocessable Entity"),
+    ngx_http_session_reason_row(426, "Upgrade Required"),
+    ngx_http_session_reason_row(428, "Precondition Required"),
+    ngx_http_session_reason_row(429, "Too Many Requests"),
+    ngx_http_session_reason_row(431, "Request Header Fields Too Large"),
+    ngx_http_session_reason_row(451, "Unavailable For Legal Reasons"),
+    ngx_http_session_reason_row(500, "Internal Server Error"),
+    ngx_http_session_reason_row(501, "Not Implemented"),
+    ngx_http_session_reason_row(502, "Bad Gateway"),
+    ngx_http_session_reason_row(503, "Service Unavailable"),
+    ngx_http_session_reason_row(504, "Gateway Timeout"),
+    ngx_http_session_reason_row(505, "HTTP Version Not Supported"),
+    ngx_http_session_reason_row(507, "Insufficient Storage"),
     { 0, NULL, NULL }
 };
+
+#undef ngx_http_session_reason_row
 
 
 /* "00" .. "99": the two digits of n < 100 at 2 * n */
@@ -117,6 +121,8 @@ static const unsigned char  ngx_http_session_json_class[256] = {
 static size_t ngx_http_session_json_escaped_len(const unsigned char *src,
     size_t len);
 static int ngx_http_session_json_special8(uint64_t v);
+static const ngx_http_session_reason_t *ngx_http_session_reason_find(
+    unsigned status);
 
 
 size_t
@@ -316,18 +322,27 @@ ngx_http_session_decimal(unsigned char *dst, uint64_t n)
 }
 
 
-const char *
-ngx_http_session_status_line(unsigned status)
+/* the row of a status; the table's end (status 0) if it has none */
+
+static const ngx_http_session_reason_t *
+ngx_http_session_reason_find(unsigned status)
 {
     const ngx_http_session_reason_t  *r;
 
     for (r = ngx_http_session_reasons; r->status; r++) {
         if (r->status == status) {
-            return r->line;
+            break;
         }
     }
 
-    return NULL;
+    return r;
+}
+
+
+const char *
+ngx_http_session_status_line(unsigned status)
+{
+    return ngx_http_session_reason_find(status)->line;
 }
 
 
@@ -336,13 +351,9 @@ ngx_http_session_reason(unsigned status)
 {
     const ngx_http_session_reason_t  *r;
 
-    for (r = ngx_http_session_reasons; r->status; r++) {
-        if (r->status == status) {
-            return r->phrase;
-        }
-    }
+    r = ngx_http_session_reason_find(status);
 
-    return "Unknown";
+    return r->status ? r->phrase : "Unknown";
 }
 
 

@@ -37,6 +37,27 @@ static const ngx_http_session_subroute_t  ngx_http_session_image_routes[] = {
 };
 
 
+/*
+ * A level of the path: an id, which alone names a resource (GET), and
+ * after it a name of the level's table; the name "down" goes on to the
+ * next level.
+ */
+typedef struct {
+    int                                 id;
+    const ngx_http_session_subroute_t  *names;
+    int                                 down;
+} ngx_http_session_level_t;
+
+
+static const ngx_http_session_level_t  ngx_http_session_levels[] = {
+    { NGX_HTTP_SESSION_ROUTE_SESSION, ngx_http_session_session_routes,
+      NGX_HTTP_SESSION_ROUTE_IMAGES },
+    { NGX_HTTP_SESSION_ROUTE_IMAGE, ngx_http_session_image_routes,
+      NGX_HTTP_SESSION_ROUTE_NONE },
+    { 0, NULL, 0 }
+};
+
+
 static size_t ngx_http_session_segment(const unsigned char *p,
     const unsigned char *end);
 static const ngx_http_session_subroute_t *ngx_http_session_subroute(
@@ -48,8 +69,9 @@ int
 ngx_http_session_route_match(const unsigned char *path, size_t len,
     ngx_http_session_route_t *rt)
 {
-    size_t                              n, base;
-    const unsigned char                *p, *end;
+    size_t                             *id_len, n, base;
+    const unsigned char                *p, *end, **id;
+    const ngx_http_session_level_t     *level;
     const ngx_http_session_subroute_t  *sub;
 
     memset(rt, 0, sizeof(ngx_http_session_route_t));
@@ -70,76 +92,55 @@ ngx_http_session_route_match(const unsigned char *path, size_t len,
         return rt->id;
     }
 
-    /* "/{sid}" */
+    id = &rt->sid;
+    id_len = &rt->sid_len;
 
-    if (*p++ != '/' || (n = ngx_http_session_segment(p, end)) == 0) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
+    for (level = ngx_http_session_levels; level->names; level++) {
+
+        /* "/{sid}", "/images/{iid}" */
+
+        if (*p++ != '/' || (n = ngx_http_session_segment(p, end)) == 0) {
+            return NGX_HTTP_SESSION_ROUTE_NONE;
+        }
+
+        *id = p;
+        *id_len = n;
+        p += n;
+
+        if (p == end) {
+            rt->id = level->id;
+            rt->methods = NGX_HTTP_SESSION_METHOD_GET;
+            return rt->id;
+        }
+
+        /* "/{sid}/complete", "/images/{iid}/content", ... */
+
+        if (*p++ != '/' || (n = ngx_http_session_segment(p, end)) == 0) {
+            return NGX_HTTP_SESSION_ROUTE_NONE;
+        }
+
+        sub = ngx_http_session_subroute(level->names, p, n);
+        if (sub == NULL) {
+            return NGX_HTTP_SESSION_ROUTE_NONE;
+        }
+
+        p += n;
+
+        if (p == end) {
+            rt->id = sub->id;
+            rt->methods = sub->methods;
+            return rt->id;
+        }
+
+        if (sub->id != level->down) {
+            return NGX_HTTP_SESSION_ROUTE_NONE;
+        }
+
+        id = &rt->iid;
+        id_len = &rt->iid_len;
     }
 
-    rt->sid = p;
-    rt->sid_len = n;
-    p += n;
-
-    if (p == end) {
-        rt->id = NGX_HTTP_SESSION_ROUTE_SESSION;
-        rt->methods = NGX_HTTP_SESSION_METHOD_GET;
-        return rt->id;
-    }
-
-    /* "/complete", "/images", "/poll" */
-
-    if (*p++ != '/' || (n = ngx_http_session_segment(p, end)) == 0) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
-    }
-
-    sub = ngx_http_session_subroute(ngx_http_session_session_routes, p, n);
-    if (sub == NULL) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
-    }
-
-    p += n;
-
-    if (p == end) {
-        rt->id = sub->id;
-        rt->methods = sub->methods;
-        return rt->id;
-    }
-
-    if (sub->id != NGX_HTTP_SESSION_ROUTE_IMAGES) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
-    }
-
-    /* "/images/{iid}" */
-
-    if (*p++ != '/' || (n = ngx_http_session_segment(p, end)) == 0) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
-    }
-
-    rt->iid = p;
-    rt->iid_len = n;
-    p += n;
-
-    if (p == end) {
-        rt->id = NGX_HTTP_SESSION_ROUTE_IMAGE;
-        rt->methods = NGX_HTTP_SESSION_METHOD_GET;
-        return rt->id;
-    }
-
-    /* "/images/{iid}/content", "/images/{iid}/ack" */
-
-    if (*p++ != '/' || (n = ngx_http_session_segment(p, end)) == 0) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
-    }
-
-    sub = ngx_http_session_subroute(ngx_http_session_image_routes, p, n);
-    if (sub == NULL || p + n != end) {
-        return NGX_HTTP_SESSION_ROUTE_NONE;
-    }
-
-    rt->id = sub->id;
-    rt->methods = sub->methods;
-
-    return rt->id;
+    return NGX_HTTP_SESSION_ROUTE_NONE;
 }
 
 

@@ -16,7 +16,7 @@
 
 static u_char *ngx_http_session_render_tail(u_char *p, u_char *cursor,
     size_t cursor_len);
-static ngx_buf_t *ngx_http_session_render_bad(ngx_http_request_t *r);
+static void ngx_http_session_render_bad(ngx_log_t *log);
 
 
 static ngx_inline uint32_t
@@ -123,6 +123,55 @@ ngx_http_session_render_time_at(PGresult *res, int row, int col, int64_t *us)
 }
 
 
+/* a timestamptz or NULL: *set, and *us (0 for NULL) */
+
+static ngx_inline ngx_int_t
+ngx_http_session_render_time_or_null(PGresult *res, int row, int col,
+    int *set, int64_t *us)
+{
+    u_char     *p;
+    ngx_int_t   rc;
+
+    rc = ngx_http_session_render_fixed_or_null(res, row, col, 8, &p);
+    if (rc == NGX_ERROR) {
+        return NGX_ERROR;
+    }
+
+    *set = (rc == NGX_OK);
+    *us = *set ? ngx_http_session_render_be64us(p) : 0;
+
+    return NGX_OK;
+}
+
+
+/*
+ * The ncols columns of a session or an image from (row, col) are there,
+ * and its id, the first, is a UUID: NGX_OK and the id; NGX_DECLINED when
+ * the id is NULL (no such row).
+ */
+
+static ngx_inline ngx_int_t
+ngx_http_session_render_head(PGresult *res, int row, int col, int ncols,
+    const u_char **id)
+{
+    u_char     *p;
+    ngx_int_t   rc;
+
+    if (PQnfields(res) < col + ncols || row >= PQntuples(res)) {
+        return NGX_ERROR;
+    }
+
+    rc = ngx_http_session_render_fixed_or_null(res, row, col,
+                                               NGX_HTTP_SESSION_UUID_BIN_LEN,
+                                               &p);
+    if (rc == NGX_OK) {
+        *id = p;
+    }
+
+    return rc;
+}
+
+
 ngx_int_t
 ngx_http_session_render_int4(PGresult *res, int row, int col, int64_t *n)
 {
@@ -153,23 +202,13 @@ ngx_int_t
 ngx_http_session_render_read_session(PGresult *res, int row, int col,
     ngx_http_session_doc_session_t *s)
 {
-    u_char     *p;
-    ngx_int_t   rc;
+    ngx_int_t  rc;
 
-    if (PQnfields(res) < col + NGX_HTTP_SESSION_SESSION_NCOLS
-        || row >= PQntuples(res))
-    {
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_session_render_fixed_or_null(res, row,
-                                          col + NGX_HTTP_SESSION_COL_S_ID,
-                                          NGX_HTTP_SESSION_UUID_BIN_LEN, &p);
+    rc = ngx_http_session_render_head(res, row, col,
+                                      NGX_HTTP_SESSION_SESSION_NCOLS, &s->id);
     if (rc != NGX_OK) {
         return rc;
     }
-
-    s->id = p;
 
     s->project_id = ngx_http_session_render_fixed(res, row,
                                          col + NGX_HTTP_SESSION_COL_S_PROJECT,
@@ -215,17 +254,9 @@ ngx_http_session_render_read_session(PGresult *res, int row, int col,
                                               col + NGX_HTTP_SESSION_COL_S_URL);
     }
 
-    rc = ngx_http_session_render_fixed_or_null(res, row,
+    return ngx_http_session_render_time_or_null(res, row,
                                        col + NGX_HTTP_SESSION_COL_S_COMPLETED,
-                                       8, &p);
-    if (rc == NGX_ERROR) {
-        return NGX_ERROR;
-    }
-
-    s->completed = (rc == NGX_OK);
-    s->completed_us = s->completed ? ngx_http_session_render_be64us(p) : 0;
-
-    return NGX_OK;
+                                       &s->completed, &s->completed_us);
 }
 
 
@@ -233,23 +264,13 @@ ngx_int_t
 ngx_http_session_render_read_image(PGresult *res, int row, int col,
     ngx_http_session_doc_image_t *im)
 {
-    u_char     *p;
-    ngx_int_t   rc;
+    ngx_int_t  rc;
 
-    if (PQnfields(res) < col + NGX_HTTP_SESSION_IMAGE_NCOLS
-        || row >= PQntuples(res))
-    {
-        return NGX_ERROR;
-    }
-
-    rc = ngx_http_session_render_fixed_or_null(res, row,
-                                          col + NGX_HTTP_SESSION_COL_I_ID,
-                                          NGX_HTTP_SESSION_UUID_BIN_LEN, &p);
+    rc = ngx_http_session_render_head(res, row, col,
+                                      NGX_HTTP_SESSION_IMAGE_NCOLS, &im->id);
     if (rc != NGX_OK) {
         return rc;
     }
-
-    im->id = p;
 
     im->session_id = ngx_http_session_render_fixed(res, row,
                                          col + NGX_HTTP_SESSION_COL_I_SESSION,
@@ -280,77 +301,16 @@ ngx_http_session_render_read_image(PGresult *res, int row, int col,
                                             col + NGX_HTTP_SESSION_COL_I_TYPE,
                                             &im->content_type_len);
 
-    rc = ngx_http_session_render_fixed_or_null(res, row,
+    return ngx_http_session_render_time_or_null(res, row,
                                     col + NGX_HTTP_SESSION_COL_I_ACKNOWLEDGED,
-                                    8, &p);
-    if (rc == NGX_ERROR) {
-        return NGX_ERROR;
-    }
-
-    im->acknowledged = (rc == NGX_OK);
-    im->acknowledged_us = im->acknowledged
-                          ? ngx_http_session_render_be64us(p) : 0;
-
-    return NGX_OK;
-}
-
-
-static ngx_buf_t *
-ngx_http_session_render_bad(ngx_http_request_t *r)
-{
-    ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                  "session db: a row is not what the statement returns");
-
-    return NULL;
-}
-
-
-ngx_buf_t *
-ngx_http_session_render_session(ngx_http_request_t *r, PGresult *res,
-    int row, int col)
-{
-    ngx_buf_t                       *b;
-    ngx_http_session_doc_session_t   s;
-
-    if (ngx_http_session_render_read_session(res, row, col, &s) != NGX_OK) {
-        return ngx_http_session_render_bad(r);
-    }
-
-    b = ngx_create_temp_buf(r->pool, ngx_http_session_doc_session_size(&s));
-    if (b == NULL) {
-        return NULL;
-    }
-
-    b->last = ngx_http_session_doc_session(b->last, &s);
-
-    return b;
-}
-
-
-ngx_buf_t *
-ngx_http_session_render_image(ngx_http_request_t *r, PGresult *res,
-    int row, int col)
-{
-    ngx_buf_t                     *b;
-    ngx_http_session_doc_image_t   im;
-
-    if (ngx_http_session_render_read_image(res, row, col, &im) != NGX_OK) {
-        return ngx_http_session_render_bad(r);
-    }
-
-    b = ngx_create_temp_buf(r->pool, ngx_http_session_doc_image_size(&im));
-    if (b == NULL) {
-        return NULL;
-    }
-
-    b->last = ngx_http_session_doc_image(b->last, &im);
-
-    return b;
+                                    &im->acknowledged, &im->acknowledged_us);
 }
 
 
 /*
- * The documents of rows 0 .. n - 1 from column col, of one kind: read
+ * A kind of document (session, image): how it is read from a row, sized
+ * and written.  One document is read, then written into a buffer of its
+ * size; the documents of rows 0 .. n - 1 from column col are all read
  * first (so that the buffer is sized once), then written with ", "
  * between them.
  */
@@ -361,6 +321,13 @@ typedef struct {
     size_t     (*len)(const void *doc);
     u_char    *(*write)(u_char *p, const void *doc);
 } ngx_http_session_render_kind_t;
+
+
+/* room for one document of either kind */
+typedef union {
+    ngx_http_session_doc_session_t  session;
+    ngx_http_session_doc_image_t    image;
+} ngx_http_session_render_doc_t;
 
 
 static ngx_int_t
@@ -421,6 +388,57 @@ static ngx_http_session_render_kind_t  ngx_http_session_render_images_kind = {
 };
 
 
+static void
+ngx_http_session_render_bad(ngx_log_t *log)
+{
+    ngx_log_error(NGX_LOG_ERR, log, 0,
+                  "session db: a row is not what the statement returns");
+}
+
+
+/* the document of the row's columns from col, in a buffer of its size */
+
+static ngx_buf_t *
+ngx_http_session_render_one(ngx_http_request_t *r, PGresult *res, int row,
+    int col, ngx_http_session_render_kind_t *kind)
+{
+    ngx_buf_t                      *b;
+    ngx_http_session_render_doc_t   doc;
+
+    if (kind->read(res, row, col, &doc) != NGX_OK) {
+        ngx_http_session_render_bad(r->connection->log);
+        return NULL;
+    }
+
+    b = ngx_create_temp_buf(r->pool, kind->len(&doc));
+    if (b == NULL) {
+        return NULL;
+    }
+
+    b->last = kind->write(b->last, &doc);
+
+    return b;
+}
+
+
+ngx_buf_t *
+ngx_http_session_render_session(ngx_http_request_t *r, PGresult *res,
+    int row, int col)
+{
+    return ngx_http_session_render_one(r, res, row, col,
+                                       &ngx_http_session_render_sessions_kind);
+}
+
+
+ngx_buf_t *
+ngx_http_session_render_image(ngx_http_request_t *r, PGresult *res,
+    int row, int col)
+{
+    return ngx_http_session_render_one(r, res, row, col,
+                                       &ngx_http_session_render_images_kind);
+}
+
+
 /* reads the n documents into *docs; their bytes with separators */
 
 static ngx_int_t
@@ -440,9 +458,7 @@ ngx_http_session_render_items(ngx_pool_t *pool, ngx_log_t *log,
 
     for (i = 0; i < n; i++) {
         if (kind->read(res, first + i, col, d + i * kind->size) != NGX_OK) {
-            ngx_log_error(NGX_LOG_ERR, log, 0,
-                          "session db: a row is not what the statement "
-                          "returns");
+            ngx_http_session_render_bad(log);
             return NGX_ERROR;
         }
 
@@ -554,7 +570,9 @@ ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log, PGresult *res,
     ngx_http_session_doc_session_t   s;
 
     if (ngx_http_session_render_read_session(res, first, 0, &s) != NGX_OK) {
-        goto bad;
+        /* the one answer is shared by every waiter: no request to log with */
+        ngx_http_session_render_bad(log);
+        return NULL;
     }
 
     if (ngx_http_session_render_items(pool, log, res, first,
@@ -584,12 +602,4 @@ ngx_http_session_render_poll(ngx_pool_t *pool, ngx_log_t *log, PGresult *res,
     b->last = p;
 
     return b;
-
-bad:
-
-    /* the one answer is shared by every waiter: no request to log with */
-    ngx_log_error(NGX_LOG_ERR, log, 0,
-                  "session db: a row is not what the statement returns");
-
-    return NULL;
 }

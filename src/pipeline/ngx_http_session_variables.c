@@ -19,6 +19,8 @@ static ngx_int_t ngx_http_session_variable_rate_remaining(
     ngx_http_request_t *r, ngx_http_variable_value_t *v, uintptr_t data);
 static ngx_http_session_take_t *ngx_http_session_variable_take(
     ngx_http_request_t *r);
+static ngx_int_t ngx_http_session_variable_set(ngx_http_variable_value_t *v,
+    u_char *data, size_t len);
 
 
 static ngx_http_variable_t  ngx_http_session_vars[] = {
@@ -92,13 +94,7 @@ ngx_http_session_variable_id(ngx_http_request_t *r,
         return NGX_OK;
     }
 
-    v->len = NGX_HTTP_SESSION_UUID_LEN;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-    v->data = id;
-
-    return NGX_OK;
+    return ngx_http_session_variable_set(v, id, NGX_HTTP_SESSION_UUID_LEN);
 }
 
 
@@ -118,13 +114,8 @@ ngx_http_session_variable_rate_class(ngx_http_request_t *r,
 
     name = ngx_http_session_limit_class_name(take->cls);
 
-    v->len = ngx_strlen(name);
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-    v->data = (u_char *) name;
-
-    return NGX_OK;
+    return ngx_http_session_variable_set(v, (u_char *) name,
+                                         ngx_strlen(name));
 }
 
 
@@ -132,7 +123,7 @@ static ngx_int_t
 ngx_http_session_variable_rate_remaining(ngx_http_request_t *r,
     ngx_http_variable_value_t *v, uintptr_t data)
 {
-    u_char                   *p;
+    u_char                   *p, *end;
     ngx_http_session_take_t  *take;
 
     take = ngx_http_session_variable_take(r);
@@ -147,13 +138,9 @@ ngx_http_session_variable_rate_remaining(ngx_http_request_t *r,
         return NGX_ERROR;
     }
 
-    v->len = ngx_sprintf(p, "%ui", take->remaining) - p;
-    v->valid = 1;
-    v->no_cacheable = 1;
-    v->not_found = 0;
-    v->data = p;
+    end = ngx_sprintf(p, "%ui", take->remaining);
 
-    return NGX_OK;
+    return ngx_http_session_variable_set(v, p, end - p);
 }
 
 
@@ -178,4 +165,20 @@ ngx_http_session_variable_take(ngx_http_request_t *r)
     }
 
     return &ctx->take;
+}
+
+
+/* a value found: not cacheable, as every one of these variables */
+
+static ngx_int_t
+ngx_http_session_variable_set(ngx_http_variable_value_t *v, u_char *data,
+    size_t len)
+{
+    v->len = len;
+    v->valid = 1;
+    v->no_cacheable = 1;
+    v->not_found = 0;
+    v->data = data;
+
+    return NGX_OK;
 }

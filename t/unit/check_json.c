@@ -370,6 +370,28 @@ START_TEST(test_reason_every_status)
 END_TEST
 
 
+/* the status line is "NNN Phrase" for a known status, NULL for others */
+START_TEST(test_status_line_every_status)
+{
+    char         want[64];
+    const char  *line, *phrase;
+
+    line = ngx_http_session_status_line((unsigned) _i);
+    phrase = ngx_http_session_reason((unsigned) _i);
+
+    if (strcmp(phrase, "Unknown") == 0) {
+        ck_assert_ptr_null(line);
+        return;
+    }
+
+    ck_assert_ptr_nonnull(line);
+
+    snprintf(want, sizeof(want), "%d %s", _i, phrase);
+    ck_assert_str_eq(line, want);
+}
+END_TEST
+
+
 typedef struct {
     uint64_t     n;
     const char  *text;
@@ -450,6 +472,7 @@ make_json_suite(void)
     tc = tcase_create("reason");
     tcase_add_loop_test(tc, test_reason, 0, NELTS(reason_vecs));
     tcase_add_loop_test(tc, test_reason_every_status, 100, 600);
+    tcase_add_loop_test(tc, test_status_line_every_status, 0, 1000);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("decimal");
