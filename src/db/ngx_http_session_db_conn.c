@@ -648,10 +648,7 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     dc->reader = NULL;
     dc->drained = NULL;
 
-    if (dc->result) {
-        PQclear(dc->result);
-        dc->result = NULL;
-    }
+    ngx_http_session_pq_clear(&dc->result);
 
     if (dc->pg) {
         /* in nonblocking mode PQfinish() does not wait for the server */

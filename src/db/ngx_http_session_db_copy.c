@@ -1020,15 +1020,8 @@ ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
         cp->buf = NULL;
     }
 
-    if (cp->pipe[0]) {
-        PQclear(cp->pipe[0]);
-        cp->pipe[0] = NULL;
-    }
-
-    if (cp->pipe[1]) {
-        PQclear(cp->pipe[1]);
-        cp->pipe[1] = NULL;
-    }
+    ngx_http_session_pq_clear(&cp->pipe[0]);
+    ngx_http_session_pq_clear(&cp->pipe[1]);
 
     cp->done = 1;
 }
