@@ -326,4 +326,51 @@ ngx_http_session_get_ctx(ngx_http_request_t *r)
 }
 
 
+/*
+ * What a structure holds and lets go of before its end: released when
+ * held, and forgotten, so that a second release finds nothing
+ */
+
+static ngx_inline void
+ngx_http_session_destroy_pool(ngx_pool_t **pool)
+{
+    if (*pool) {
+        ngx_destroy_pool(*pool);
+        *pool = NULL;
+    }
+}
+
+
+static ngx_inline void
+ngx_http_session_resolve_done(ngx_resolver_ctx_t **ctx)
+{
+    if (*ctx) {
+        ngx_resolve_name_done(*ctx);
+        *ctx = NULL;
+    }
+}
+
+
+/*
+ * A walk over the elements of list: *part its first part and *i 0 to
+ * begin with; the next element each call, NULL after the last
+ */
+
+static ngx_inline void *
+ngx_http_session_list_next(ngx_list_t *list, ngx_list_part_t **part,
+    ngx_uint_t *i)
+{
+    while (*i >= (*part)->nelts) {
+        if ((*part)->next == NULL) {
+            return NULL;
+        }
+
+        *part = (*part)->next;
+        *i = 0;
+    }
+
+    return (u_char *) (*part)->elts + (*i)++ * list->size;
+}
+
+
 #endif /* _NGX_HTTP_SESSION_COMMON_H_INCLUDED_ */

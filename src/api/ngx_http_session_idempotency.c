@@ -187,26 +187,16 @@ ngx_http_session_idem_find(ngx_list_t *headers, ngx_str_t *name,
     found = NULL;
 
     part = &headers->part;
-    h = part->elts;
+    i = 0;
 
-    for (i = 0; /* void */; i++) {
+    while ((h = ngx_http_session_list_next(headers, &part, &i)) != NULL) {
 
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash != 0
-            && h[i].key.len == name->len
-            && ngx_strncasecmp(h[i].key.data, name->data, name->len) == 0)
+        if (h->hash != 0
+            && h->key.len == name->len
+            && ngx_strncasecmp(h->key.data, name->data, name->len) == 0)
         {
             (*n)++;
-            found = &h[i];
+            found = h;
         }
     }
 

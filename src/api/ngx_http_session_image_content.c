@@ -520,13 +520,6 @@ ngx_http_session_image_clear(void *data)
 {
     ngx_http_session_image_dl_t  *dl = data;
 
-    if (dl->sending) {
-        PQclear(dl->sending);
-        dl->sending = NULL;
-    }
-
-    if (dl->ready) {
-        PQclear(dl->ready);
-        dl->ready = NULL;
-    }
+    ngx_http_session_pq_clear(&dl->sending);
+    ngx_http_session_pq_clear(&dl->ready);
 }

@@ -382,46 +382,38 @@ ngx_http_session_park_headers(ngx_http_request_t *r, ngx_str_t *out,
 {
     size_t            size;
     ngx_uint_t        i;
+    ngx_list_t       *headers;
     ngx_list_part_t  *part;
     ngx_table_elt_t  *h;
 
     size = 0;
     *n = 0;
 
-    part = &r->headers_out.headers.part;
-    h = part->elts;
+    headers = &r->headers_out.headers;
+    part = &headers->part;
+    i = 0;
 
-    for (i = 0; /* void */; i++) {
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            i = 0;
-        }
-
-        if (h[i].hash == 0) {
+    while ((h = ngx_http_session_list_next(headers, &part, &i)) != NULL) {
+        if (h->hash == 0) {
             continue;
         }
 
         if (out == NULL) {
-            size += 2 * sizeof(ngx_str_t) + h[i].key.len + h[i].value.len;
+            size += 2 * sizeof(ngx_str_t) + h->key.len + h->value.len;
 
         } else {
             out->data = d + size;
-            out->len = h[i].key.len;
-            size += h[i].key.len;
+            out->len = h->key.len;
+            size += h->key.len;
             out++;
 
             out->data = d + size;
-            out->len = h[i].value.len;
-            size += h[i].value.len;
+            out->len = h->value.len;
+            size += h->value.len;
             out++;
 
-            ngx_memcpy(out[-2].data, h[i].key.data, h[i].key.len);
-            ngx_memcpy(out[-1].data, h[i].value.data, h[i].value.len);
+            ngx_memcpy(out[-2].data, h->key.data, h->key.len);
+            ngx_memcpy(out[-1].data, h->value.data, h->value.len);
         }
 
         (*n)++;

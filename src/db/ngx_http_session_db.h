@@ -223,4 +223,16 @@ ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,
     PGresult *res);
 
 
+/* a result held until later: freed when held, and forgotten */
+
+static ngx_inline void
+ngx_http_session_pq_clear(PGresult **res)
+{
+    if (*res) {
+        PQclear(*res);
+        *res = NULL;
+    }
+}
+
+
 #endif /* _NGX_HTTP_SESSION_DB_H_INCLUDED_ */

@@ -105,6 +105,21 @@ ngx_http_session_db_options(ngx_cycle_t *cycle, ngx_str_t *own)
 
 
 void
+ngx_http_session_db_conn_conf(ngx_http_session_db_conn_t *dc,
+    ngx_cycle_t *cycle, ngx_http_session_main_conf_t *smcf, const char *role,
+    const char *options)
+{
+    dc->log = cycle->log;
+    dc->conninfo = (const char *) smcf->db_conninfo.data;
+    dc->role = role;
+    dc->hosts = smcf->db_hosts;
+    dc->options = options;
+    dc->timeout = smcf->db_timeout;
+    dc->check = smcf->db_idle_check;
+}
+
+
+void
 ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc)
 {
     ngx_http_session_db_conns_t  *conns;
@@ -648,10 +663,7 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     dc->reader = NULL;
     dc->drained = NULL;
 
-    if (dc->result) {
-        PQclear(dc->result);
-        dc->result = NULL;
-    }
+    ngx_http_session_pq_clear(&dc->result);
 
     if (dc->pg) {
         /* in nonblocking mode PQfinish() does not wait for the server */
@@ -996,19 +1008,26 @@ ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
  * has session_db_timeout to be answered
  */
 
-ngx_int_t
+ngx_uint_t
 ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
-    const char *sql)
+    const char *sql, ngx_uint_t pooler)
 {
+    if (sql == NULL || dc->prepared
+        || (dc->pooled && pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    {
+        return 0;
+    }
+
     if (ngx_http_session_db_conn_send(dc, sql) != NGX_OK) {
-        return NGX_ERROR;
+        ngx_http_session_db_conn_fail(dc);
+        return 1;
     }
 
     dc->preparing = 1;
 
     ngx_add_timer(&dc->timer, dc->timeout);
 
-    return NGX_OK;
+    return 1;
 }
 
 

@@ -155,6 +155,15 @@ struct ngx_http_session_db_conn_s {
 const char *ngx_http_session_db_options(ngx_cycle_t *cycle, ngx_str_t *own);
 
 /*
+ * A connection to session_db (of the pool, of the uploads) for role, with
+ * options (NULL: none), session_db's hosts, timeout and idle check; its
+ * owner sets the handlers
+ */
+void ngx_http_session_db_conn_conf(ngx_http_session_db_conn_t *dc,
+    ngx_cycle_t *cycle, ngx_http_session_main_conf_t *smcf, const char *role,
+    const char *options);
+
+/*
  * Every connection of the worker is added once, before it is opened: when
  * one gets through, the others are kicked (see ngx_http_session_db_kick())
  */
@@ -168,12 +177,16 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);
 
 /*
- * The statements' PREPARE as text, answered to dc->answer with
- * dc->preparing set: within session_db_timeout, or the connection is made
- * again
+ * A connection just ready: its owner's statements first, sql their
+ * PREPARE as text (NULL: none, through a pooler in transaction mode),
+ * unless they are prepared, or a pooler that session_db_pooler (pooler)
+ * does not name stands in between.  Returns whether they are sent: the
+ * answer comes to dc->answer with dc->preparing set, within
+ * session_db_timeout, or the connection is made again (at once, when the
+ * PREPARE could not be sent); the owner's queries wait for it.
  */
-ngx_int_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
-    const char *sql);
+ngx_uint_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
+    const char *sql, ngx_uint_t pooler);
 
 /* the PREPARE's answer in: prepared, or said once that they go as text */
 void ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,

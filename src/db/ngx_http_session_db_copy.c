@@ -148,13 +148,9 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
     for (i = 0; i < copies->nconns; i++) {
         dc = &copies->conns[i];
 
-        dc->log = cycle->log;
-        dc->conninfo = (const char *) smcf->db_conninfo.data;
-        dc->role = "nginx session upload";
-        dc->hosts = smcf->db_hosts;
-        dc->options = options;
-        dc->timeout = smcf->db_timeout;
-        dc->check = smcf->db_idle_check;
+        ngx_http_session_db_conn_conf(dc, cycle, smcf,
+                                      "nginx session upload", options);
+
         dc->ready = ngx_http_session_db_copy_ready;
         dc->answer = ngx_http_session_db_copy_answer;
         dc->checked = ngx_http_session_db_copy_checked;
@@ -651,15 +647,10 @@ ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
 
     copies = ngx_http_session_db_copies;
 
-    /* behind a pooler that session_db_pooler does not name: unprepared */
-
-    if (copies && copies->prepare && !dc->prepared
-        && !(dc->pooled && copies->pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    if (copies
+        && ngx_http_session_db_conn_prepare(dc, copies->prepare,
+                                            copies->pooler))
     {
-        if (ngx_http_session_db_conn_prepare(dc, copies->prepare) != NGX_OK) {
-            ngx_http_session_db_conn_fail(dc);
-        }
-
         return;
     }
 
@@ -1020,15 +1011,8 @@ ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
         cp->buf = NULL;
     }
 
-    if (cp->pipe[0]) {
-        PQclear(cp->pipe[0]);
-        cp->pipe[0] = NULL;
-    }
-
-    if (cp->pipe[1]) {
-        PQclear(cp->pipe[1]);
-        cp->pipe[1] = NULL;
-    }
+    ngx_http_session_pq_clear(&cp->pipe[0]);
+    ngx_http_session_pq_clear(&cp->pipe[1]);
 
     cp->done = 1;
 }

@@ -402,15 +402,8 @@ ngx_http_session_dbhost_resolve(ngx_http_session_dbhost_ctx_t *ctx)
 void
 ngx_http_session_dbhost_cancel(ngx_http_session_dbhost_ctx_t *ctx)
 {
-    if (ctx->resolving) {
-        ngx_resolve_name_done(ctx->resolving);
-        ctx->resolving = NULL;
-    }
-
-    if (ctx->pool) {
-        ngx_destroy_pool(ctx->pool);
-        ctx->pool = NULL;
-    }
+    ngx_http_session_resolve_done(&ctx->resolving);
+    ngx_http_session_destroy_pool(&ctx->pool);
 }
 
 

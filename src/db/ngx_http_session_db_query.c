@@ -179,13 +179,9 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
     for (i = 0; i < pool->nconns; i++) {
         dc = &pool->conns[i];
 
-        dc->log = cycle->log;
-        dc->conninfo = (const char *) smcf->db_conninfo.data;
-        dc->role = "nginx session pool";
-        dc->hosts = smcf->db_hosts;
-        dc->options = options;
-        dc->timeout = smcf->db_timeout;
-        dc->check = smcf->db_idle_check;
+        ngx_http_session_db_conn_conf(dc, cycle, smcf, "nginx session pool",
+                                      options);
+
         dc->ready = ngx_http_session_db_pool_ready;
         dc->answer = ngx_http_session_db_pool_answer;
         dc->checked = ngx_http_session_db_pool_checked;
@@ -246,13 +242,9 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
 
     /* the statements first: queries wait for them like for a busy one */
 
-    if (pool && pool->prepare && !dc->prepared
-        && !(dc->pooled && pool->pooler == NGX_HTTP_SESSION_POOLER_OFF))
+    if (pool
+        && ngx_http_session_db_conn_prepare(dc, pool->prepare, pool->pooler))
     {
-        if (ngx_http_session_db_conn_prepare(dc, pool->prepare) != NGX_OK) {
-            ngx_http_session_db_conn_fail(dc);
-        }
-
         return;
     }
 

@@ -160,10 +160,7 @@ ngx_http_session_sweep_exit_process(ngx_cycle_t *cycle)
 
     /* before the query pool goes: the cleanup takes the query off it */
 
-    if (sw->pool) {
-        ngx_destroy_pool(sw->pool);
-        sw->pool = NULL;
-    }
+    ngx_http_session_destroy_pool(&sw->pool);
 }
 
 
@@ -317,8 +314,7 @@ ngx_http_session_sweep_done(ngx_http_session_db_query_t *q, PGresult *res)
 
     /* the result is read: the query and its pool may go */
 
-    ngx_destroy_pool(sw->pool);
-    sw->pool = NULL;
+    ngx_http_session_destroy_pool(&sw->pool);
 
     if (more && ++sw->rounds < NGX_HTTP_SESSION_SWEEP_ROUNDS) {
         /* from the timer, not from inside the query pool's callback */

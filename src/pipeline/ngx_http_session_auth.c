@@ -115,6 +115,7 @@ ngx_int_t
 ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
     ngx_uint_t                     n;
+    ngx_list_t                    *headers;
     ngx_list_part_t               *part;
     ngx_table_elt_t               *h, *auth;
     const u_char                  *token;
@@ -130,24 +131,14 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
      */
 
     auth = NULL;
+    headers = &r->headers_in.headers;
+    part = &headers->part;
     n = 0;
-    part = &r->headers_in.headers.part;
-    h = part->elts;
 
-    for ( ;; ) {
-        if (n >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            h = part->elts;
-            n = 0;
-        }
-
-        if (h[n].hash == ngx_http_session_auth_header_hash
-            && h[n].key.len == sizeof("authorization") - 1
-            && ngx_memcmp(h[n].lowcase_key, "authorization",
+    while ((h = ngx_http_session_list_next(headers, &part, &n)) != NULL) {
+        if (h->hash == ngx_http_session_auth_header_hash
+            && h->key.len == sizeof("authorization") - 1
+            && ngx_memcmp(h->lowcase_key, "authorization",
                           sizeof("authorization") - 1)
                == 0)
         {
@@ -156,10 +147,8 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                 return NGX_DECLINED;
             }
 
-            auth = &h[n];
+            auth = h;
         }
-
-        n++;
     }
 
     if (auth == NULL) {

@@ -94,6 +94,8 @@ static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
     u_char *hash, ngx_http_session_take_t *take, ngx_uint_t *err);
 static void ngx_http_session_lease_failed(
     ngx_http_session_lease_answer_t *a);
+static void ngx_http_session_lease_failed_take(u_char *hash,
+    ngx_http_session_take_t *take);
 static void ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a);
 static void ngx_http_session_lease_done(ngx_http_session_db_query_t *q,
     PGresult *res);
@@ -259,7 +261,6 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
     ngx_pool_t                       *pool;
     ngx_http_session_db_query_t      *q;
     ngx_http_session_main_conf_t     *smcf;
-    ngx_http_session_lease_answer_t   a;
     ngx_http_session_lease_flight_t  *f;
 
     smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
@@ -327,15 +328,7 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
         ngx_destroy_pool(pool);
     }
 
-    ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
-
-    a.hash = hash;
-    a.cls = take->cls;
-    a.limit = take->limit;
-    a.minute = take->minute;
-    a.asked = take->asked;
-
-    ngx_http_session_lease_failed(&a);
+    ngx_http_session_lease_failed_take(hash, take);
 
     return NULL;
 }
@@ -357,6 +350,26 @@ ngx_http_session_lease_failed(ngx_http_session_lease_answer_t *a)
 
     ngx_http_session_lease_answer(smcf->shm_zone, a);
     ngx_http_session_lease_log(a);
+}
+
+
+/* no lease for what take asked of key hash, the database not asked */
+
+static void
+ngx_http_session_lease_failed_take(u_char *hash,
+    ngx_http_session_take_t *take)
+{
+    ngx_http_session_lease_answer_t  a;
+
+    ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
+
+    a.hash = hash;
+    a.cls = take->cls;
+    a.limit = take->limit;
+    a.minute = take->minute;
+    a.asked = take->asked;
+
+    ngx_http_session_lease_failed(&a);
 }
 
 
@@ -556,10 +569,9 @@ ngx_http_session_lease_figures(PGresult *res, ngx_uint_t row, ngx_uint_t col,
 static void
 ngx_http_session_lease_batch_add(u_char *hash, ngx_http_session_take_t *take)
 {
-    ngx_pool_t                       *pool;
-    ngx_http_session_lease_item_t    *it;
-    ngx_http_session_lease_batch_t   *b;
-    ngx_http_session_lease_answer_t   a;
+    ngx_pool_t                      *pool;
+    ngx_http_session_lease_item_t   *it;
+    ngx_http_session_lease_batch_t  *b;
 
     b = ngx_http_session_lease_pending;
 
@@ -580,15 +592,7 @@ ngx_http_session_lease_batch_add(u_char *hash, ngx_http_session_take_t *take)
         }
 
         if (b == NULL) {
-            ngx_memzero(&a, sizeof(ngx_http_session_lease_answer_t));
-
-            a.hash = hash;
-            a.cls = take->cls;
-            a.limit = take->limit;
-            a.minute = take->minute;
-            a.asked = take->asked;
-
-            ngx_http_session_lease_failed(&a);
+            ngx_http_session_lease_failed_take(hash, take);
             return;
         }
 

@@ -1139,10 +1139,7 @@ ngx_http_session_webhook_close(ngx_http_session_webhook_delivery_t *d)
         ngx_del_timer(&d->timer);
     }
 
-    if (d->resolve) {
-        ngx_resolve_name_done(d->resolve);
-        d->resolve = NULL;
-    }
+    ngx_http_session_resolve_done(&d->resolve);
 
     c = d->peer.connection;
 

@@ -192,27 +192,13 @@ ngx_http_session_webhook_exit_process(ngx_cycle_t *cycle)
         ngx_del_timer(&wh->measure);
     }
 
-    if (wh->claim) {
-        ngx_destroy_pool(wh->claim);
-        wh->claim = NULL;
-    }
-
-    if (wh->measuring) {
-        ngx_destroy_pool(wh->measuring);
-        wh->measuring = NULL;
-    }
+    ngx_http_session_destroy_pool(&wh->claim);
+    ngx_http_session_destroy_pool(&wh->measuring);
 
     /* outcomes not recorded: their leases run out */
 
-    if (wh->flush) {
-        ngx_destroy_pool(wh->flush);
-        wh->flush = NULL;
-    }
-
-    if (wh->batch) {
-        ngx_destroy_pool(wh->batch);
-        wh->batch = NULL;
-    }
+    ngx_http_session_destroy_pool(&wh->flush);
+    ngx_http_session_destroy_pool(&wh->batch);
 
     ngx_http_session_webhook_keepalive_exit();
 
@@ -361,8 +347,7 @@ ngx_http_session_webhook_claimed(ngx_http_session_db_query_t *q,
     wh = q->data;
 
     if (res == NULL) {
-        ngx_destroy_pool(wh->claim);
-        wh->claim = NULL;
+        ngx_http_session_destroy_pool(&wh->claim);
         ngx_http_session_webhook_claim_failed(wh, "database unavailable");
         return;
     }
@@ -370,8 +355,7 @@ ngx_http_session_webhook_claimed(ngx_http_session_db_query_t *q,
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQnfields(res) != 6) {
         ngx_http_session_webhook_claim_failed(wh,
                         PQresultErrorField(res, PG_DIAG_MESSAGE_PRIMARY));
-        ngx_destroy_pool(wh->claim);
-        wh->claim = NULL;
+        ngx_http_session_destroy_pool(&wh->claim);
         return;
     }
 
@@ -417,8 +401,7 @@ ngx_http_session_webhook_claimed(ngx_http_session_db_query_t *q,
         wh->again = 1;
     }
 
-    ngx_destroy_pool(wh->claim);
-    wh->claim = NULL;
+    ngx_http_session_destroy_pool(&wh->claim);
 
     if (wh->again) {
         if (wh->nactive < wh->concurrency) {
@@ -614,8 +597,7 @@ ngx_http_session_webhook_outcome(ngx_http_session_webhook_t *wh)
                            sizeof(ngx_http_session_webhook_outcome_t))
             != NGX_OK)
         {
-            ngx_destroy_pool(wh->batch);
-            wh->batch = NULL;
+            ngx_http_session_destroy_pool(&wh->batch);
             return NULL;
         }
 
@@ -819,8 +801,7 @@ ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
         }
     }
 
-    ngx_destroy_pool(wh->flush);
-    wh->flush = NULL;
+    ngx_http_session_destroy_pool(&wh->flush);
 
     /* what gathered meanwhile */
     ngx_http_session_webhook_flush(wh);
@@ -993,6 +974,5 @@ ngx_http_session_webhook_measured(ngx_http_session_db_query_t *q,
         }
     }
 
-    ngx_destroy_pool(wh->measuring);
-    wh->measuring = NULL;
+    ngx_http_session_destroy_pool(&wh->measuring);
 }

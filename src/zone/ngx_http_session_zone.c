@@ -23,6 +23,7 @@ ngx_shm_zone_t *
 ngx_http_session_zone_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
 {
     ngx_uint_t                    i;
+    ngx_list_t                   *zones;
     ngx_shm_zone_t               *shm_zone, *oshm_zone;
     ngx_list_part_t              *part;
     ngx_pool_cleanup_t           *cln;
@@ -33,32 +34,25 @@ ngx_http_session_zone_add(ngx_conf_t *cf, ngx_str_t *name, size_t size)
      * every counter would restart at zero: refuse the reload instead.
      */
 
-    part = &cf->cycle->old_cycle->shared_memory.part;
-    oshm_zone = part->elts;
+    zones = &cf->cycle->old_cycle->shared_memory;
+    part = &zones->part;
+    i = 0;
 
-    for (i = 0; /* void */ ; i++) {
+    while ((oshm_zone = ngx_http_session_list_next(zones, &part, &i))
+           != NULL)
+    {
 
-        if (i >= part->nelts) {
-            if (part->next == NULL) {
-                break;
-            }
-
-            part = part->next;
-            oshm_zone = part->elts;
-            i = 0;
-        }
-
-        if (oshm_zone[i].tag == &ngx_http_session_module
-            && oshm_zone[i].shm.name.len == name->len
-            && ngx_strncmp(oshm_zone[i].shm.name.data, name->data, name->len)
+        if (oshm_zone->tag == &ngx_http_session_module
+            && oshm_zone->shm.name.len == name->len
+            && ngx_strncmp(oshm_zone->shm.name.data, name->data, name->len)
                == 0
-            && oshm_zone[i].shm.size != size)
+            && oshm_zone->shm.size != size)
         {
             ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                                "session_limit_zone \"%V\" cannot change "
                                "size from %uz to %uz on reload, restart "
                                "nginx to resize it",
-                               name, oshm_zone[i].shm.size, size);
+                               name, oshm_zone->shm.size, size);
             return NULL;
         }
     }

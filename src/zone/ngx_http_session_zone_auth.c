@@ -19,6 +19,8 @@ static void ngx_http_session_auth_seen_keep(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_msec_t ttl);
 static ngx_uint_t ngx_http_session_auth_seen_evict(
     ngx_http_session_zone_ctx_t *ctx);
+static ngx_http_session_zone_ctx_t *ngx_http_session_auth_cache_change(
+    ngx_shm_zone_t *zone);
 
 
 /* the auth cache */
@@ -378,12 +380,8 @@ ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
     ngx_http_session_zone_sh_t   *sh;
     ngx_http_session_zone_ctx_t  *ctx;
 
-    ctx = zone->data;
+    ctx = ngx_http_session_auth_cache_change(zone);
     sh = ctx->sh;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
-
-    sh->auth_generation++;
 
     ngx_http_session_zone_drop(ctx, &sh->auth, hash);
     ngx_http_session_zone_drop(ctx, &sh->neg, hash);
@@ -405,12 +403,8 @@ ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
-    ctx = zone->data;
+    ctx = ngx_http_session_auth_cache_change(zone);
     sh = ctx->sh;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
-
-    sh->auth_generation++;
 
     for (q = ngx_queue_head(&sh->auth.lru);
          q != ngx_queue_sentinel(&sh->auth.lru);
@@ -435,14 +429,31 @@ ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone)
 {
     ngx_http_session_zone_ctx_t  *ctx;
 
+    ctx = ngx_http_session_auth_cache_change(zone);
+
+    (void) ngx_http_session_zone_evict(ctx, &ctx->sh->auth, (ngx_uint_t) -1);
+    (void) ngx_http_session_zone_evict(ctx, &ctx->sh->neg, (ngx_uint_t) -1);
+
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}
+
+
+/*
+ * Locks the zone for a change of the cache, which the caller unlocks: a
+ * lookup that began before it does not cache its answer after it (the
+ * generation moves on)
+ */
+
+static ngx_http_session_zone_ctx_t *
+ngx_http_session_auth_cache_change(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
     ctx = zone->data;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
     ctx->sh->auth_generation++;
 
-    (void) ngx_http_session_zone_evict(ctx, &ctx->sh->auth, (ngx_uint_t) -1);
-    (void) ngx_http_session_zone_evict(ctx, &ctx->sh->neg, (ngx_uint_t) -1);
-
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    return ctx;
 }
