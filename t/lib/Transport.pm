@@ -12,7 +12,7 @@ package Transport;
 # The requests go through clients from Debian's packages: curl (HTTP/1.1
 # and HTTP/2 over TLS; Debian 12's curl has no HTTP/3) and ngtcp2's
 # gtlsclient (HTTP/3), which sends no header of ours by itself: the small
-# preload t/h3-headers.c adds them (H3_HEADERS).
+# preload t/lib/h3-headers.c adds them (H3_HEADERS).
 
 use strict;
 use warnings;
