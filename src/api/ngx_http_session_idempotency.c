@@ -792,16 +792,20 @@ ngx_http_session_work_ncols(ngx_http_session_db_query_t *q)
 
 
 ngx_int_t
-ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res,
-    ngx_int_t *rc)
+ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    ngx_int_t                rc;
     ngx_http_session_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    if (ctx->idem_key == NULL) {
+    if (ctx->idem_key == NULL
+        || ngx_http_session_idem_worked(q, res, &rc) != NGX_DONE)
+    {
         return NGX_OK;
     }
 
-    return ngx_http_session_idem_worked(q, res, rc);
+    ngx_http_finalize_request(q->request, rc);
+
+    return NGX_DONE;
 }

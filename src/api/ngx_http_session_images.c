@@ -451,7 +451,6 @@ ngx_http_session_image_get(ngx_http_request_t *r,
 static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_ctx_t  *ctx;
@@ -460,8 +459,7 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
     r = q->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
         return;
     }
 

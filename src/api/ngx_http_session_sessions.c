@@ -289,6 +289,10 @@ ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
 
     r = q->request;
 
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
+        return;
+    }
+
     ngx_http_finalize_request(r, ngx_http_session_created_send(r, q, res));
 }
 
@@ -298,16 +302,11 @@ ngx_http_session_created_send(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res)
 {
     u_char                          *p, project[16];
-    ngx_int_t                        rc;
     ngx_buf_t                       *b;
     ngx_http_session_ctx_t          *ctx;
     ngx_http_session_doc_session_t   s;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        return rc;
-    }
 
     if (res == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
@@ -446,15 +445,13 @@ ngx_http_session_complete(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 static void
 ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
 
     r = q->request;
 
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
         return;
     }
 
