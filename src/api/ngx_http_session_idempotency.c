@@ -112,7 +112,6 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_next_pt next)
 {
     off_t                         limit;
-    ngx_int_t                     rc;
     ngx_uint_t                    n;
     ngx_table_elt_t              *h;
     ngx_http_session_idem_t      *idem;
@@ -146,8 +145,6 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
         return NGX_DECLINED;
     }
 
-    ctx->body_limit = limit;
-
     idem = ngx_pcalloc(r->pool, sizeof(ngx_http_session_idem_t));
     if (idem == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
@@ -163,13 +160,8 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
     idem->next = next;
     ctx->idem = idem;
 
-    rc = ngx_http_read_client_request_body(r, ngx_http_session_idem_body);
-
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
-    }
-
-    return NGX_DONE;
+    return ngx_http_session_body_start(r, ctx, limit,
+                                       ngx_http_session_idem_body);
 }
 
 
@@ -782,16 +774,20 @@ ngx_http_session_work_ncols(ngx_http_session_db_query_t *q)
 
 
 ngx_int_t
-ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res,
-    ngx_int_t *rc)
+ngx_http_session_work_held(ngx_http_session_db_query_t *q, PGresult *res)
 {
+    ngx_int_t                rc;
     ngx_http_session_ctx_t  *ctx;
 
     ctx = ngx_http_get_module_ctx(q->request, ngx_http_session_module);
 
-    if (ctx->idem_key == NULL) {
+    if (ctx->idem_key == NULL
+        || ngx_http_session_idem_worked(q, res, &rc) != NGX_DONE)
+    {
         return NGX_OK;
     }
 
-    return ngx_http_session_idem_worked(q, res, rc);
+    ngx_http_finalize_request(q->request, rc);
+
+    return NGX_DONE;
 }

@@ -80,11 +80,11 @@ int ngx_http_session_work_ncols(ngx_http_session_db_query_t *q);
  * for the endpoint to answer from the result as usual (a plain statement
  * always; a keyed one that did its work sets ctx->idem_kept); NGX_DONE
  * when the key answered instead (its first answer again, 409 while
- * another request holds it, 422 for another request under it), *rc then
- * being what sending returned.
+ * another request holds it, 422 for another request under it), the
+ * request then being finalized with what sending returned.
  */
 ngx_int_t ngx_http_session_work_held(ngx_http_session_db_query_t *q,
-    PGresult *res, ngx_int_t *rc);
+    PGresult *res);
 
 
 #endif /* _NGX_HTTP_SESSION_IDEMPOTENCY_H_INCLUDED_ */

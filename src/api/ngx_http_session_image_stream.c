@@ -560,7 +560,6 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
 {
     size_t                   len;
     u_char                  *p, *sid;
-    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
@@ -568,8 +567,7 @@ ngx_http_session_image_uploaded(ngx_http_session_db_query_t *q,
     r = q->request;
     sid = q->data;
 
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
         return;
     }
 

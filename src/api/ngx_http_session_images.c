@@ -110,16 +110,8 @@ ngx_http_session_image_upload(ngx_http_request_t *r,
         return ngx_http_session_image_too_large(r);
     }
 
-    /* a chunked body stops at the limit while it is read */
-    ctx->body_limit = slcf->image_max_size;
-
-    rc = ngx_http_read_client_request_body(r, ngx_http_session_image_body);
-
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
-    }
-
-    return NGX_DONE;
+    return ngx_http_session_body_start(r, ctx, slcf->image_max_size,
+                                       ngx_http_session_image_body);
 }
 
 
@@ -281,24 +273,17 @@ ngx_http_session_image_list(ngx_http_request_t *r,
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_LIST,
                                        ngx_http_session_image_listed);
-    rows = ngx_pnalloc(r->pool, NGX_INT64_LEN + 1);
+    rows = ngx_http_session_page_ask(q, limit);
 
-    if (q == NULL || rows == NULL
-        || ngx_http_session_project(r, ctx) == NULL)
-    {
+    if (rows == NULL || ngx_http_session_project(r, ctx) == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
-
-    /* one row more than asked tells whether there is a next page */
-    *ngx_sprintf(rows, "%L", (int64_t) limit + 1) = '\0';
 
     ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, sid, 0, 0);
     ngx_http_session_db_param(q, ack, 0, 0);
     ngx_http_session_db_param(q, after ? after : (u_char *) "0", 0, 0);
     ngx_http_session_db_param(q, rows, 0, 0);
-
-    q->data = (void *) (uintptr_t) limit;
 
     return ngx_http_session_run(r, q);
 }
@@ -358,16 +343,16 @@ static void
 ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
     PGresult *res)
 {
-    int                      n, limit;
+    int                      n;
     size_t                   cursor_len;
     int64_t                  last;
     ngx_buf_t               *b;
+    ngx_uint_t               more;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
     u_char                   cursor[NGX_HTTP_SESSION_CURSOR_MAX];
 
     r = q->request;
-    limit = (int) (uintptr_t) q->data;
 
     err = ngx_http_session_check(q, res, 0, 1);
 
@@ -376,17 +361,13 @@ ngx_http_session_image_listed(ngx_http_session_db_query_t *q,
         return;
     }
 
-    n = PQntuples(res);
+    /* no image on the page: one row, its image columns NULL */
 
-    if (PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS)) {
-        n = 0;
-    }
-
+    n = PQgetisnull(res, 0, NGX_HTTP_SESSION_CHECK_NCOLS) ? 0 : PQntuples(res);
+    n = ngx_http_session_page_rows(q, n, &more);
     cursor_len = 0;
 
-    if (n > limit) {
-        n = limit;
-
+    if (more) {
         if (ngx_http_session_render_int4(res, n - 1,
                                          NGX_HTTP_SESSION_CHECK_NCOLS
                                          + NGX_HTTP_SESSION_COL_I_SEQUENCE,
@@ -451,7 +432,6 @@ ngx_http_session_image_get(ngx_http_request_t *r,
 static void
 ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_ctx_t  *ctx;
@@ -460,8 +440,7 @@ ngx_http_session_image_one(ngx_http_session_db_query_t *q, PGresult *res)
     r = q->request;
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
         return;
     }
 

@@ -63,6 +63,8 @@ static ngx_int_t ngx_http_session_unpark_request(ngx_http_request_t *r,
     ngx_http_session_park_t *pk);
 static u_char *ngx_http_session_park_copy(ngx_str_t *dst, ngx_str_t *src,
     u_char *d);
+static void ngx_http_session_park_fields(u_char *to, u_char *from,
+    ngx_uint_t park);
 static ngx_uint_t ngx_http_session_park_quic(ngx_connection_t *c);
 #if (NGX_HTTP_V3)
 static void ngx_http_session_park_v3_cleanup(void *data);
@@ -87,6 +89,36 @@ typedef struct {
 
 
 static ngx_http_session_park_worker_t  ngx_http_session_park_worker;
+
+
+/*
+ * The request's fields a park keeps, each of the same name and type in
+ * both structs: copied to the park when it is made, back to the new
+ * request when it is unparked (the bit fields are copied by hand)
+ */
+
+typedef struct {
+    size_t                      request;
+    size_t                      park;
+    size_t                      size;
+} ngx_http_session_park_field_t;
+
+#define ngx_http_session_park_field(name)                                     \
+    { offsetof(ngx_http_request_t, name),                                     \
+      offsetof(ngx_http_session_park_t, name),                                \
+      sizeof(((ngx_http_session_park_t *) 0)->name) }
+
+static const ngx_http_session_park_field_t  ngx_http_session_park_kept[] = {
+    ngx_http_session_park_field(main_conf),
+    ngx_http_session_park_field(srv_conf),
+    ngx_http_session_park_field(loc_conf),
+    ngx_http_session_park_field(start_sec),
+    ngx_http_session_park_field(start_msec),
+    ngx_http_session_park_field(request_length),
+    ngx_http_session_park_field(method),
+    ngx_http_session_park_field(http_version),
+    { 0, 0, 0 }
+};
 
 
 /*
@@ -199,17 +231,11 @@ ngx_http_session_park_prepare(ngx_http_request_t *r, size_t size,
     pk->connection = c;
     pk->gone = gone;
     pk->data = (u_char *) (pk + 1);
-    pk->main_conf = r->main_conf;
-    pk->srv_conf = r->srv_conf;
-    pk->loc_conf = r->loc_conf;
     pk->read_handler = c->read->handler;
     pk->write_handler = c->write->handler;
     pk->ctx = *ctx;
-    pk->start_sec = r->start_sec;
-    pk->start_msec = r->start_msec;
-    pk->request_length = r->request_length;
-    pk->method = r->method;
-    pk->http_version = r->http_version;
+
+    ngx_http_session_park_fields((u_char *) pk, (u_char *) r, 1);
     pk->keepalive = r->keepalive;
     pk->header_only = r->header_only;
 
@@ -610,15 +636,7 @@ ngx_http_session_unpark_request(ngx_http_request_t *r,
 
     c = r->connection;
 
-    r->main_conf = pk->main_conf;
-    r->srv_conf = pk->srv_conf;
-    r->loc_conf = pk->loc_conf;
-
-    r->start_sec = pk->start_sec;
-    r->start_msec = pk->start_msec;
-    r->request_length = pk->request_length;
-    r->method = pk->method;
-    r->http_version = pk->http_version;
+    ngx_http_session_park_fields((u_char *) r, (u_char *) pk, 0);
     r->keepalive = pk->keepalive;
     r->header_only = pk->header_only;
     r->valid_location = 1;
@@ -716,6 +734,24 @@ ngx_http_session_unpark_request(ngx_http_request_t *r,
     c->log->action = "sending to client";
 
     return NGX_OK;
+}
+
+
+/* the kept fields from a request to its park (park 1), or back (0) */
+
+static void
+ngx_http_session_park_fields(u_char *to, u_char *from, ngx_uint_t park)
+{
+    const ngx_http_session_park_field_t  *f;
+
+    for (f = ngx_http_session_park_kept; f->size; f++) {
+        if (park) {
+            ngx_memcpy(to + f->park, from + f->request, f->size);
+
+        } else {
+            ngx_memcpy(to + f->request, from + f->park, f->size);
+        }
+    }
 }
 
 

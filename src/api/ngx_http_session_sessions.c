@@ -93,16 +93,8 @@ ngx_http_session_create(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return rc;
     }
 
-    /* a chunked body stops at the limit while it is read */
-    ctx->body_limit = NGX_HTTP_SESSION_JSON_BODY_MAX;
-
-    rc = ngx_http_read_client_request_body(r, ngx_http_session_create_body);
-
-    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
-        return rc;
-    }
-
-    return NGX_DONE;
+    return ngx_http_session_body_start(r, ctx, NGX_HTTP_SESSION_JSON_BODY_MAX,
+                                       ngx_http_session_create_body);
 }
 
 
@@ -289,6 +281,10 @@ ngx_http_session_created(ngx_http_session_db_query_t *q, PGresult *res)
 
     r = q->request;
 
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
+        return;
+    }
+
     ngx_http_finalize_request(r, ngx_http_session_created_send(r, q, res));
 }
 
@@ -298,16 +294,11 @@ ngx_http_session_created_send(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res)
 {
     u_char                          *p, project[16];
-    ngx_int_t                        rc;
     ngx_buf_t                       *b;
     ngx_http_session_ctx_t          *ctx;
     ngx_http_session_doc_session_t   s;
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        return rc;
-    }
 
     if (res == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
@@ -446,15 +437,13 @@ ngx_http_session_complete(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 static void
 ngx_http_session_one(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    ngx_int_t                rc;
     ngx_buf_t               *b;
     ngx_http_request_t      *r;
     ngx_http_session_err_e   err;
 
     r = q->request;
 
-    if (ngx_http_session_work_held(q, res, &rc) == NGX_DONE) {
-        ngx_http_finalize_request(r, rc);
+    if (ngx_http_session_work_held(q, res) == NGX_DONE) {
         return;
     }
 
@@ -506,7 +495,7 @@ ngx_http_session_sid(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx,
 ngx_int_t
 ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
-    u_char                           *p, *status, *after_us, *after_id;
+    u_char                           *rows, *status, *after_us, *after_id;
     ngx_int_t                         rc;
     long long                         limit;
     ngx_http_session_db_query_t      *q;
@@ -532,29 +521,21 @@ ngx_http_session_list(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
                                    ? NGX_HTTP_SESSION_STMT_SESSION_LIST_AFTER
                                    : NGX_HTTP_SESSION_STMT_SESSION_LIST,
                                    ngx_http_session_listed);
-    if (q == NULL) {
+    rows = ngx_http_session_page_ask(q, limit);
+
+    if (rows == NULL || ngx_http_session_project(r, ctx) == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
-
-    p = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
-    if (p == NULL || ngx_http_session_project(r, ctx) == NULL) {
-        return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
-    }
-
-    /* one row more than asked tells whether there is a next page */
-    *ngx_sprintf(p, "%L", (int64_t) limit + 1) = '\0';
 
     ngx_http_session_db_param(q, ngx_http_session_project(r, ctx), 0, 0);
     ngx_http_session_db_param(q, status, 0, 0);
-    ngx_http_session_db_param(q, p, 0, 0);
+    ngx_http_session_db_param(q, rows, 0, 0);
 
     if (after_id) {
         /* timestamptz in binary: microseconds since 2000-01-01, big-endian */
         ngx_http_session_db_param(q, after_us, 8, 1);
         ngx_http_session_db_param(q, after_id, 0, 0);
     }
-
-    q->data = (void *) (uintptr_t) limit;
 
     return ngx_http_session_run(r, q);
 }
@@ -643,15 +624,15 @@ ngx_http_session_list_cursor(ngx_http_request_t *r, ngx_str_t *value,
 static void
 ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    int                  n, limit;
+    int                  n;
     int64_t              created_us;
     ngx_buf_t           *b;
+    ngx_uint_t           more;
     ngx_http_request_t  *r;
     size_t               cursor_len;
     u_char               cursor[NGX_HTTP_SESSION_CURSOR_MAX];
 
     r = q->request;
-    limit = (int) (uintptr_t) q->data;
 
     if (res == NULL) {
         ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);
@@ -665,12 +646,10 @@ ngx_http_session_listed(ngx_http_session_db_query_t *q, PGresult *res)
         return;
     }
 
-    n = PQntuples(res);
+    n = ngx_http_session_page_rows(q, PQntuples(res), &more);
     cursor_len = 0;
 
-    if (n > limit) {
-        n = limit;
-
+    if (more) {
         if (ngx_http_session_render_time(res, n - 1,
                                          NGX_HTTP_SESSION_COL_S_CREATED,
                                          &created_us)

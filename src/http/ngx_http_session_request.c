@@ -125,6 +125,26 @@ ngx_http_session_project(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 }
 
 
+ngx_int_t
+ngx_http_session_body_start(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, off_t limit,
+    ngx_http_client_body_handler_pt handler)
+{
+    ngx_int_t  rc;
+
+    /* read by the request body filter (ngx_http_session_error.c) */
+    ctx->body_limit = limit;
+
+    rc = ngx_http_read_client_request_body(r, handler);
+
+    if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+        return rc;
+    }
+
+    return NGX_DONE;
+}
+
+
 /*
  * The whole body in one piece, from memory buffers or from the temporary
  * file nginx spooled it to (a body in one memory buffer is not copied).
@@ -365,6 +385,42 @@ ngx_http_session_arg_limit(ngx_http_request_t *r, ngx_str_t *value,
     }
 
     return NGX_DECLINED;
+}
+
+
+u_char *
+ngx_http_session_page_ask(ngx_http_session_db_query_t *q, long long limit)
+{
+    u_char  *rows;
+
+    if (q == NULL) {
+        return NULL;
+    }
+
+    rows = ngx_pnalloc(q->request->pool, NGX_INT64_LEN + 1);
+    if (rows == NULL) {
+        return NULL;
+    }
+
+    *ngx_sprintf(rows, "%L", (int64_t) limit + 1) = '\0';
+
+    q->data = (void *) (uintptr_t) limit;
+
+    return rows;
+}
+
+
+int
+ngx_http_session_page_rows(ngx_http_session_db_query_t *q, int n,
+    ngx_uint_t *more)
+{
+    int  limit;
+
+    limit = (int) (uintptr_t) q->data;
+
+    *more = (n > limit);
+
+    return *more ? limit : n;
 }
 
 

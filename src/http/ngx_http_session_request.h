@@ -50,6 +50,14 @@ char *ngx_http_session_project(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
 
 /*
+ * Reads the request body for handler, a chunked one stopped at limit
+ * while it is read: NGX_DONE, or the error status reading it answered.
+ */
+ngx_int_t ngx_http_session_body_start(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx, off_t limit,
+    ngx_http_client_body_handler_pt handler);
+
+/*
  * The whole request body in one piece (not NUL-terminated); NULL with
  * *len over max when too large, NULL with *len 0 on failure.
  */
@@ -114,6 +122,22 @@ ngx_int_t ngx_http_session_args(ngx_http_request_t *r,
 /* a reader: "limit", from 1 to data, into a long long */
 ngx_int_t ngx_http_session_arg_limit(ngx_http_request_t *r,
     ngx_str_t *value, void *field, ngx_uint_t data);
+
+/*
+ * A page of a list, at most limit rows: its statement is asked for one
+ * row more, which tells whether another page follows.  The statement's
+ * row count, as text; q keeps the limit.  NULL when out of memory, or q
+ * is NULL (it could not be made).
+ */
+u_char *ngx_http_session_page_ask(ngx_http_session_db_query_t *q,
+    long long limit);
+
+/*
+ * Of the n rows that q's statement returned, those of the page; *more:
+ * another page follows (its cursor is made from the page's last row)
+ */
+int ngx_http_session_page_rows(ngx_http_session_db_query_t *q, int n,
+    ngx_uint_t *more);
 
 /* for endpoints that take no query parameter */
 #define ngx_http_session_no_args(r)  ngx_http_session_args(r, NULL, NULL)
