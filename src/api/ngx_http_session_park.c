@@ -94,7 +94,10 @@ static ngx_http_session_park_worker_t  ngx_http_session_park_worker;
 /*
  * The request's fields a park keeps, each of the same name and type in
  * both structs: copied to the park when it is made, back to the new
- * request when it is unparked (the bit fields are copied by hand)
+ * request when it is unparked (the bit fields are copied by hand).  A
+ * field whose size differs in the two structs does not compile (an array
+ * of size -1), so that a change of either struct cannot make the copy
+ * take part of a value.
  */
 
 typedef struct {
@@ -103,10 +106,16 @@ typedef struct {
     size_t                      size;
 } ngx_http_session_park_field_t;
 
+#define ngx_http_session_park_field_size(name)                                \
+    (sizeof(((ngx_http_session_park_t *) 0)->name)                            \
+     + 0 * sizeof(char [sizeof(((ngx_http_request_t *) 0)->name)              \
+                        == sizeof(((ngx_http_session_park_t *) 0)->name)      \
+                        ? 1 : -1]))
+
 #define ngx_http_session_park_field(name)                                     \
     { offsetof(ngx_http_request_t, name),                                     \
       offsetof(ngx_http_session_park_t, name),                                \
-      sizeof(((ngx_http_session_park_t *) 0)->name) }
+      ngx_http_session_park_field_size(name) }
 
 static const ngx_http_session_park_field_t  ngx_http_session_park_kept[] = {
     ngx_http_session_park_field(main_conf),
