@@ -2,7 +2,11 @@
 # one session share the worker's reads of it (one statement per wake-up,
 # however many wait), a poll ends when its session expires, a burst of
 # requests waits for the one database connection instead of being
-# refused, and a poll on one nginx is woken by an upload on another.
+# refused, and a poll on one nginx is woken by an upload on another.  A
+# parked poll (its request freed while it waits) is answered on a request
+# made again that keeps the first one's fields: what the access log has
+# of it, HTTP/1.0's end of the connection, its location's configuration,
+# its HTTP version (blocks 11 and 12).
 #
 # Blocks whose checks need Perl say "--- check: NAME" (as t/012 does).
 # Waiting polls are sent on raw sockets and read later; "it does not
@@ -590,6 +594,291 @@ $checks{killed} = sub {
 $checks{parked} = sub { parked_check($_[0], 1) };
 $checks{unparked} = sub { parked_check($_[0], 0) };
 
+# --- a parked poll made again keeps its request ---------------------------
+#
+# The request made again when a parked poll is woken (or ends by its
+# timeout) gets the fields of the one that was freed (park.c's table
+# ngx_http_session_park_kept): what nginx logs of it, how it ends its
+# connection, the location's configuration.  Blocks 11 and 12.
+
+# raw_send(REQ, PORT): the raw bytes REQ on a new connection, its answer
+# not awaited.  Returns the request as send_get does (sock, t0) and req.
+sub raw_send {
+    my ($req, $port) = @_;
+
+    my $s = IO::Socket::INET->new(
+                PeerAddr => '127.0.0.1',
+                PeerPort => $port // $Test::Nginx::Util::ServerPort,
+                Proto => 'tcp')
+        or die "connect: $!";
+
+    print $s $req;
+
+    return { sock => $s, req => $req, t0 => Time::HiRes::time() };
+}
+
+# poll_request(PATH, VERSION, HEADERS): the bytes of a GET of PATH in
+# HTTP/VERSION with the main key and HEADERS (a string of whole lines)
+sub poll_request {
+    my ($path, $version, $headers) = @_;
+
+    return "GET $path HTTP/$version\r\n"
+           . ($version eq '1.1' ? "Host: localhost\r\n" : '')
+           . "Authorization: Bearer $KEY{MAIN}\r\n" . ($headers // '')
+           . "\r\n";
+}
+
+# read_close(SOCK, SECS): what arrives until the connection closes, at
+# most SECS seconds.  Returns (the bytes, whether it closed).
+sub read_close {
+    my ($sock, $secs) = @_;
+
+    my $sel = IO::Select->new($sock);
+    my $deadline = Time::HiRes::time() + $secs;
+    my $buf = '';
+
+    for (;;) {
+        my $left = $deadline - Time::HiRes::time();
+        return ($buf, 0) if $left <= 0 || !$sel->can_read($left);
+
+        my $got = sysread $sock, my $chunk, 65536;
+        return ($buf, 1) unless $got;
+        $buf .= $chunk;
+    }
+}
+
+# head_of(RAW): the status line and headers of an answer, as one string
+sub head_of { return (split /\r\n\r\n/, $_[0] // '', 2)[0] // '' }
+
+# header_of(RAW, NAME): the value of an answer's header NAME, or undef
+sub header_of {
+    my ($raw, $name) = @_;
+
+    return head_of($raw) =~ /^\Q$name\E:[ \t]*([^\r\n]*)/mi ? $1 : undef;
+}
+
+# unpark_log(REQUEST_LINE): the line of that request in the logs of
+# block 11 (log_format unpark), as a hash; its "log": the location's
+# (unpark.log) or that of its limit_except (unpark-other.log).  Undef until
+# it is there.
+sub unpark_log {
+    my ($line) = @_;
+
+    for my $log (qw(unpark unpark-other)) {
+        my $text = SessionTest::slurp_log(
+                       "$Test::Nginx::Util::ServRoot/logs/$log.log");
+
+        for (split /\n/, $text) {
+            next unless /^(\S+) (\S+) (\S+) (\d{3}) (\d+) ([\d.]+) "(.*)"$/
+                        && $7 eq $line;
+
+            return { log => $log, method => $1, uri => $2, protocol => $3,
+                     status => $4, length => $5, time => $6 };
+        }
+    }
+
+    return undef;
+}
+
+# the log line of a poll P (raw_send) that waited at least WAITED seconds
+sub unpark_log_check {
+    my ($name, $what, $p, $waited) = @_;
+
+    my ($line) = $p->{req} =~ /^([^\r]*)\r\n/;
+    my ($method, $uri, $protocol) = $line =~ m{^(\S+) ([^?\s]+)\S* (\S+)$};
+
+    my ($l) = wait_until(5, 0.05, sub { unpark_log($line) });
+    ok($l, "$name - $what: its line in the location's logs") or return;
+    is($l->{log}, 'unpark',
+       "$name - $what: the location's log, not its limit_except's");
+
+    is($l->{method}, $method, "$name - $what: \$request_method");
+    is($l->{uri}, $uri, "$name - $what: \$uri");
+    is($l->{protocol}, $protocol, "$name - $what: \$server_protocol");
+    is($l->{status}, 200, "$name - $what: \$status");
+    is($l->{length}, length $p->{req},
+       "$name - $what: \$request_length, the bytes sent");
+    cmp_ok($l->{time}, '>=', $waited,
+           "$name - $what: \$request_time from the request's start");
+}
+
+# Parked polls woken by an upload after about a second, and parked polls
+# that end by their timeout (1 s), in HTTP/1.1, HTTP/1.0 and HTTP/1.0
+# with "Connection: keep-alive":
+#  - their access-log lines (the location's access_log, log_format unpark)
+#    have their method, URI, protocol, status, the bytes of the request as
+#    $request_length and the time since the request came as
+#    $request_time;
+#  - the location's "limit_except GET POST" block, which nginx picks for a
+#    request by its method when the request is made again, has a log of
+#    its own that gets no poll's line;
+#  - the answers have the location's add_header;
+#  - HTTP/1.0 answers end their connection as a plain HTTP/1.0 request
+#    does: closed, or kept alive when the request asked for it (and the
+#    connection takes another request then).
+$checks{unpark_fields} = sub {
+    my ($name) = @_;
+
+    my $sid = create()->{json}{id};
+    my $idle = create()->{json}{id};
+    my $path = "/api/v1/sessions/$sid/poll?timeout=";
+    my $ka = "Connection: keep-alive\r\n";
+
+    # plain HTTP/1.0 requests: the Connection each answer has
+    my %plain;
+
+    for my $h ('', $ka) {
+        my $p = raw_send(poll_request("/api/v1/sessions/$sid", '1.0', $h));
+        my ($raw) = $h ? read_answer($p->{sock}, 10) : read_close($p->{sock}, 10);
+        close $p->{sock};
+        like($raw, qr{^HTTP/1\.1 200 }, "$name - a plain HTTP/1.0 request"
+             . ($h ? ' with keep-alive' : '') . ': 200');
+        $plain{$h} = header_of($raw, 'Connection');
+    }
+
+    is($plain{''}, 'close', "$name - plain HTTP/1.0: Connection: close");
+    is($plain{$ka}, 'keep-alive',
+       "$name - plain HTTP/1.0 with keep-alive: Connection: keep-alive");
+
+    # woken: timeouts 30, 31, 32 tell their lines apart
+    my %woken = (
+        '1.1' => raw_send(poll_request("${path}30", '1.1',
+                                       "Connection: close\r\n")),
+        '1.0' => raw_send(poll_request("${path}31", '1.0')),
+        '1.0 keep-alive' => raw_send(poll_request("${path}32", '1.0', $ka)),
+    );
+
+    # ended by their timeout, on a session nobody uploads to
+    my %timed = (
+        '1.1' => raw_send(poll_request("/api/v1/sessions/$idle/poll?timeout=1",
+                                       '1.1', "Connection: close\r\n")),
+        '1.0' => raw_send(poll_request("/api/v1/sessions/$idle/poll?timeout=1",
+                                       '1.0')),
+    );
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 5 && $s->{parked} == 5 ? $s : undef;
+    });
+    ok($lp, "$name - 5 polls wait, parked");
+
+    # the timeouts: about a second after the woken polls came
+    for my $v (sort keys %timed) {
+        my ($raw, $closed) = read_close($timed{$v}{sock}, 10);
+        close $timed{$v}{sock};
+
+        like($raw, qr{^HTTP/1\.1 200 .*"images":\s*\[\]}s,
+             "$name - HTTP/$v poll at its timeout: 200, no image");
+        ok($closed, "$name - HTTP/$v poll at its timeout: closed");
+        is(header_of($raw, 'X-Poll-Location'), 'api',
+           "$name - HTTP/$v poll at its timeout: the location's add_header");
+        unpark_log_check($name, "HTTP/$v poll at its timeout", $timed{$v}, 0.9);
+    }
+
+    ok(!IO::Select->new(map { $_->{sock} } values %woken)->can_read(0),
+       "$name - the other polls still wait");
+
+    my $up = upload($sid);
+
+    for my $v (sort keys %woken) {
+        my $p = $woken{$v};
+        my ($raw, $closed) = $v =~ /keep-alive/
+                             ? (read_answer($p->{sock}, 10), 0)
+                             : read_close($p->{sock}, 10);
+
+        like($raw, qr{^HTTP/1\.1 200 .*"id":\s*"\Q$up->{id}\E"}s,
+             "$name - woken HTTP/$v poll: 200 with the image");
+        is(header_of($raw, 'X-Poll-Location'), 'api',
+           "$name - woken HTTP/$v poll: the location's add_header");
+        unpark_log_check($name, "woken HTTP/$v poll", $p, 0.9);
+
+        if ($v eq '1.1') {
+            ok($closed, "$name - woken HTTP/1.1 poll: closed as it asked");
+            close $p->{sock};
+            next;
+        }
+
+        my $h = $v =~ /keep-alive/ ? $ka : '';
+
+        is(header_of($raw, 'Connection'), $plain{$h},
+           "$name - woken HTTP/$v poll: Connection as a plain request's");
+
+        if (!$h) {
+            ok($closed, "$name - woken HTTP/1.0 poll: closed");
+            close $p->{sock};
+            next;
+        }
+
+        ok(!answered($p, 0.3), "$name - woken HTTP/$v poll: kept open");
+
+        # the connection takes another request
+        print { $p->{sock} } poll_request("/api/v1/sessions/$sid", '1.0');
+        my ($next, $end) = read_close($p->{sock}, 10);
+        close $p->{sock};
+
+        like($next, qr{^HTTP/1\.1 200 .*"id":\s*"\Q$sid\E"}s,
+             "$name - woken HTTP/$v poll: then another request on it");
+        ok($end, "$name - which closes it");
+    }
+
+    is(SessionTest::slurp_log(
+           "$Test::Nginx::Util::ServRoot/logs/unpark-other.log"), '',
+       "$name - nothing in the log of limit_except");
+
+    my ($after) = wait_until(5, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 0 && $s->{parked} == 0 ? $s : undef;
+    });
+    ok($after, "$name - nobody waits after");
+};
+
+# With a filter that drops the answer's Content-Length (ssi), nginx
+# sends an HTTP/1.1 answer chunked (an HTTP/1.0 one it would end by
+# closing the connection): so does a woken parked HTTP/1.1 poll, and its
+# connection goes on with the next request, as for a poll that never
+# parked (timeout=0)
+$checks{unpark_version} = sub {
+    my ($name) = @_;
+
+    my $sid = create()->{json}{id};
+    my $path = "/api/v1/sessions/$sid";
+
+    # a poll that never parks, then the request behind it
+    my $now = raw_send(poll_request("$path/poll?timeout=0", '1.1')
+                       . poll_request($path, '1.1', "Connection: close\r\n"));
+    my ($plain) = read_close($now->{sock}, 10);
+    close $now->{sock};
+
+    like($plain, qr{^HTTP/1\.1 200 }, "$name - the timeout=0 poll: 200");
+    is(header_of($plain, 'Transfer-Encoding'), 'chunked',
+       "$name - the timeout=0 poll: chunked");
+
+    my $p = raw_send(poll_request("$path/poll?timeout=30", '1.1'));
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 1 && $s->{parked} == 1 ? $s : undef;
+    });
+    ok($lp, "$name - the poll is parked");
+
+    # the request behind it, sent while it waits
+    print { $p->{sock} } poll_request($path, '1.1', "Connection: close\r\n");
+    ok(!answered($p, 0.3), "$name - the poll still waits");
+
+    my $up = upload($sid);
+    my ($raw, $closed) = read_close($p->{sock}, 10);
+    close $p->{sock};
+
+    like($raw, qr{^HTTP/1\.1 200 .*"id":\s*"\Q$up->{id}\E"}s,
+         "$name - woken: 200 with the image");
+    is(header_of($raw, 'Transfer-Encoding'), 'chunked', "$name - chunked");
+    is(header_of($raw, 'Connection'), header_of($plain, 'Connection'),
+       "$name - Connection as the timeout=0 poll's");
+    like($raw, qr{\r\n0\r\n\r\nHTTP/1\.1 200 .*"id":\s*"\Q$sid\E"}s,
+         "$name - then the request sent while it waited");
+    ok($closed, "$name - which closes the connection");
+};
+
 
 # --- blocks -------------------------------------------------------------
 
@@ -740,6 +1029,54 @@ GET /api/v1/sessions?limit=1
         session_status;
     }
 --- check: nodelay_off
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 11: a parked poll made again keeps its request: its log line, HTTP/1.0's Connection, its location
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_expiry_sweep_interval 30s;
+    log_format unpark '$request_method $uri $server_protocol $status '
+                      '$request_length $request_time "$request"';
+--- config
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+        access_log logs/unpark.log unpark;
+        add_header X-Poll-Location api;
+        limit_except GET POST {
+            access_log logs/unpark-other.log unpark;
+        }
+    }
+    location = /status {
+        session_status;
+    }
+--- check: unpark_fields
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: a woken HTTP/1.1 poll is an HTTP/1.1 answer (chunked when its length goes)
+--- config
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+        ssi on;
+        ssi_types application/json;
+    }
+    location = /status {
+        session_status;
+    }
+--- check: unpark_version
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
