@@ -203,6 +203,7 @@ fuzz: sanitizer-deps
 	@bash fuzz/run.sh
 
 asan: deps sanitizer-deps
+	@$(MAKE) --no-print-directory $(BUILD)/sessionctl
 	@bash util/asan.sh
 
 sweep: deps build
