@@ -11,8 +11,9 @@
 # goes: its block is lost to the window (fewer requests, never more).
 # Near the end of a window, busy keys lease their next window's first
 # blocks together, fewer statements than keys (decision (qh)), a block
-# from the key's rate then (decision (qi)), and are admitted at the turn
-# of the minute with no statement and no wait.
+# from the key's rate then (decision (qi)), each once, pipelined requests
+# (one millisecond for nginx) too, and are admitted at the turn of the
+# minute with no statement and no wait.
 #
 # The node is t/lib/Cluster.pm's, with one worker (so that the order of
 # leases is the test's); each check waits for a fresh minute when too
@@ -73,6 +74,38 @@ sub count_lines {
 
 sub key_hash_hex {
     return Digest::SHA::sha256_hex(lc $_[0]);
+}
+
+# $n requests of $key written at once on one connection (pipelined): nginx
+# answers them one after the other in one turn of its event loop, at one
+# reading of its clock; the statuses of the answers
+sub pipelined {
+    my ($c, $key, $n) = @_;
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $c->port(0), Proto => 'tcp',
+                                  Timeout => 5)
+        or die "pipelined: connect: $!";
+
+    my $req = "GET /api/v1/nope HTTP/1.1\r\nHost: localhost\r\n"
+              . "Authorization: Bearer $key\r\n";
+    my $all = ("$req\r\n" x ($n - 1)) . "${req}Connection: close\r\n\r\n";
+
+    syswrite($s, $all) == length $all or die "pipelined: write: $!";
+
+    my $sel = IO::Select->new($s);
+    my $deadline = Time::HiRes::time() + 10;
+    my $buf = '';
+
+    while ((my $left = $deadline - Time::HiRes::time()) > 0) {
+        last unless $sel->can_read($left);
+        last unless sysread $s, my $chunk, 65536;
+        $buf .= $chunk;
+    }
+
+    close $s;
+
+    return ($buf =~ m{HTTP/1\.1 (\d{3}) }g);
 }
 
 
@@ -275,14 +308,19 @@ $C->stop;
     # keys that lease their next window's first block from second 53 at
     # the latest (45 + the sixth byte of the key's hash modulo 12,
     # zone_lease.c)
-    my @keys;
+    my (@keys, @piped);
     my $k = 0;
 
-    while (@keys < 8) {
+    while (@keys + @piped < 16) {
         my $key = fixture(plan => 'unlimited',
                           name => "$TAG-next-" . $k++)->{key};
-        push @keys, $key
-            if 45 + hex(substr(key_hash_hex($key), 10, 2)) % 12 <= 53;
+        next if 45 + hex(substr(key_hash_hex($key), 10, 2)) % 12 > 53;
+
+        if (@keys < 8) {
+            push @keys, $key;
+        } else {
+            push @piped, $key;
+        }
     }
 
     # from second 54 to 56 of a minute
@@ -320,6 +358,41 @@ $C->stop;
         nope($n, $_) for @keys, $spent;
     }
 
+    # keys whose next window's block is asked for by a request that
+    # nginx answers in one turn of its event loop with others of the key
+    # (pipelined on one connection): those others find that lease in
+    # flight and ask for none, whatever the millisecond.  A lease's stamp
+    # was the millisecond with its low bit set, one ahead of an even
+    # one: read as 2^32 - 1 ms old, stale, and each request after it
+    # leased the block again (a key's next window leased two to four
+    # times over, one run of t/046 in five with the fast key below; with
+    # eight keys pipelined, every run but about one in 256).
+    # Three requests first: the first block (10, waited for) and the
+    # next (40, ahead of need), in before the six pipelined, of which
+    # the second or the third is the key's fifth since its first lease
+    my $cur_in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" }
+                           @piped;
+
+    for my $key (@piped) {
+        nope($n, $key) for 1 .. 3;
+    }
+
+    wait_until(3, 0.02, sub {
+        psql("SELECT count(*) FROM rate_leases WHERE minute = " . ($next - 1)
+             . " AND class = 2 AND granted = 50 AND key_hash IN ($cur_in)")
+        == @piped;
+    });
+
+    my @piped_st;
+
+    for my $key (@piped) {
+        push @piped_st, pipelined($n, $key, 6);
+        Time::HiRes::sleep(0.003);
+    }
+
+    is("@piped_st", join(' ', (404) x (6 * @piped)),
+       'next window: pipelined requests admitted');
+
     my $in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" } @keys;
     my $rows = "FROM rate_leases WHERE minute = $next AND class = 2"
                . " AND key_hash IN ($in)";
@@ -328,8 +401,13 @@ $C->stop;
                          . key_hash_hex($fast) . "'::bytea";
     my $fast_row = "SELECT granted $fast_row_where";
 
+    my $all_in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" }
+                           @keys, @piped, $fast;
+    my $all_rows = "FROM rate_leases WHERE minute = $next AND class = 2"
+                   . " AND key_hash IN ($all_in)";
+
     my ($ok) = wait_until(3, 0.05, sub {
-        psql("SELECT count(*) $rows") == @keys && psql($fast_row) ne '';
+        psql("SELECT count(*) $all_rows") == @keys + @piped + 1;
     });
 
     ok($ok, 'next window: each busy key leased its first block ahead');
@@ -341,15 +419,13 @@ $C->stop;
            'next window: ' . scalar(@keys) . " keys' blocks in $statements"
            . ' statements');
 
-    # the block is the row's last grant (given): in about one run of five
-    # the node leased the key's next window twice (granted 200, two
-    # blocks of 100, one node, no failed lease in its log), which the
-    # row keeps within the limit; the cause is not found yet and the
-    # diagnostics below stay
-    my $fast_block = psql("SELECT given $fast_row_where");
-    my $fast_granted = psql($fast_row);
-    note("next window: the fast key's row: granted $fast_granted,"
-         . " the last block $fast_block");
+    # each key's next window leased once: the row's total is its one grant
+    is(psql("SELECT count(*) $all_rows AND granted <> given"), 0,
+       'next window: each key leased its block once')
+        or diag(psql("SELECT encode(key_hash, 'hex'), granted, given"
+                     . " $all_rows AND granted <> given"));
+
+    my $fast_block = psql($fast_row);
 
     cmp_ok($fast_block, '>', 40,
            "next window: a block from the key's rate ($fast_block)");
