@@ -305,32 +305,40 @@ $C->stop;
                          location => "session_limits other=$limit;");
     $n->start;
 
-    # keys that lease their next window's first block from second 53 at
-    # the latest (45 + the sixth byte of the key's hash modulo 12,
-    # zone_lease.c)
-    my (@keys, @piped);
+    # the second from which a key leases its next window's first block:
+    # 45 + the sixth byte of the key's hash modulo 12 (zone_lease.c)
+    my $second = sub {
+        return 45 + hex(substr(key_hash_hex($_[0]), 10, 2)) % 12;
+    };
+
+    # keys that do so from second 53 at the latest
+    my @keys;
     my $k = 0;
 
-    while (@keys + @piped < 16) {
+    while (@keys < 8) {
         my $key = fixture(plan => 'unlimited',
                           name => "$TAG-next-" . $k++)->{key};
-        next if 45 + hex(substr(key_hash_hex($key), 10, 2)) % 12 > 53;
-
-        if (@keys < 8) {
-            push @keys, $key;
-        } else {
-            push @piped, $key;
-        }
+        push @keys, $key if $second->($key) <= 53;
     }
 
-    # from second 54 to 56 of a minute
+    # keys that do so from second 56 (keys of one project)
+    my $project = fixture(plan => 'unlimited',
+                          name => "$TAG-piped")->{project_id};
+    my @piped;
+
+    while (@piped < 8) {
+        my $key = sessionctl_ok('key', 'create', $project)->{key};
+        push @piped, $key if $second->($key) == 56;
+    }
+
+    # from second 53 to 55 of a minute
     my $now = Time::HiRes::time();
-    my $at = POSIX::floor($now / 60) * 60 + 54;
+    my $at = POSIX::floor($now / 60) * 60 + 53;
 
     $at += 60 if $now > $at + 2;
 
     if ($at > $now) {
-        note(sprintf 'waiting %.1f s for second 54', $at - $now);
+        note(sprintf 'waiting %.1f s for second 53', $at - $now);
         Time::HiRes::sleep($at - $now);
     }
 
@@ -342,6 +350,33 @@ $C->stop;
     psql("INSERT INTO rate_leases (minute, key_hash, class, granted, given,"
          . " nodes) VALUES ($next, '\\x" . key_hash_hex($spent)
          . "'::bytea, 2, $limit, $limit, '{1}')");
+
+    # keys whose next window's block is asked for by a request that
+    # nginx answers in one turn of its event loop with others of the key
+    # (pipelined on one connection): those others find that lease in
+    # flight and ask for none, whatever the millisecond.  A lease's stamp
+    # was the millisecond with its low bit set, one ahead of an even
+    # one: read as 2^32 - 1 ms old, stale, and each request after it
+    # leased the block again (a key's next window leased two to four
+    # times over, one run of t/046 in five with the fast key below; with
+    # eight keys pipelined, every run but about one in 256).  Before
+    # second 56, seven requests each: the first block (10, waited for)
+    # and the next (40, ahead of need) in, a block of which half is
+    # left; from second 56, eight pipelined, of which the first (or the
+    # fifth, if the second lease's answer restarted the count) asks for
+    # the next window's block.
+    my $cur_in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" }
+                           @piped;
+
+    for my $key (@piped) {
+        nope($n, $key) for 1 .. 7;
+    }
+
+    wait_until(3, 0.02, sub {
+        psql("SELECT count(*) FROM rate_leases WHERE minute = " . ($next - 1)
+             . " AND class = 2 AND granted = 50 AND key_hash IN ($cur_in)")
+        == @piped;
+    });
 
     # one key's rate measured: its first block (10, waited for) and the
     # next (40, ahead of need) at once, 5 more requests 0.15 s later: its
@@ -358,39 +393,17 @@ $C->stop;
         nope($n, $_) for @keys, $spent;
     }
 
-    # keys whose next window's block is asked for by a request that
-    # nginx answers in one turn of its event loop with others of the key
-    # (pipelined on one connection): those others find that lease in
-    # flight and ask for none, whatever the millisecond.  A lease's stamp
-    # was the millisecond with its low bit set, one ahead of an even
-    # one: read as 2^32 - 1 ms old, stale, and each request after it
-    # leased the block again (a key's next window leased two to four
-    # times over, one run of t/046 in five with the fast key below; with
-    # eight keys pipelined, every run but about one in 256).
-    # Three requests first: the first block (10, waited for) and the
-    # next (40, ahead of need), in before the six pipelined, of which
-    # the second or the third is the key's fifth since its first lease
-    my $cur_in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" }
-                           @piped;
-
-    for my $key (@piped) {
-        nope($n, $key) for 1 .. 3;
-    }
-
-    wait_until(3, 0.02, sub {
-        psql("SELECT count(*) FROM rate_leases WHERE minute = " . ($next - 1)
-             . " AND class = 2 AND granted = 50 AND key_hash IN ($cur_in)")
-        == @piped;
-    });
+    my $wait56 = ($next - 1) * 60 + 56 - Time::HiRes::time();
+    Time::HiRes::sleep($wait56) if $wait56 > 0;
 
     my @piped_st;
 
     for my $key (@piped) {
-        push @piped_st, pipelined($n, $key, 6);
+        push @piped_st, pipelined($n, $key, 8);
         Time::HiRes::sleep(0.003);
     }
 
-    is("@piped_st", join(' ', (404) x (6 * @piped)),
+    is("@piped_st", join(' ', (404) x (8 * @piped)),
        'next window: pipelined requests admitted');
 
     my $in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" } @keys;
