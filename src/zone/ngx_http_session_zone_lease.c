@@ -62,7 +62,7 @@ void
 ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take)
 {
-    uint32_t                        minute, now, left, size;
+    uint32_t                        minute, now, left, size, nodes;
     ngx_uint_t                      evicted;
     ngx_http_session_lease_t       *l;
     ngx_http_session_zone_sh_t     *sh;
@@ -122,8 +122,10 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
         size = ngx_http_session_lease_size(l, take->limit);
 
+        nodes = l->nodes ? l->nodes : ngx_max(l->nodes_before, 1);
+
         if (l->held * 2 < l->block && left
-            && l->took < take->limit / ngx_max(l->nodes, 1))
+            && l->took < take->limit / nodes)
         {
             /*
              * Half the block in hand is spent: the next one now, so that
@@ -149,9 +151,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
                                                            now);
 
             /* the next window's part of each node, as far as it knows */
-            take->lease = ngx_max(ngx_min(take->lease,
-                                          take->limit
-                                          / ngx_max(l->nodes, 1)),
+            take->lease = ngx_max(ngx_min(take->lease, take->limit / nodes),
                                   1);
             take->minute = minute + 1;
             take->next = 1;
@@ -371,8 +371,9 @@ ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
 /*
  * A new window: what the old one held is lost to this node, what was
  * leased ahead for it is held now; a key busy in the window before keeps
- * its block size, its rate and its count of nodes (until an answer says
- * more: a node that counts too few would lease ahead past its part).
+ * its block size and its rate, and its count of nodes until an answer
+ * of the new window gives one (a node that counted none would lease
+ * ahead past its part).
  */
 
 static void
@@ -388,6 +389,8 @@ ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
         l->took = l->next;
         l->block = l->next;
         l->granted = l->next_granted;
+        l->nodes_before = l->nodes ? l->nodes : l->nodes_before;
+        l->nodes = 0;
 
     } else {
         lost += l->next;
@@ -396,6 +399,7 @@ ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
         l->block = 0;
         l->granted = 0;
         l->nodes = 0;
+        l->nodes_before = 0;
         l->want = 0;
         l->used = 0;
         l->last = 0;

@@ -127,6 +127,8 @@ typedef struct {
     /* leased to this node in the window, and its last block */
     uint32_t                      took;
     uint32_t                      block;
+    /* the nodes of the window before, until an answer says this one's */
+    uint32_t                      nodes_before;
 } ngx_http_session_lease_t;
 
 
