@@ -10,8 +10,9 @@
  *
  * A block's size follows the key's rate on this node: what it admits in
  * NGX_HTTP_SESSION_LEASE_SECONDS, from NGX_HTTP_SESSION_LEASE_MIN to a
- * tenth of the limit; the database gives less near the end of the budget
- * (an equal share of what is left among the nodes).  A key still busy
+ * quarter of the limit; the database gives a node at most what takes it
+ * to its equal part of the limit (src/sql/019_rate_lease_parts.sql), and
+ * past that an equal share of what is left.  A key still busy
  * near the end of a window (from a second of its own among the last
  * NGX_HTTP_SESSION_LEASE_AHEAD) leases its first block of the next one
  * ahead, so that it does not wait at the turn of the minute.
@@ -28,9 +29,6 @@
 
 /* a block is what the node admits of the key in this many seconds */
 #define NGX_HTTP_SESSION_LEASE_SECONDS  30
-
-/* no lease ahead of need with less than this many blocks left (at least) */
-#define NGX_HTTP_SESSION_LEASE_TAIL     4
 
 /* the rate is measured over at least this long, milliseconds */
 #define NGX_HTTP_SESSION_LEASE_SAMPLE   100
@@ -57,13 +55,14 @@ static uint32_t ngx_http_session_lease_size(ngx_http_session_lease_t *l,
     ngx_uint_t limit);
 static uint32_t ngx_http_session_lease_next_size(
     ngx_http_session_lease_t *l, ngx_uint_t limit, uint32_t now);
+static uint32_t ngx_http_session_lease_stamp(uint32_t now);
 
 
 void
 ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take)
 {
-    uint32_t                        minute, now, left, size;
+    uint32_t                        minute, now, left, size, nodes;
     ngx_uint_t                      evicted;
     ngx_http_session_lease_t       *l;
     ngx_http_session_zone_sh_t     *sh;
@@ -123,17 +122,19 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
         size = ngx_http_session_lease_size(l, take->limit);
 
-        if (l->held * 2 < size
-            && left >= (uint64_t) ngx_max(NGX_HTTP_SESSION_LEASE_TAIL,
-                                          2 * l->nodes) * size)
+        nodes = l->nodes ? l->nodes : ngx_max(l->nodes_before, 1);
+
+        if (l->held * 2 < l->block && left
+            && l->took < take->limit / nodes)
         {
             /*
-             * Half the block is spent: the next one now, so that none
-             * waits.  Not near the end of the budget (less left than two
-             * blocks for each node): there a lease is asked for when it
-             * is needed, so that the database sees the nodes ask in the
-             * order their requests come, and shares what is left evenly
-             * among them.
+             * Half the block in hand is spent: the next one now, so that
+             * none waits, while the node has not had its equal part of
+             * the limit (the database leases up to it, in any order).
+             * Past its part, a lease is asked for when it is needed: the
+             * database shares what is left among the nodes then, and a
+             * node that asks when it has nothing left takes no more than
+             * its share from the others.
              */
             take->lease = size;
 
@@ -148,6 +149,10 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
             /* the window ends soon and the key is busy: the next one's */
             take->lease = ngx_http_session_lease_next_size(l, take->limit,
                                                            now);
+
+            /* the next window's part of each node, as far as it knows */
+            take->lease = ngx_max(ngx_min(take->lease, take->limit / nodes),
+                                  1);
             take->minute = minute + 1;
             take->next = 1;
 
@@ -155,7 +160,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
             goto done;
         }
 
-        l->asked = now | 1;
+        l->asked = ngx_http_session_lease_stamp(now);
         take->asked = l->asked;
 
     } else if (left == 0) {
@@ -247,6 +252,8 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     }
 
     l->held += a->given;
+    l->took += a->given;
+    l->block = a->given;
     sh->lease_held += a->given;
 
     if (a->granted > l->granted) {
@@ -270,7 +277,7 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     }
 
     if (l->last == 0) {
-        l->last = now | 1;
+        l->last = ngx_http_session_lease_stamp(now);
         l->used = 0;
 
     } else if (now - l->last >= NGX_HTTP_SESSION_LEASE_SAMPLE) {
@@ -285,7 +292,7 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
             want = ngx_max((uint32_t) rate, want / 2);
         }
 
-        l->last = now | 1;
+        l->last = ngx_http_session_lease_stamp(now);
         l->used = 0;
     }
 
@@ -364,7 +371,9 @@ ngx_http_session_lease_node_get(ngx_http_session_zone_ctx_t *ctx,
 /*
  * A new window: what the old one held is lost to this node, what was
  * leased ahead for it is held now; a key busy in the window before keeps
- * its block size and its rate.
+ * its block size and its rate, and its count of nodes until an answer
+ * of the new window gives one (a node that counted none would lease
+ * ahead past its part).
  */
 
 static void
@@ -377,12 +386,20 @@ ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
 
     if (l->minute + 1 == minute) {
         l->held = l->next;
+        l->took = l->next;
+        l->block = l->next;
         l->granted = l->next_granted;
+        l->nodes_before = l->nodes ? l->nodes : l->nodes_before;
+        l->nodes = 0;
 
     } else {
         lost += l->next;
         l->held = 0;
+        l->took = 0;
+        l->block = 0;
         l->granted = 0;
+        l->nodes = 0;
+        l->nodes_before = 0;
         l->want = 0;
         l->used = 0;
         l->last = 0;
@@ -394,7 +411,6 @@ ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
     }
 
     l->minute = minute;
-    l->nodes = 0;
     l->next = 0;
     l->next_granted = 0;
     l->asked = 0;
@@ -500,4 +516,20 @@ ngx_http_session_lease_next_size(ngx_http_session_lease_t *l,
     }
 
     return ngx_max(size, (uint32_t) rate);
+}
+
+
+/*
+ * A stamp of now for l->asked and l->last: never 0 (none), and never
+ * ahead of now, so that "now - stamp" is the time since, 0 in the same
+ * millisecond.  "now | 1" was one ahead of an even now, and a request in
+ * that millisecond (pipelined ones, answered in one turn of the event
+ * loop) read the lease in flight as 2^32 - 1 ms old: stale, leased again,
+ * each request once; and a lease answered then halved the block.
+ */
+
+static uint32_t
+ngx_http_session_lease_stamp(uint32_t now)
+{
+    return now ? now : NGX_MAX_UINT32_VALUE;
 }

@@ -11,9 +11,9 @@
 #include "ngx_http_session_common.h"
 
 
-/* the smallest lease, and the largest as a part of the limit (1/10) */
+/* the smallest lease, and the largest as a part of the limit (1/4) */
 #define NGX_HTTP_SESSION_LEASE_MIN     10
-#define NGX_HTTP_SESSION_LEASE_SHARE   10
+#define NGX_HTTP_SESSION_LEASE_SHARE   4
 
 
 /* what a lease statement answered, for ngx_http_session_lease_answer() */

@@ -32,7 +32,7 @@
  * new binary only when their layouts are equal (see
  * ngx_http_session_zone_layout() and ngx_http_session_handover.c).
  */
-#define NGX_HTTP_SESSION_ZONE_LAYOUT  2
+#define NGX_HTTP_SESSION_ZONE_LAYOUT  3
 
 
 /* what both trees store first */
@@ -124,6 +124,11 @@ typedef struct {
     uint32_t                      last;
     /* the stamp of a lease ahead of need in flight, 0: none */
     uint32_t                      asked;
+    /* leased to this node in the window, and its last block */
+    uint32_t                      took;
+    uint32_t                      block;
+    /* the nodes of the window before, until an answer says this one's */
+    uint32_t                      nodes_before;
 } ngx_http_session_lease_t;
 
 
