@@ -33,6 +33,8 @@
 # (3), BENCH_WORKERS (2), BENCH_THREADS (2), BENCH_KEEP.
 # BENCH_IMAGES_CHUNK and BENCH_IMAGES_UPLOAD_CONNECTIONS set
 # session_image_chunk_size and session_image_upload_connections.
+# BENCH_IMAGES_PARTS ("upload memory stream"): the parts to run, for a
+# quicker measure of one of them.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -59,6 +61,7 @@ CHUNK=${BENCH_IMAGES_CHUNK:-}
 # session_image_upload_connections, when not the default
 UPLOAD_CONNS=${BENCH_IMAGES_UPLOAD_CONNECTIONS:-}
 OUT=${BENCH_IMAGES_OUT:--}
+PARTS=" ${BENCH_IMAGES_PARTS:-upload memory stream} "
 
 die() {
     echo "bench-images.sh: $*" >&2
@@ -461,18 +464,30 @@ start_nginx
 
 image_file 102400 "$W/img-100k"
 
-log "upload throughput: $ROUNDS x $DURATION, $CLIENTS clients, 100 KB and 2 MB"
-throughput 100KB 102400
-throughput 2MB $((2 * 1024 * 1024))
+part() {
+    [[ $PARTS == *" $1 "* ]]
+}
 
-# a fresh nginx: "before" is a worker that has carried no large image
-restart_nginx
+if part upload; then
+    log "upload throughput: $ROUNDS x $DURATION, $CLIENTS clients," \
+        "100 KB and 2 MB"
+    throughput 100KB 102400
+    throughput 2MB $((2 * 1024 * 1024))
+fi
 
-log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then downloads"
-rss_run
+if part memory; then
+    # a fresh nginx: "before" is a worker that has carried no large image
+    restart_nginx
 
-log "streamed: $CONCURRENCY transfers of 10 MB at once, up then down"
-stream_run
+    log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then" \
+        "downloads"
+    rss_run
+fi
+
+if part stream; then
+    log "streamed: $CONCURRENCY transfers of 10 MB at once, up then down"
+    stream_run
+fi
 
 grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
     && die "the error log has alerts (above)"
@@ -482,6 +497,13 @@ report() {
 
     echo "## Images"
     echo
+    part upload || echo "(Not run: upload throughput.)"
+    part memory || echo "(Not run: worker memory.)"
+    part stream || echo "(Not run: streamed transfers.)"
+    part upload && part memory && part stream || echo
+
+    part upload || { report_memory; return; }
+
     echo "Upload throughput (\`util/bench-images.sh\`): wrk, $CLIENTS"
     echo "connections (one session each), POST of the same file for"
     echo "$DURATION; against \`bench/pg-insert\`, $CLIENTS clients each"
@@ -500,6 +522,14 @@ report() {
             "$(goal "$r" 0.6)" "${OURS[$l]}" "${BASE[$l]}"
     done
     echo
+    report_memory
+}
+
+report_memory() {
+    local growth n
+
+    part memory || { report_stream; return; }
+
     growth=$(awk -v a="$RSS_AFTER_DOWN" -v b="$RSS_BEFORE" \
                  'BEGIN { printf "%.1f", (a - b) * 100 / b }')
     echo "Worker memory: summed RSS of the $WORKERS workers (kB) around"
@@ -511,6 +541,14 @@ report() {
         "$RSS_AFTER_UP" "$RSS_AFTER_DOWN" "$growth" \
         "$(awk -v g="$growth" 'BEGIN { print (g <= 10) ? "met" : "NOT met" }')"
     echo
+    report_stream
+}
+
+report_stream() {
+    local n
+
+    part stream || return 0
+
     echo "Streamed transfers of 10 MB (\`bench/image-load.pl\`): N at once,"
     echo "uploads then downloads of the same images; MB/s of the whole run;"
     echo "the workers' RSS growth (peak of 0.1 s samples less the idle RSS)"
