@@ -473,10 +473,14 @@ $checks{big} = sub {
            "$name - If-None-Match: $inm - the bytes");
     }
 
-    # around the first slice (16k with the answer's headers) and the
-    # next ones (session_image_chunk_size, 64k): byte for byte
-    for my $n (16383, 16384, 16385, 65536, 16384 + 65536,
-               16384 + 65536 + 1)
+    # around the first slice (16k with the answer's headers), the chunk
+    # (64k: uploads over it are streamed) and the next slices (twice the
+    # chunk less 16k, 112k; docs/decisions.md (zg)): byte for byte
+    my $slice = 2 * 65536 - 16384;
+
+    for my $n (16383, 16384, 16385, 65536, 65537, 16384 + 65536,
+               16384 + $slice, 16384 + $slice + 1, 16384 + 2 * $slice,
+               16384 + 2 * $slice + 1)
     {
         my $b = big_png($n);
         my $i = upload_ok($s->{id}, 'image/png', $b);

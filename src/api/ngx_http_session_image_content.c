@@ -221,7 +221,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r,
     }
 
     dl->size = size;
-    dl->chunk = slcf->image_chunk_size;
+    dl->chunk = ngx_http_session_image_next_slice(slcf);
     dl->asked = want;
 
     /* the first slice goes out as the next one would */
