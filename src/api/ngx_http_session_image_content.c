@@ -349,6 +349,10 @@ ngx_http_session_image_pump(ngx_http_request_t *r,
     *ngx_sprintf(dl->from, "%O", dl->asked + 1) = '\0';
     *ngx_sprintf(dl->count, "%uz", len) = '\0';
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session image: slice of %uz bytes from byte %O",
+                   len, dl->asked);
+
     dl->want = len;
     dl->asked += len;
     dl->ready_col = 0;

@@ -30,12 +30,12 @@
 
 /*
  * The next slices: twice session_image_chunk_size less 16k (112k for
- * 64k), never less than the chunk.  libpq keeps each query connection's
- * input buffer at the power of two that its largest row needed, with 8k
- * free to read into: a row of a chunk already takes it to twice the
- * chunk, and a slice this size still fits there, so the worker keeps no
- * more than with slices of a chunk, for about half the queries (decision
- * (zg)).  Chunks of 16k or less (tests) keep slices of a chunk.
+ * 64k); a chunk of 16k or less (tests) keeps slices of the chunk.  libpq
+ * keeps each query connection's input buffer at the power of two that
+ * its largest row needed, with 8k free to read into: a row of a chunk
+ * already takes it to twice the chunk, and a slice this size still fits
+ * there, so the worker keeps no more than with slices of a chunk, for
+ * about half the queries (decision (zg)).
  */
 #define NGX_HTTP_SESSION_IMAGE_SLICE_ROOM   16384
 
