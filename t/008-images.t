@@ -473,10 +473,14 @@ $checks{big} = sub {
            "$name - If-None-Match: $inm - the bytes");
     }
 
-    # around the first slice (16k with the answer's headers) and the
-    # next ones (session_image_chunk_size, 64k): byte for byte
-    for my $n (16383, 16384, 16385, 65536, 16384 + 65536,
-               16384 + 65536 + 1)
+    # around the first slice (16k with the answer's headers), the chunk
+    # (64k: uploads over it are streamed) and the next slices (twice the
+    # chunk less 16k, 112k; docs/decisions.md (zg)): byte for byte
+    my $slice = 2 * 65536 - 16384;
+
+    for my $n (16383, 16384, 16385, 65536, 65537, 16384 + 65536,
+               16384 + $slice, 16384 + $slice + 1, 16384 + 2 * $slice,
+               16384 + 2 * $slice + 1)
     {
         my $b = big_png($n);
         my $i = upload_ok($s->{id}, 'image/png', $b);
@@ -485,6 +489,21 @@ $checks{big} = sub {
         is($c->{status}, 200, "$name - $n bytes - 200");
         ok(($c->{content} // '') eq $b, "$name - $n bytes - byte for byte");
     }
+};
+
+# an image of the first slice, a next one and one byte: the next slices
+# are of twice the chunk less 16k (docs/decisions.md (zg)), as the debug
+# log says; the error_log of the block checks the two slices asked for
+$checks{slices} = sub {
+    my ($name) = @_;
+
+    my $s = create_session();
+    my $b = big_png(16384 + 114688 + 1);
+    my $i = upload_ok($s->{id}, 'image/png', $b);
+    my $c = api('GET', "/api/v1/sessions/$s->{id}/images/$i->{id}/content",
+                $KEY{MAIN});
+    is($c->{status}, 200, "$name - 200");
+    ok(($c->{content} // '') eq $b, "$name - byte for byte");
 };
 
 # 50 uploads at once into one session (4 workers): sequences 1 .. 50
@@ -1686,5 +1705,20 @@ $::EXPIRED
 --- error_code: 413
 --- response_body eval
 ::too_large(100)
+--- no_error_log
+[error]
+
+
+
+=== TEST 75: after the first 16k, a download's slices are 112k (64k chunks)
+--- skip_eval: 1: $::SMALL_CHUNK
+--- debug_log: the "session image: slice" lines
+--- check: slices
+--- request eval
+"GET /api/v1/sessions/$::SID{OPEN}/images"
+--- error_code: 200
+--- error_log
+session image: slice of 114688 bytes from byte 16384
+session image: slice of 1 bytes from byte 131072
 --- no_error_log
 [error]

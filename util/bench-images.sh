@@ -25,7 +25,10 @@
 #    the upload connections of 2 workers) clients inserting, then
 #    selecting, a 10 MB bytea; goal >= 0.6), and the time to the first
 #    byte of a 10 MB download beside a 1 KB one (curl, median of 20 one
-#    after another; goal <= 2x).
+#    after another; goal <= 2x).  The downloads run BENCH_IMAGES_DOWN_ROUNDS
+#    (4) times more, each followed by the SELECTs for BENCH_IMAGES_PG_READ
+#    (2) seconds: the row is the median of the downloads beside the median
+#    of those SELECTs.
 #
 # Prints a Markdown section on stdout (BENCH_IMAGES_OUT: to that file),
 # progress on stderr.  Loopback only; every row it adds is deleted at the
@@ -33,6 +36,8 @@
 # (3), BENCH_WORKERS (2), BENCH_THREADS (2), BENCH_KEEP.
 # BENCH_IMAGES_CHUNK and BENCH_IMAGES_UPLOAD_CONNECTIONS set
 # session_image_chunk_size and session_image_upload_connections.
+# BENCH_IMAGES_PARTS ("upload memory stream"): the parts to run, for a
+# quicker measure of one of them.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -53,12 +58,17 @@ CLIENTS=${BENCH_IMAGES_CLIENTS:-16}
 RSS_UPLOADS=${BENCH_IMAGES_RSS_UPLOADS:-200}
 CONCURRENCY=${BENCH_IMAGES_CONCURRENCY:-50 500}
 PG_CLIENTS=${BENCH_IMAGES_PG_CLIENTS:-4}
+# downloads of N at once measured this many times more, PostgreSQL's
+# SELECT for PG_READ seconds after each
+DOWN_ROUNDS=${BENCH_IMAGES_DOWN_ROUNDS:-4}
+PG_READ=${BENCH_IMAGES_PG_READ:-2}
 BIG=$((10 * 1024 * 1024))
 # session_image_chunk_size, when not the default
 CHUNK=${BENCH_IMAGES_CHUNK:-}
 # session_image_upload_connections, when not the default
 UPLOAD_CONNS=${BENCH_IMAGES_UPLOAD_CONNECTIONS:-}
 OUT=${BENCH_IMAGES_OUT:--}
+PARTS=" ${BENCH_IMAGES_PARTS:-upload memory stream} "
 
 die() {
     echo "bench-images.sh: $*" >&2
@@ -315,7 +325,8 @@ restart_nginx() {
     start_nginx
 }
 
-declare -A ST_UP ST_DOWN ST_RSS_UP ST_RSS_DOWN ST_OK
+declare -A ST_UP ST_DOWN ST_RSS_UP ST_RSS_DOWN ST_OK ST_DOWN_RUNS ST_PG_RUNS
+declare -A ST_PG_DOWN
 PG_UP=
 PG_DOWN=
 TTFB_BIG=
@@ -345,6 +356,48 @@ ttfb() {
         curl -s -o /dev/null -w '%{time_starttransfer}\n' \
              -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT$path"
     done | awk '{ printf "%.2f ", $1 * 1000 }' | median
+}
+
+# DOWN_ROUNDS more downloads of N at once, each followed by PostgreSQL
+# alone selecting the same 10 MB for PG_READ seconds: the rate of either
+# moves by a third from one minute to the next on a shared machine, so
+# the row is the median of the module's runs (the first one's included)
+# beside the median of the SELECTs run between them
+down_rounds() {
+    local n=$1 f=$2 paths=$3 r ok failed secs bytes mine base rows
+
+    rows=$(psql -X -At -d "$DB" -c "SELECT count(*) FROM $BLOB")
+    if [ "$rows" = 0 ]; then
+        psql -X -q -d "$DB" -c "INSERT INTO $BLOB SELECT content FROM images
+                                 WHERE size = $BIG LIMIT 1" >/dev/null
+    fi
+
+    mine=${ST_DOWN[$n]}
+    base=
+
+    for r in $(seq 0 "$DOWN_ROUNDS"); do
+        if [ "$r" -gt 0 ]; then
+            read -r ok failed secs bytes _ < <(perl \
+                "$ROOT/bench/image-load.pl" down "$PORT" "$KEY" "$n" - \
+                "$paths")
+            [ "$failed" = 0 ] || die "$n downloads of 10 MB: $failed failed"
+            mine+=" $(awk -v b="$bytes" -v t="$secs" \
+                          'BEGIN { printf "%.1f", b / t / 1e6 }')"
+        fi
+
+        read -r ok secs < <("$W/pg-insert" "$DB" "$f" "$PG_CLIENTS" \
+                                "$PG_READ" "$BLOB" read) \
+            || die "pg-insert read failed (10 MB)"
+        base+="${base:+ }$(awk -v n="$ok" -v s="$BIG" -v t="$secs" \
+                               'BEGIN { printf "%.1f", n * s / t / 1e6 }')"
+    done
+
+    ST_DOWN_RUNS[$n]=$mine
+    ST_PG_RUNS[$n]=$base
+    ST_DOWN[$n]=$(median <<<"$mine")
+    ST_PG_DOWN[$n]=$(median <<<"$base")
+    log "$n downloads of 10 MB at once, rounds: $mine MB/s;" \
+        "PostgreSQL alone between them: $base MB/s"
 }
 
 stream_run() {
@@ -397,6 +450,8 @@ stream_run() {
                               'BEGIN { printf "%.0f", p / n }')
         log "$n downloads of 10 MB at once: ${ST_DOWN[$n]} MB/s in" \
             "${secs}s, RSS growth ${PEAK} kB (${ST_RSS_DOWN[$n]} kB each)"
+
+        down_rounds "$n" "$f" "$paths"
     done
 
     # the time to the first byte: 10 MB beside 1 KB
@@ -461,18 +516,30 @@ start_nginx
 
 image_file 102400 "$W/img-100k"
 
-log "upload throughput: $ROUNDS x $DURATION, $CLIENTS clients, 100 KB and 2 MB"
-throughput 100KB 102400
-throughput 2MB $((2 * 1024 * 1024))
+part() {
+    [[ $PARTS == *" $1 "* ]]
+}
 
-# a fresh nginx: "before" is a worker that has carried no large image
-restart_nginx
+if part upload; then
+    log "upload throughput: $ROUNDS x $DURATION, $CLIENTS clients," \
+        "100 KB and 2 MB"
+    throughput 100KB 102400
+    throughput 2MB $((2 * 1024 * 1024))
+fi
 
-log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then downloads"
-rss_run
+if part memory; then
+    # a fresh nginx: "before" is a worker that has carried no large image
+    restart_nginx
 
-log "streamed: $CONCURRENCY transfers of 10 MB at once, up then down"
-stream_run
+    log "worker RSS: $RSS_UPLOADS uploads of 5 MB, 8 at a time, then" \
+        "downloads"
+    rss_run
+fi
+
+if part stream; then
+    log "streamed: $CONCURRENCY transfers of 10 MB at once, up then down"
+    stream_run
+fi
 
 grep -E '\[(alert|crit|emerg)\]|signal [0-9]' "$W/error.log" >&2 \
     && die "the error log has alerts (above)"
@@ -482,6 +549,13 @@ report() {
 
     echo "## Images"
     echo
+    part upload || echo "(Not run: upload throughput.)"
+    part memory || echo "(Not run: worker memory.)"
+    part stream || echo "(Not run: streamed transfers.)"
+    part upload && part memory && part stream || echo
+
+    part upload || { report_memory; return; }
+
     echo "Upload throughput (\`util/bench-images.sh\`): wrk, $CLIENTS"
     echo "connections (one session each), POST of the same file for"
     echo "$DURATION; against \`bench/pg-insert\`, $CLIENTS clients each"
@@ -500,6 +574,14 @@ report() {
             "$(goal "$r" 0.6)" "${OURS[$l]}" "${BASE[$l]}"
     done
     echo
+    report_memory
+}
+
+report_memory() {
+    local growth n
+
+    part memory || { report_stream; return; }
+
     growth=$(awk -v a="$RSS_AFTER_DOWN" -v b="$RSS_BEFORE" \
                  'BEGIN { printf "%.1f", (a - b) * 100 / b }')
     echo "Worker memory: summed RSS of the $WORKERS workers (kB) around"
@@ -511,12 +593,22 @@ report() {
         "$RSS_AFTER_UP" "$RSS_AFTER_DOWN" "$growth" \
         "$(awk -v g="$growth" 'BEGIN { print (g <= 10) ? "met" : "NOT met" }')"
     echo
+    report_stream
+}
+
+report_stream() {
+    local n
+
+    part stream || return 0
+
     echo "Streamed transfers of 10 MB (\`bench/image-load.pl\`): N at once,"
     echo "uploads then downloads of the same images; MB/s of the whole run;"
     echo "the workers' RSS growth (peak of 0.1 s samples less the idle RSS)"
     echo "over N. PostgreSQL alone: \`bench/pg-insert\`, $PG_CLIENTS clients"
     echo "inserting (selecting) the same 10 MB as a binary \`bytea\` for"
-    echo "$DURATION: $PG_UP MB/s in, $PG_DOWN MB/s out."
+    echo "$DURATION: $PG_UP MB/s in, $PG_DOWN MB/s out. Downloads: the"
+    echo "median of $((DOWN_ROUNDS + 1)) runs, each followed by the \`SELECT\`s"
+    echo "for ${PG_READ}s, whose median is the row's anchor."
     echo
     echo "| N at once | upload MB/s | ratio to INSERT (≥ 0.6) | RSS per upload KB (≤ 256) | download MB/s | ratio to SELECT (≥ 0.6) | RSS per download KB (≤ 256) |"
     echo "|---:|---:|---:|---:|---:|---:|---:|"
@@ -525,9 +617,14 @@ report() {
             "${ST_UP[$n]}" "$(ratio "${ST_UP[$n]}" "$PG_UP")" \
             "$(goal "$(ratio "${ST_UP[$n]}" "$PG_UP")" 0.6)" \
             "${ST_RSS_UP[$n]}" "$(le "${ST_RSS_UP[$n]}" 256)" \
-            "${ST_DOWN[$n]}" "$(ratio "${ST_DOWN[$n]}" "$PG_DOWN")" \
-            "$(goal "$(ratio "${ST_DOWN[$n]}" "$PG_DOWN")" 0.6)" \
+            "${ST_DOWN[$n]}" "$(ratio "${ST_DOWN[$n]}" "${ST_PG_DOWN[$n]}")" \
+            "$(goal "$(ratio "${ST_DOWN[$n]}" "${ST_PG_DOWN[$n]}")" 0.6)" \
             "${ST_RSS_DOWN[$n]}" "$(le "${ST_RSS_DOWN[$n]}" 256)"
+    done
+    echo
+    for n in $CONCURRENCY; do
+        echo "Downloads of $n at once, MB/s: ${ST_DOWN_RUNS[$n]}; the"
+        echo "\`SELECT\`s after each: ${ST_PG_RUNS[$n]}."
     done
     echo
     echo "Time to the first byte of a download (curl, median of 20 one after"

@@ -221,7 +221,7 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r,
     }
 
     dl->size = size;
-    dl->chunk = slcf->image_chunk_size;
+    dl->chunk = ngx_http_session_image_next_slice(slcf);
     dl->asked = want;
 
     /* the first slice goes out as the next one would */
@@ -348,6 +348,10 @@ ngx_http_session_image_pump(ngx_http_request_t *r,
     /* substring() counts from 1 */
     *ngx_sprintf(dl->from, "%O", dl->asked + 1) = '\0';
     *ngx_sprintf(dl->count, "%uz", len) = '\0';
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session image: slice of %uz bytes from byte %O",
+                   len, dl->asked);
 
     dl->want = len;
     dl->asked += len;
