@@ -329,8 +329,7 @@ ngx_http_session_created_send(ngx_http_request_t *r,
                                        NGX_HTTP_SESSION_UUID_LEN, project)
            != 0)
     {
-        ngx_log_error(NGX_LOG_ERR, r->connection->log, 0,
-                      "session db: a row is not what the statement returns");
+        ngx_http_session_render_bad(r->connection->log);
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 

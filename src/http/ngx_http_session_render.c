@@ -16,7 +16,6 @@
 
 static u_char *ngx_http_session_render_tail(u_char *p, u_char *cursor,
     size_t cursor_len);
-static void ngx_http_session_render_bad(ngx_log_t *log);
 
 
 static ngx_inline uint32_t
@@ -388,7 +387,9 @@ static ngx_http_session_render_kind_t  ngx_http_session_render_images_kind = {
 };
 
 
-static void
+/* a row that does not have the columns its statement returns, logged */
+
+void
 ngx_http_session_render_bad(ngx_log_t *log)
 {
     ngx_log_error(NGX_LOG_ERR, log, 0,

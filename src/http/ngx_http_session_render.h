@@ -56,6 +56,9 @@ ngx_int_t ngx_http_session_render_read_session(PGresult *res, int row,
 ngx_int_t ngx_http_session_render_read_image(PGresult *res, int row, int col,
     ngx_http_session_doc_image_t *im);
 
+/* logs a row that has not the columns its statement returns */
+void ngx_http_session_render_bad(ngx_log_t *log);
+
 /* binary columns: 4-byte integer, 8-byte timestamptz in Unix microseconds */
 ngx_int_t ngx_http_session_render_int4(PGresult *res, int row, int col,
     int64_t *n);
