@@ -6,7 +6,9 @@
 # parked poll (its request freed while it waits) is answered on a request
 # made again that keeps the first one's fields: what the access log has
 # of it, HTTP/1.0's end of the connection, its location's configuration,
-# its HTTP version (blocks 11 and 12).
+# its HTTP version (blocks 11 and 12), its server's configuration when it
+# is not the port's default server (block 13), HEAD's answer without a
+# body (block 14).
 #
 # Blocks whose checks need Perl say "--- check: NAME" (as t/012 does).
 # Waiting polls are sent on raw sockets and read later; "it does not
@@ -617,12 +619,13 @@ sub raw_send {
     return { sock => $s, req => $req, t0 => Time::HiRes::time() };
 }
 
-# poll_request(PATH, VERSION, HEADERS): the bytes of a GET of PATH in
-# HTTP/VERSION with the main key and HEADERS (a string of whole lines)
+# poll_request(PATH, VERSION, HEADERS, METHOD): the bytes of a GET (or
+# METHOD) of PATH in HTTP/VERSION with the main key and HEADERS (a string
+# of whole lines)
 sub poll_request {
-    my ($path, $version, $headers) = @_;
+    my ($path, $version, $headers, $method) = @_;
 
-    return "GET $path HTTP/$version\r\n"
+    return ($method // 'GET') . " $path HTTP/$version\r\n"
            . ($version eq '1.1' ? "Host: localhost\r\n" : '')
            . "Authorization: Bearer $KEY{MAIN}\r\n" . ($headers // '')
            . "\r\n";
@@ -880,6 +883,240 @@ $checks{unpark_version} = sub {
 };
 
 
+# --- two servers on one listen, HEAD ---------------------------------------
+#
+# Block 13: the port's default server (the first, in http_config: every
+# request without "Host: localhost", SessionTest's included) and the
+# test's server "localhost" after it, each with a server-level add_header
+# and access_log of its own, the second with a location-level "expires" and
+# $server_name in a header: a parked poll of the second server is made again
+# on the connection's default server (ngx_http_create_request()) and gets
+# the second's configurations back from the park (srv_conf, loc_conf).
+# Block 14: a HEAD of the poll (docs/api.md 10.5: the GET's status and
+# headers, Content-Length included, no body).
+
+# vhost_request(PATH, HOST): the bytes of a GET of PATH to the server HOST,
+# HTTP/1.1, closing the connection after it
+sub vhost_request {
+    my ($path, $host) = @_;
+
+    return "GET $path HTTP/1.1\r\nHost: $host\r\n"
+           . "Authorization: Bearer $KEY{MAIN}\r\nConnection: close\r\n\r\n";
+}
+
+# vhost_log(REQUEST_LINE): the line of that request in the server-level
+# logs of block 13 (log_format vhost), as a hash: its log ("default" or
+# "second"), server ($server_name), method and status.  Undef until it is
+# there.
+sub vhost_log {
+    my ($line) = @_;
+
+    for my $log (qw(default second)) {
+        my $text = SessionTest::slurp_log(
+                       "$Test::Nginx::Util::ServRoot/logs/vhost-$log.log");
+
+        for (split /\n/, $text) {
+            next unless /^(\S+) (\S+) (\d{3}) "(.*)"$/ && $4 eq $line;
+
+            return { log => $log, server => $1, method => $2, status => $3 };
+        }
+    }
+
+    return undef;
+}
+
+# the answer RAW to a request P (raw_send) of the server SERVER (default
+# or second): that server's headers and log line
+sub vhost_check {
+    my ($name, $what, $p, $raw, $server) = @_;
+
+    my %want = $server eq 'second'
+               ? (x => 'second', sn => 'localhost', cc => 'max-age=3600')
+               : (x => 'default', sn => 'default.test', cc => undef);
+
+    is(header_of($raw, 'X-Server'), $want{x},
+       "$name - $what: the server-level add_header of its server");
+    is(header_of($raw, 'X-Server-Name'), $want{sn},
+       "$name - $what: its server's \$server_name");
+    is(header_of($raw, 'Cache-Control'), $want{cc},
+       "$name - $what: its location's expires");
+
+    my ($line) = $p->{req} =~ /^([^\r]*)\r\n/;
+    my ($l) = wait_until(5, 0.05, sub { vhost_log($line) });
+
+    ok($l, "$name - $what: its access-log line") or return;
+    is($l->{log}, $server, "$name - $what: in its server's access_log");
+    is($l->{server}, $want{sn}, "$name - $what: logged \$server_name");
+    is($l->{status}, 200, "$name - $what: logged \$status");
+}
+
+# Polls of the second server (Host: localhost) woken by an upload, or
+# ended by their timeout, while parked: their answers and log lines are
+# those of the second server, as its plain requests' are; a poll of the
+# default server woken at the same time keeps the default's.
+$checks{unpark_vhost} = sub {
+    my ($name) = @_;
+
+    my $sid = create()->{json}{id};
+    my $idle = create()->{json}{id};
+    my $path = "/api/v1/sessions/$sid";
+
+    # plain requests (of two sessions: their lines differ): what each server answers
+    for my $s (['second', 'localhost', $sid], ['default', 'default.test',
+                                                $idle])
+    {
+        my $p = raw_send(vhost_request("/api/v1/sessions/$s->[2]", $s->[1]));
+        my ($raw) = read_close($p->{sock}, 10);
+        close $p->{sock};
+
+        like($raw, qr{^HTTP/1\.1 200 },
+             "$name - a plain request of the $s->[0] server: 200");
+        vhost_check($name, "a plain request of the $s->[0] server", $p,
+                    $raw, $s->[0]);
+    }
+
+    my %polls = (
+        second => raw_send(vhost_request("$path/poll?timeout=30",
+                                         'localhost')),
+        default => raw_send(vhost_request("$path/poll?timeout=31",
+                                          'default.test')),
+        timed => raw_send(vhost_request("/api/v1/sessions/$idle/poll"
+                                        . "?timeout=1", 'localhost')),
+    );
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 3 && $s->{parked} == 3 ? $s : undef;
+    });
+    ok($lp, "$name - 3 polls wait, parked");
+
+    my ($raw) = read_close($polls{timed}{sock}, 10);
+    close $polls{timed}{sock};
+
+    like($raw, qr{^HTTP/1\.1 200 .*"images":\s*\[\]}s,
+         "$name - the second server's poll at its timeout: 200, no image");
+    vhost_check($name, "the second server's poll at its timeout",
+                $polls{timed}, $raw, 'second');
+
+    ok(!IO::Select->new(map { $polls{$_}{sock} } qw(second default))
+           ->can_read(0),
+       "$name - the other polls still wait");
+
+    my $up = upload($sid);
+
+    for my $server (qw(second default)) {
+        my ($raw) = read_close($polls{$server}{sock}, 10);
+        close $polls{$server}{sock};
+
+        like($raw, qr{^HTTP/1\.1 200 .*"id":\s*"\Q$up->{id}\E"}s,
+             "$name - the $server server's woken poll: 200 with the image");
+        vhost_check($name, "the $server server's woken poll",
+                    $polls{$server}, $raw, $server);
+    }
+
+    my ($after) = wait_until(5, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 0 && $s->{parked} == 0 ? $s : undef;
+    });
+    ok($after, "$name - nobody waits after");
+};
+
+# read_head(SOCK, SECS): what arrives until an answer's header is whole
+# (and what came with it), at most SECS seconds
+sub read_head {
+    my ($sock, $secs) = @_;
+
+    my $sel = IO::Select->new($sock);
+    my $deadline = Time::HiRes::time() + $secs;
+    my $buf = '';
+
+    while ($buf !~ /\r\n\r\n/) {
+        my $left = $deadline - Time::HiRes::time();
+        last if $left <= 0 || !$sel->can_read($left);
+
+        my $got = sysread $sock, my $chunk, 65536;
+        last unless $got;
+        $buf .= $chunk;
+    }
+
+    return $buf;
+}
+
+# HEAD polls (HTTP/1.1, keep-alive) parked, then woken by an upload or
+# ended by their timeout: each answers a header alone, its Content-Length
+# that of a GET of the same poll then; no byte follows it, and its
+# connection takes the next request (that GET), whose answer comes right
+# after the header.  A HEAD that never parks (timeout=0) does the same.
+$checks{unpark_head} = sub {
+    my ($name) = @_;
+
+    my $sid = create()->{json}{id};
+    my $idle = create()->{json}{id};
+
+    # the HEAD poll P, its answer's header RAW: the GET on its connection
+    my $head_check = sub {
+        my ($what, $p, $raw, $poll) = @_;
+
+        like($raw, qr{^HTTP/1\.1 200 }, "$name - $what: 200");
+        is(substr($raw, length(head_of($raw))), "\r\n\r\n",
+           "$name - $what: the header alone");
+        ok(!answered($p, 0.3), "$name - $what: nothing after it");
+
+        my $len = header_of($raw, 'Content-Length');
+        ok(defined $len && $len > 0, "$name - $what: a Content-Length");
+
+        print { $p->{sock} } poll_request("$poll?timeout=0", '1.1',
+                                          "Connection: close\r\n");
+        my ($next, $closed) = read_close($p->{sock}, 10);
+        close $p->{sock};
+
+        like($next, qr{^HTTP/1\.1 200 }, "$name - $what: then a GET of the "
+             . 'poll on its connection, answered right after the header');
+        my $body = (split /\r\n\r\n/, $next, 2)[1] // '';
+        is($len, length $body,
+           "$name - $what: its Content-Length the GET's body's");
+        is(header_of($next, 'Content-Length'), $len,
+           "$name - $what: the GET's Content-Length");
+        ok($closed, "$name - $what: which closes the connection");
+    };
+
+    my $plain = raw_send(poll_request("/api/v1/sessions/$idle/poll"
+                                      . '?timeout=0', '1.1', '', 'HEAD'));
+    $head_check->('a HEAD poll that never parks', $plain,
+                  read_head($plain->{sock}, 10),
+                  "/api/v1/sessions/$idle/poll");
+
+    my $woken = raw_send(poll_request("/api/v1/sessions/$sid/poll"
+                                      . '?timeout=30', '1.1', '', 'HEAD'));
+    my $timed = raw_send(poll_request("/api/v1/sessions/$idle/poll"
+                                      . '?timeout=1', '1.1', '', 'HEAD'));
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 2 && $s->{parked} == 2 ? $s : undef;
+    });
+    ok($lp, "$name - 2 HEAD polls wait, parked");
+
+    $head_check->('a HEAD poll at its timeout', $timed,
+                  read_head($timed->{sock}, 10),
+                  "/api/v1/sessions/$idle/poll");
+
+    ok(!answered($woken, 0), "$name - the other HEAD poll still waits");
+
+    upload($sid);
+
+    $head_check->('a woken HEAD poll', $woken,
+                  read_head($woken->{sock}, 10),
+                  "/api/v1/sessions/$sid/poll");
+
+    my ($after) = wait_until(5, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} == 0 && $s->{parked} == 0 ? $s : undef;
+    });
+    ok($after, "$name - nobody waits after");
+};
+
+
 # --- blocks -------------------------------------------------------------
 
 master_on();
@@ -1077,6 +1314,52 @@ GET /api/v1/sessions?limit=1
         session_status;
     }
 --- check: unpark_version
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+=== TEST 13: a parked poll of a second server on the port keeps its server's and location's configuration
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_expiry_sweep_interval 30s;
+    log_format vhost '$server_name $request_method $status "$request"';
+    server {
+        listen $TEST_NGINX_SERVER_PORT;
+        server_name default.test;
+        add_header X-Server default;
+        add_header X-Server-Name $server_name;
+        access_log logs/vhost-default.log vhost;
+        location /api/ {
+            session_api;
+            session_limits create=1000 list=1000 other=1000;
+        }
+        location = /status {
+            session_status;
+        }
+    }
+--- config
+    add_header X-Server second;
+    add_header X-Server-Name $server_name;
+    access_log logs/vhost-second.log vhost;
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+        expires 1h;
+    }
+--- check: unpark_vhost
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: a parked HEAD poll answers its header alone, its connection kept
+--- check: unpark_head
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
