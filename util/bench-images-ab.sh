@@ -179,8 +179,9 @@ side() {
                    'BEGIN { printf "%.0f", b / t / 1e6 }')
     else
         purge
-        out=$(BENCH_FILE=$W/img BENCH_SIDS=$sids BENCH_KEY=$KEY \
-              wrk -t2 -c16 -d"${DURATION}s" -s "$W/upload.lua" \
+        # each wrk thread its own half of the sessions
+        out=$(BENCH_FILE=$W/img BENCH_SIDS=$sids BENCH_KEY=$KEY BENCH_SPLIT=2 \
+              wrk -t2 -c16 -d"${DURATION}s" -s "$ROOT/bench/image-upload.lua" \
                   "http://127.0.0.1:$port/" 2>&1)
         ! grep -q 'Non-2xx' <<<"$out" || die "$d: uploads failed: $out"
         n=$(awk '/requests in/ { print $1 }' <<<"$out")
@@ -227,40 +228,6 @@ if [ "$MODE" = down ]; then
                              LIMIT 1" >/dev/null
 else
     image_file "$SIZE" "$W/img"
-    # each wrk thread its own half of the sessions
-    cat > "$W/upload.lua" <<'EOF'
-local reqs = {}
-local threads = 0
-
-setup = function(thread)
-    thread:set("tid", threads)
-    threads = threads + 1
-end
-
-init = function(args)
-    local f = assert(io.open(os.getenv("BENCH_FILE"), "rb"))
-    local body = f:read("*a")
-    local k = 0
-    f:close()
-
-    for sid in string.gmatch(os.getenv("BENCH_SIDS"), "[^,]+") do
-        k = k + 1
-        if k % 2 == tid then
-            reqs[#reqs + 1] = wrk.format("POST",
-                "/api/v1/sessions/" .. sid .. "/images",
-                { ["Authorization"] = "Bearer " .. os.getenv("BENCH_KEY"),
-                  ["Content-Type"] = "image/png" }, body)
-        end
-    end
-end
-
-local i = 0
-
-request = function()
-    i = i + 1
-    return reqs[(i % #reqs) + 1]
-end
-EOF
 fi
 
 log "$MODE: each round A, B, PostgreSQL alone: MB/s [CPU per transfer:" \

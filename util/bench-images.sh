@@ -181,32 +181,9 @@ purge_images() {
 
 declare -A OURS BASE
 
-# wrk: every connection's requests are built once, round robin over the
-# sessions (one session per client: uploads into one session serialize
-# on its row, by design)
-cat > "$W/upload.lua" <<'EOF'
-local reqs = {}
-
-init = function(args)
-    local f = assert(io.open(os.getenv("BENCH_FILE"), "rb"))
-    local body = f:read("*a")
-    f:close()
-
-    for sid in string.gmatch(os.getenv("BENCH_SIDS"), "[^,]+") do
-        reqs[#reqs + 1] = wrk.format("POST",
-            "/api/v1/sessions/" .. sid .. "/images",
-            { ["Authorization"] = "Bearer " .. os.getenv("BENCH_KEY"),
-              ["Content-Type"] = "image/png" }, body)
-    end
-end
-
-local i = 0
-
-request = function()
-    i = i + 1
-    return reqs[(i % #reqs) + 1]
-end
-EOF
+# wrk (bench/image-upload.lua): every connection's requests are built
+# once, round robin over the sessions (one session per client: uploads
+# into one session serialize on its row, by design)
 
 throughput() {
     local label=$1 size=$2 out n total non2xx secs ours base sids i
@@ -222,7 +199,8 @@ throughput() {
         purge_images
 
         out=$(BENCH_FILE="$W/img-$label" BENCH_SIDS="$sids" BENCH_KEY="$KEY" \
-              wrk -t"$THREADS" -c"$CLIENTS" -d"$DURATION" -s "$W/upload.lua" \
+              wrk -t"$THREADS" -c"$CLIENTS" -d"$DURATION" \
+                  -s "$ROOT/bench/image-upload.lua" \
                   "http://127.0.0.1:$PORT/" 2>&1) \
             || { echo "$out" >&2; die "wrk failed ($label)"; }
 
