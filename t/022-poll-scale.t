@@ -440,29 +440,39 @@ sub parked_check {
     ok($line, "$name - the access log has the poll's line and status");
 }
 
-# read_answer(SOCK, SECS): one answer of a keep-alive connection, its head
-# and body up to its Content-Length; the raw bytes ('' when none came)
-sub read_answer {
-    my ($sock, $secs) = @_;
+# read_until(SOCK, SECS, DONE): what arrives until DONE(bytes so far) is
+# true, the connection closes or SECS seconds pass.  Returns (the bytes,
+# whether it closed).
+sub read_until {
+    my ($sock, $secs, $done) = @_;
 
     my $sel = IO::Select->new($sock);
     my $deadline = Time::HiRes::time() + $secs;
     my $buf = '';
 
     for (;;) {
-        if ($buf =~ /\r\n\r\n/) {
-            my ($head) = split /\r\n\r\n/, $buf, 2;
-            my ($len) = $head =~ /^Content-Length: (\d+)/mi;
-            last if defined $len && length($buf) >= length($head) + 4 + $len;
-        }
+        return ($buf, 0) if $done->($buf);
 
         my $left = $deadline - Time::HiRes::time();
-        last if $left <= 0 || !$sel->can_read($left);
+        return ($buf, 0) if $left <= 0 || !$sel->can_read($left);
 
         my $got = sysread $sock, my $chunk, 65536;
-        last unless $got;
+        return ($buf, 1) unless $got;
         $buf .= $chunk;
     }
+}
+
+# read_answer(SOCK, SECS): one answer of a keep-alive connection, its head
+# and body up to its Content-Length; the raw bytes ('' when none came)
+sub read_answer {
+    my ($sock, $secs) = @_;
+
+    my ($buf) = read_until($sock, $secs, sub {
+        my ($head, $rest) = split /\r\n\r\n/, $_[0], 2;
+        return 0 unless defined $rest;
+        my ($len) = $head =~ /^Content-Length: (\d+)/mi;
+        return defined $len && length($rest) >= $len;
+    });
 
     return $buf;
 }
@@ -633,22 +643,7 @@ sub poll_request {
 
 # read_close(SOCK, SECS): what arrives until the connection closes, at
 # most SECS seconds.  Returns (the bytes, whether it closed).
-sub read_close {
-    my ($sock, $secs) = @_;
-
-    my $sel = IO::Select->new($sock);
-    my $deadline = Time::HiRes::time() + $secs;
-    my $buf = '';
-
-    for (;;) {
-        my $left = $deadline - Time::HiRes::time();
-        return ($buf, 0) if $left <= 0 || !$sel->can_read($left);
-
-        my $got = sysread $sock, my $chunk, 65536;
-        return ($buf, 1) unless $got;
-        $buf .= $chunk;
-    }
-}
+sub read_close { return read_until(@_, sub { 0 }) }
 
 # head_of(RAW): the status line and headers of an answer, as one string
 sub head_of { return (split /\r\n\r\n/, $_[0] // '', 2)[0] // '' }
@@ -1028,22 +1023,7 @@ $checks{unpark_vhost} = sub {
 # read_head(SOCK, SECS): what arrives until an answer's header is whole
 # (and what came with it), at most SECS seconds
 sub read_head {
-    my ($sock, $secs) = @_;
-
-    my $sel = IO::Select->new($sock);
-    my $deadline = Time::HiRes::time() + $secs;
-    my $buf = '';
-
-    while ($buf !~ /\r\n\r\n/) {
-        my $left = $deadline - Time::HiRes::time();
-        last if $left <= 0 || !$sel->can_read($left);
-
-        my $got = sysread $sock, my $chunk, 65536;
-        last unless $got;
-        $buf .= $chunk;
-    }
-
-    return $buf;
+    return (read_until(@_, sub { $_[0] =~ /\r\n\r\n/ }))[0];
 }
 
 # HEAD polls (HTTP/1.1, keep-alive) parked, then woken by an upload or
