@@ -327,6 +327,22 @@ ngx_http_session_get_ctx(ngx_http_request_t *r)
 
 
 /*
+ * A stamp of now, a millisecond time that says both "when" and, by
+ * being 0, "never": never 0, and never ahead of now, so that "now -
+ * stamp" is the time since (0 in the same millisecond).  "now | 1" was
+ * one ahead of an even now and read as 2^32 - 1 ms (or 2^64 - 1) in that
+ * millisecond.  Kept in fewer bits, it is cut there too: the cut of the
+ * largest value is the largest of the narrower type, one behind 0.
+ */
+
+static ngx_inline ngx_msec_t
+ngx_http_session_stamp(ngx_msec_t now)
+{
+    return now ? now : (ngx_msec_t) -1;
+}
+
+
+/*
  * What a structure holds and lets go of before its end: released when
  * held, and forgotten, so that a second release finds nothing
  */

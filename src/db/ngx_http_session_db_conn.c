@@ -348,13 +348,8 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             }
 
             dc->failed_before = 0;
-            /*
-             * the backoff is kept: see ngx_http_session_backoff_next();
-             * the stamp is never 0 (not connected) and never ahead of
-             * now ("now | 1" was: a failure in the same even millisecond
-             * read 2^32 - 1 ms of uptime and reset the backoff)
-             */
-            dc->connected = ngx_current_msec ? ngx_current_msec : 1;
+            /* the backoff is kept: see ngx_http_session_backoff_next() */
+            dc->connected = ngx_http_session_stamp(ngx_current_msec);
 
             ngx_http_session_db_kick(dc);
 

@@ -55,7 +55,6 @@ static uint32_t ngx_http_session_lease_size(ngx_http_session_lease_t *l,
     ngx_uint_t limit);
 static uint32_t ngx_http_session_lease_next_size(
     ngx_http_session_lease_t *l, ngx_uint_t limit, uint32_t now);
-static uint32_t ngx_http_session_lease_stamp(uint32_t now);
 
 
 void
@@ -160,7 +159,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
             goto done;
         }
 
-        l->asked = ngx_http_session_lease_stamp(now);
+        l->asked = (uint32_t) ngx_http_session_stamp(now);
         take->asked = l->asked;
 
     } else if (left == 0) {
@@ -277,7 +276,7 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     }
 
     if (l->last == 0) {
-        l->last = ngx_http_session_lease_stamp(now);
+        l->last = (uint32_t) ngx_http_session_stamp(now);
         l->used = 0;
 
     } else if (now - l->last >= NGX_HTTP_SESSION_LEASE_SAMPLE) {
@@ -292,7 +291,7 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
             want = ngx_max((uint32_t) rate, want / 2);
         }
 
-        l->last = ngx_http_session_lease_stamp(now);
+        l->last = (uint32_t) ngx_http_session_stamp(now);
         l->used = 0;
     }
 
@@ -516,20 +515,4 @@ ngx_http_session_lease_next_size(ngx_http_session_lease_t *l,
     }
 
     return ngx_max(size, (uint32_t) rate);
-}
-
-
-/*
- * A stamp of now for l->asked and l->last: never 0 (none), and never
- * ahead of now, so that "now - stamp" is the time since, 0 in the same
- * millisecond.  "now | 1" was one ahead of an even now, and a request in
- * that millisecond (pipelined ones, answered in one turn of the event
- * loop) read the lease in flight as 2^32 - 1 ms old: stale, leased again,
- * each request once; and a lease answered then halved the block.
- */
-
-static uint32_t
-ngx_http_session_lease_stamp(uint32_t now)
-{
-    return now ? now : NGX_MAX_UINT32_VALUE;
 }
