@@ -57,6 +57,13 @@
 #define NGX_HTTP_SESSION_IMAGE_CHUNK_MIN    16
 #define NGX_HTTP_SESSION_IMAGE_CHUNK_MAX    (1024 * 1024)
 
+/*
+ * session_body_buffer_size: a body up to it is gathered in memory, and an
+ * image that size goes to PostgreSQL whole (docs/decisions.md, (zh))
+ */
+#define NGX_HTTP_SESSION_BODY_BUFFER        (128 * 1024)
+#define NGX_HTTP_SESSION_BODY_BUFFER_MAX    (16 * 1024 * 1024)
+
 /* session_image_upload_connections: streamed uploads at once per worker */
 #define NGX_HTTP_SESSION_IMAGE_UPLOADS      2
 
@@ -90,6 +97,8 @@ static char *ngx_http_session_sweep_interval_check(ngx_conf_t *cf,
 static char *ngx_http_session_image_uploads_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_image_chunk_check(ngx_conf_t *cf,
+    void *post, void *data);
+static char *ngx_http_session_body_buffer_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_image_max_size_check(ngx_conf_t *cf,
     void *post, void *data);
@@ -132,6 +141,10 @@ static ngx_conf_post_t  ngx_http_session_positive_sec_post = {
 
 static ngx_conf_post_t  ngx_http_session_image_chunk_post = {
     ngx_http_session_image_chunk_check
+};
+
+static ngx_conf_post_t  ngx_http_session_body_buffer_post = {
+    ngx_http_session_body_buffer_check
 };
 
 static ngx_conf_post_t  ngx_http_session_image_max_size_post = {
@@ -268,6 +281,13 @@ static ngx_command_t  ngx_http_session_commands[] = {
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(ngx_http_session_loc_conf_t, image_chunk_size),
       &ngx_http_session_image_chunk_post },
+
+    { ngx_string("session_body_buffer_size"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_conf_set_size_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(ngx_http_session_loc_conf_t, body_buffer_size),
+      &ngx_http_session_body_buffer_post },
 
     { ngx_string("session_image_upload_connections"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -629,6 +649,7 @@ ngx_http_session_create_loc_conf(ngx_conf_t *cf)
     slcf->max_ttl = NGX_CONF_UNSET;
     slcf->image_max_size = NGX_CONF_UNSET;
     slcf->image_chunk_size = NGX_CONF_UNSET_SIZE;
+    slcf->body_buffer_size = NGX_CONF_UNSET_SIZE;
     slcf->poll_timeout = NGX_CONF_UNSET;
     slcf->poll_max_timeout = NGX_CONF_UNSET;
     slcf->poll_park = NGX_CONF_UNSET;
@@ -686,6 +707,8 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                              NGX_HTTP_SESSION_DEFAULT_IMAGE_MAX);
     ngx_conf_merge_size_value(conf->image_chunk_size, prev->image_chunk_size,
                               NGX_HTTP_SESSION_IMAGE_CHUNK);
+    ngx_conf_merge_size_value(conf->body_buffer_size, prev->body_buffer_size,
+                              NGX_HTTP_SESSION_BODY_BUFFER);
 
     ngx_conf_merge_sec_value(conf->poll_timeout, prev->poll_timeout, 30);
     ngx_conf_merge_value(conf->poll_park, prev->poll_park, 1);
@@ -915,6 +938,19 @@ ngx_http_session_image_chunk_check(ngx_conf_t *cf, void *post, void *data)
         || *size > NGX_HTTP_SESSION_IMAGE_CHUNK_MAX)
     {
         return "must be between 16 and 1m";
+    }
+
+    return NGX_CONF_OK;
+}
+
+
+static char *
+ngx_http_session_body_buffer_check(ngx_conf_t *cf, void *post, void *data)
+{
+    size_t  *size = data;
+
+    if (*size > NGX_HTTP_SESSION_BODY_BUFFER_MAX) {
+        return "must be between 0 and 16m";
     }
 
     return NGX_CONF_OK;

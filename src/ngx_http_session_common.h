@@ -131,6 +131,11 @@ typedef struct {
      * streamed to PostgreSQL, a download is read a slice at a time
      */
     size_t                      image_chunk_size;
+    /*
+     * a body announced up to this size is read into memory whole, never
+     * into nginx's temporary file (0: as nginx reads any body)
+     */
+    size_t                      body_buffer_size;
     /* long poll: the wait without "timeout", and the largest, seconds */
     time_t                      poll_timeout;
     time_t                      poll_max_timeout;
@@ -261,6 +266,13 @@ struct ngx_http_session_ctx_s {
     /* the request body filter's count, and its limit while reading */
     off_t                         body_received;
     off_t                         body_limit;
+
+    /*
+     * a body read into memory (session_body_buffer_size): where it is
+     * gathered, and the endpoint's handler once it is whole
+     */
+    ngx_buf_t                    *body_buf;
+    ngx_http_client_body_handler_pt  body_handler;
 
     /* SHA-256 of the request body, once something needed it */
     u_char                        body_sha256[32];

@@ -146,21 +146,27 @@ ngx_http_session_image_body(ngx_http_request_t *r)
     off_t                         size;
     size_t                        len;
     u_char                       *body;
+    ngx_http_session_ctx_t       *ctx;
     ngx_http_session_loc_conf_t  *slcf;
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
 
     if (r->request_body == NULL) {
         ngx_http_session_refuse(r, NGX_HTTP_SESSION_ERR_INTERNAL);
         return;
     }
 
-    /* an image over a chunk is streamed, not held whole */
+    /*
+     * an image over a chunk is streamed, not held whole, unless it was
+     * gathered in memory whole (session_body_buffer_size)
+     */
 
     size = ngx_http_session_body_size(r);
 
     if (size > (off_t) slcf->image_chunk_size
-        && size <= slcf->image_max_size)
+        && size <= slcf->image_max_size
+        && ctx->body_buf == NULL)
     {
         ngx_http_finalize_request(r, ngx_http_session_image_stream(r, size));
         return;

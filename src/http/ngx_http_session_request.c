@@ -14,6 +14,9 @@
 
 
 static void ngx_http_session_waiter_cleanup(void *data);
+static ngx_uint_t ngx_http_session_body_in_memory(ngx_http_request_t *r);
+static void ngx_http_session_body_gather(ngx_http_request_t *r);
+static void ngx_http_session_body_more(ngx_http_request_t *r);
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -135,6 +138,13 @@ ngx_http_session_body_start(ngx_http_request_t *r,
     /* read by the request body filter (ngx_http_session_error.c) */
     ctx->body_limit = limit;
 
+    if (ngx_http_session_body_in_memory(r)) {
+        /* nginx passes the body on as it comes, gathered here whole */
+        ctx->body_handler = handler;
+        r->request_body_no_buffering = 1;
+        handler = ngx_http_session_body_gather;
+    }
+
     rc = ngx_http_read_client_request_body(r, handler);
 
     if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
@@ -142,6 +152,148 @@ ngx_http_session_body_start(ngx_http_request_t *r,
     }
 
     return NGX_DONE;
+}
+
+
+/*
+ * A body of announced length up to session_body_buffer_size is gathered
+ * in one buffer of that length as it arrives (nginx reads it unbuffered),
+ * instead of going through nginx's temporary file once it is over
+ * client_body_buffer_size: creating, writing, reading back and removing
+ * that file took a third of a worker's time per 100 KB upload
+ * (docs/decisions.md, (zh)).  A body nginx keeps in memory anyway, a
+ * chunked one and one read before (a keyed POST's second start) are left
+ * to nginx.
+ */
+
+static ngx_uint_t
+ngx_http_session_body_in_memory(ngx_http_request_t *r)
+{
+    off_t                         len;
+    ngx_http_core_loc_conf_t     *clcf;
+    ngx_http_session_loc_conf_t  *slcf;
+
+    len = r->headers_in.content_length_n;
+
+    if (r->request_body || r != r->main || r->headers_in.chunked || len <= 0)
+    {
+        return 0;
+    }
+
+    slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
+    clcf = ngx_http_get_module_loc_conf(r, ngx_http_core_module);
+
+    return len <= (off_t) slcf->body_buffer_size
+           && len > (off_t) clcf->client_body_buffer_size
+           && !r->request_body_in_file_only;
+}
+
+
+/* nginx's post handler of an unbuffered body: from its first bytes on */
+
+static void
+ngx_http_session_body_gather(ngx_http_request_t *r)
+{
+    ngx_http_session_ctx_t  *ctx;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+
+    ctx->body_buf = ngx_create_temp_buf(r->pool,
+                                        (size_t) r->headers_in.content_length_n);
+    if (ctx->body_buf == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    r->read_event_handler = ngx_http_session_body_more;
+
+    ngx_http_session_body_more(r);
+}
+
+
+static void
+ngx_http_session_body_more(ngx_http_request_t *r)
+{
+    size_t                    size;
+    ngx_int_t                 rc;
+    ngx_buf_t                *b;
+    ngx_chain_t              *cl;
+    ngx_http_session_ctx_t   *ctx;
+    ngx_http_request_body_t  *rb;
+
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    rb = r->request_body;
+    b = ctx->body_buf;
+
+    for ( ;; ) {
+
+        /* what nginx passed on: copied, and its buffers given back */
+
+        for (cl = rb->bufs; cl; cl = cl->next) {
+            size = cl->buf->last - cl->buf->pos;
+
+            if (size > (size_t) (b->end - b->last)) {
+                /* nginx stops a body at its Content-Length */
+                ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                              "session: request body over its length");
+                ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+                return;
+            }
+
+            b->last = ngx_cpymem(b->last, cl->buf->pos, size);
+            cl->buf->pos = cl->buf->last;
+        }
+
+        rb->bufs = NULL;
+
+        if (!r->reading_body) {
+            break;
+        }
+
+        rc = ngx_http_read_unbuffered_request_body(r);
+
+        if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
+            r->read_event_handler = ngx_http_block_reading;
+            ngx_http_finalize_request(r, rc);
+            return;
+        }
+
+        if (rc == NGX_ERROR) {
+            r->read_event_handler = ngx_http_block_reading;
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        if (rb->bufs == NULL && r->reading_body) {
+            /* NGX_AGAIN: nothing more yet, the read event calls again */
+            return;
+        }
+    }
+
+    if (b->last != b->end) {
+        ngx_log_error(NGX_LOG_ALERT, r->connection->log, 0,
+                      "session: request body short of its length");
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    /* the body as nginx leaves one that fits its buffer: one memory buffer */
+
+    cl = ngx_alloc_chain_link(r->pool);
+    if (cl == NULL) {
+        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+        return;
+    }
+
+    b->last_buf = 1;
+    cl->buf = b;
+    cl->next = NULL;
+    rb->bufs = cl;
+
+    r->request_body_no_buffering = 0;
+    r->read_event_handler = ngx_http_block_reading;
+
+    ctx->body_handler(r);
 }
 
 

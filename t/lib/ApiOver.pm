@@ -48,6 +48,9 @@ my $N = 100;
 # a PNG signature and filler
 sub png { "\x89PNG\r\n\x1a\n" . ('p' x ($_[0] - 8)) }
 
+# what nginx logs when a body goes to its temporary file
+my $TEMP_FILE = qr/a client request body is buffered to a temporary file/;
+
 sub long_poll { SessionTest::status_json()->{long_poll} }
 
 # one request with the key
@@ -182,25 +185,39 @@ sub endpoints {
 }
 
 
-# an image of 300 kB (many frames or packets, more than the body buffer)
-# goes up and comes back byte for byte
+# images of 100 kB (gathered in memory, session_body_buffer_size) and of
+# 300 kB (through nginx's temporary file, streamed): many frames or
+# packets, more than the body buffer; each goes up and comes back byte
+# for byte
 sub upload {
     my ($t, $name) = @_;
 
     my $sid = create($t)->{json}{id};
 
-    my $png = png(300 * 1024);
-    substr($png, 100 + $_ * 997, 1) = chr($_ % 256) for 0 .. 300;
+    for my $kb (100, 300) {
+        my $png = png($kb * 1024);
+        substr($png, 100 + $_ * 97 * $kb / 100, 1) = chr($_ % 256)
+            for 0 .. 300;
 
-    my $r = call($t, 'POST', "/api/v1/sessions/$sid/images", $png,
-                 { 'Content-Type' => 'image/png' });
-    answer_is($t, $r, 201, "$name - upload");
+        my $files = SessionTest::error_log_count($TEMP_FILE);
 
-    $r = call($t, 'GET',
-              "/api/v1/sessions/$sid/images/$r->{json}{id}/content");
-    answer_is($t, $r, 200, "$name - content");
-    Test::More::is(length $r->{content}, length $png, "$name - its length");
-    Test::More::ok($r->{content} eq $png, "$name - the same bytes");
+        my $r = call($t, 'POST', "/api/v1/sessions/$sid/images", $png,
+                     { 'Content-Type' => 'image/png' });
+        answer_is($t, $r, 201, "$name - upload of $kb kB");
+        Test::More::is(SessionTest::error_log_count($TEMP_FILE) - $files,
+                       $kb == 100 ? 0 : 1,
+                       "$name - $kb kB: "
+                       . ($kb == 100 ? 'gathered in memory'
+                                     : 'the temporary file'));
+
+        $r = call($t, 'GET',
+                  "/api/v1/sessions/$sid/images/$r->{json}{id}/content");
+        answer_is($t, $r, 200, "$name - content of $kb kB");
+        Test::More::is(length $r->{content}, length $png,
+                       "$name - its length ($kb kB)");
+        Test::More::ok($r->{content} eq $png,
+                       "$name - the same bytes ($kb kB)");
+    }
 }
 
 
