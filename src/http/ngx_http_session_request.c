@@ -16,7 +16,6 @@
 static void ngx_http_session_waiter_cleanup(void *data);
 static ngx_uint_t ngx_http_session_body_in_memory(ngx_http_request_t *r);
 static void ngx_http_session_body_gather(ngx_http_request_t *r);
-static void ngx_http_session_body_more(ngx_http_request_t *r);
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -189,30 +188,13 @@ ngx_http_session_body_in_memory(ngx_http_request_t *r)
 }
 
 
-/* nginx's post handler of an unbuffered body: from its first bytes on */
+/*
+ * nginx's post handler of an unbuffered body, from its first bytes on,
+ * and the request's read handler until the body is whole
+ */
 
 static void
 ngx_http_session_body_gather(ngx_http_request_t *r)
-{
-    ngx_http_session_ctx_t  *ctx;
-
-    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
-
-    ctx->body_buf = ngx_create_temp_buf(r->pool,
-                                        (size_t) r->headers_in.content_length_n);
-    if (ctx->body_buf == NULL) {
-        ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
-        return;
-    }
-
-    r->read_event_handler = ngx_http_session_body_more;
-
-    ngx_http_session_body_more(r);
-}
-
-
-static void
-ngx_http_session_body_more(ngx_http_request_t *r)
 {
     size_t                    size;
     ngx_int_t                 rc;
@@ -223,6 +205,18 @@ ngx_http_session_body_more(ngx_http_request_t *r)
 
     ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
     rb = r->request_body;
+
+    if (ctx->body_buf == NULL) {
+        ctx->body_buf = ngx_create_temp_buf(r->pool,
+                                      (size_t) r->headers_in.content_length_n);
+        if (ctx->body_buf == NULL) {
+            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
+            return;
+        }
+
+        r->read_event_handler = ngx_http_session_body_gather;
+    }
+
     b = ctx->body_buf;
 
     for ( ;; ) {
