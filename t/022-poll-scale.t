@@ -889,10 +889,6 @@ $checks{unpark_version} = sub {
 # the second's configurations back from the park (srv_conf, loc_conf).
 # Block 14: a HEAD of the poll (docs/api.md 10.5: the GET's status and
 # headers, Content-Length included, no body).
-# Two of park.c's kept fields no test can tell apart: main_conf is the same
-# for every server of the http block, and header_only is 0 whenever a poll
-# parks (nginx's header filter sets it as the header goes, for a HEAD by
-# the method, which block 14 depends on).
 
 # vhost_request(PATH, HOST): the bytes of a GET of PATH to the server HOST,
 # HTTP/1.1, closing the connection after it

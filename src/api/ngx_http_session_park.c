@@ -28,7 +28,6 @@ struct ngx_http_session_park_s {
     ngx_http_session_park_gone_pt   gone;
     /* the caller's bytes */
     u_char                         *data;
-    void                          **main_conf;
     void                          **srv_conf;
     void                          **loc_conf;
     /* the connection's handlers while its request ran */
@@ -51,7 +50,6 @@ struct ngx_http_session_park_s {
     ngx_str_t                      *headers;
 
     unsigned                        keepalive:1;
-    unsigned                        header_only:1;
 };
 
 
@@ -98,6 +96,8 @@ static ngx_http_session_park_worker_t  ngx_http_session_park_worker;
  * field whose size differs in the two structs does not compile (an array
  * of size -1), so that a change of either struct cannot make the copy
  * take part of a value.
+ * Not kept: main_conf, one for all servers (ngx_http_create_request() sets
+ * it), and header_only, 0 until the header is sent, never before a park.
  */
 
 typedef struct {
@@ -118,7 +118,6 @@ typedef struct {
       ngx_http_session_park_field_size(name) }
 
 static const ngx_http_session_park_field_t  ngx_http_session_park_kept[] = {
-    ngx_http_session_park_field(main_conf),
     ngx_http_session_park_field(srv_conf),
     ngx_http_session_park_field(loc_conf),
     ngx_http_session_park_field(start_sec),
@@ -246,7 +245,6 @@ ngx_http_session_park_prepare(ngx_http_request_t *r, size_t size,
 
     ngx_http_session_park_fields((u_char *) pk, (u_char *) r, 1);
     pk->keepalive = r->keepalive;
-    pk->header_only = r->header_only;
 
     pk->headers = (ngx_str_t *) (pk->data + size);
     pk->nheaders = n;
@@ -647,7 +645,6 @@ ngx_http_session_unpark_request(ngx_http_request_t *r,
 
     ngx_http_session_park_fields((u_char *) r, (u_char *) pk, 0);
     r->keepalive = pk->keepalive;
-    r->header_only = pk->header_only;
     r->valid_location = 1;
 
     /* the strings in the request's pool: the log reads them at its end */
