@@ -8,7 +8,7 @@
 # of it, HTTP/1.0's end of the connection, its location's configuration,
 # its HTTP version (blocks 11 and 12), its server's configuration when it
 # is not the port's default server (block 13), HEAD's answer without a
-# body (block 14).
+# body, in HTTP/1.1 and HTTP/1.0 (blocks 14 and 15).
 #
 # Blocks whose checks need Perl say "--- check: NAME" (as t/012 does).
 # Waiting polls are sent on raw sockets and read later; "it does not
@@ -887,8 +887,10 @@ $checks{unpark_version} = sub {
 # $server_name in a header: a parked poll of the second server is made again
 # on the connection's default server (ngx_http_create_request()) and gets
 # the second's configurations back from the park (srv_conf, loc_conf).
-# Block 14: a HEAD of the poll (docs/api.md 10.5: the GET's status and
-# headers, Content-Length included, no body).
+# Blocks 14 (HTTP/1.1) and 15 (HTTP/1.0, with and without keep-alive): a
+# HEAD of the poll (docs/api.md 10.5: the GET's status and headers,
+# Content-Length included, no body), its connection kept or closed as a
+# GET's would be.
 
 # vhost_request(PATH, HOST): the bytes of a GET of PATH to the server HOST,
 # HTTP/1.1, closing the connection after it
@@ -1022,78 +1024,124 @@ sub read_head {
     return (read_until(@_, sub { $_[0] =~ /\r\n\r\n/ }))[0];
 }
 
-# HEAD polls (HTTP/1.1, keep-alive) parked, then woken by an upload or
-# ended by their timeout: each answers a header alone, its Content-Length
-# that of a GET of the same poll then; no byte follows it, and its
-# connection takes the next request (that GET), whose answer comes right
-# after the header.  A HEAD that never parks (timeout=0) does the same.
-$checks{unpark_head} = sub {
-    my ($name) = @_;
+# head_check(NAME, WHAT, P, POLL, V): the answer to the HEAD poll P
+# (raw_send) of the path POLL in the variant V (head_polls): 200, the
+# header alone, its Content-Length that of a GET of the same poll then
+# (timeout=0).  Kept alive (HTTP/1.1, or HTTP/1.0 with "Connection:
+# keep-alive"): no byte follows the header and the connection takes that
+# GET, answered right after it; else the connection closes after the
+# header and the GET goes on a new one.
+sub head_check {
+    my ($name, $what, $p, $poll, $v) = @_;
+
+    my ($raw, $closed) = $v->{kept} ? (read_head($p->{sock}, 10), 0)
+                                    : read_close($p->{sock}, 10);
+
+    like($raw, qr{^HTTP/1\.1 200 }, "$name - $what: 200");
+    is(substr($raw, length(head_of($raw))), "\r\n\r\n",
+       "$name - $what: the header alone");
+    is(header_of($raw, 'Connection'), $v->{kept} ? 'keep-alive' : 'close',
+       "$name - $what: its Connection");
+
+    my $len = header_of($raw, 'Content-Length');
+    ok(defined $len && $len > 0, "$name - $what: a Content-Length");
+
+    my $get = poll_request("$poll?timeout=0", $v->{version},
+                           $v->{version} eq '1.1' ? "Connection: close\r\n"
+                                                  : '');
+    my $g = $p;
+
+    if ($v->{kept}) {
+        ok(!answered($p, 0.3), "$name - $what: nothing after it");
+        print { $p->{sock} } $get;
+
+    } else {
+        ok($closed, "$name - $what: then its connection closed");
+        close $p->{sock};
+        $g = raw_send($get);
+    }
+
+    my ($next, $end) = read_close($g->{sock}, 10);
+    close $g->{sock};
+
+    like($next, qr{^HTTP/1\.1 200 }, "$name - $what: then a GET of the poll"
+         . ($v->{kept} ? ' on its connection, answered right after the'
+                         . ' header' : ''));
+    my $body = (split /\r\n\r\n/, $next, 2)[1] // '';
+    is($len, length $body,
+       "$name - $what: its Content-Length the GET's body's");
+    is(header_of($next, 'Content-Length'), $len,
+       "$name - $what: the GET's Content-Length");
+    ok($end, "$name - $what: the GET closes its connection");
+}
+
+# HEAD polls parked, then woken by an upload or ended by their timeout, in
+# each variant VARIANTS (HTTP version, and "Connection: keep-alive" for
+# HTTP/1.0): each answers a header alone (head_check), as a HEAD that never
+# parks (timeout=0) does.
+sub head_polls {
+    my ($name, @variants) = @_;
 
     my $sid = create()->{json}{id};
     my $idle = create()->{json}{id};
+    my (%woken, %timed);
 
-    # the HEAD poll P, its answer's header RAW: the GET on its connection
-    my $head_check = sub {
-        my ($what, $p, $raw, $poll) = @_;
+    # [VERSION, HEADERS] as head_check's variant
+    @variants = map {
+        +{ version => $_->[0], headers => $_->[1] // '',
+           kept => ($_->[0] eq '1.1' || $_->[1]) ? 1 : 0,
+           what => "HTTP/$_->[0]" . ($_->[1] ? ' keep-alive' : '') }
+    } @variants;
 
-        like($raw, qr{^HTTP/1\.1 200 }, "$name - $what: 200");
-        is(substr($raw, length(head_of($raw))), "\r\n\r\n",
-           "$name - $what: the header alone");
-        ok(!answered($p, 0.3), "$name - $what: nothing after it");
+    for my $v (@variants) {
+        my $plain = raw_send(poll_request("/api/v1/sessions/$idle/poll"
+                                          . '?timeout=0', $v->{version},
+                                          $v->{headers}, 'HEAD'));
+        head_check($name, "$v->{what}: a HEAD poll that never parks", $plain,
+                   "/api/v1/sessions/$idle/poll", $v);
+    }
 
-        my $len = header_of($raw, 'Content-Length');
-        ok(defined $len && $len > 0, "$name - $what: a Content-Length");
+    for my $v (@variants) {
+        $woken{$v->{what}} = raw_send(poll_request(
+            "/api/v1/sessions/$sid/poll?timeout=30", $v->{version},
+            $v->{headers}, 'HEAD'));
+        $timed{$v->{what}} = raw_send(poll_request(
+            "/api/v1/sessions/$idle/poll?timeout=1", $v->{version},
+            $v->{headers}, 'HEAD'));
+    }
 
-        print { $p->{sock} } poll_request("$poll?timeout=0", '1.1',
-                                          "Connection: close\r\n");
-        my ($next, $closed) = read_close($p->{sock}, 10);
-        close $p->{sock};
-
-        like($next, qr{^HTTP/1\.1 200 }, "$name - $what: then a GET of the "
-             . 'poll on its connection, answered right after the header');
-        my $body = (split /\r\n\r\n/, $next, 2)[1] // '';
-        is($len, length $body,
-           "$name - $what: its Content-Length the GET's body's");
-        is(header_of($next, 'Content-Length'), $len,
-           "$name - $what: the GET's Content-Length");
-        ok($closed, "$name - $what: which closes the connection");
-    };
-
-    my $plain = raw_send(poll_request("/api/v1/sessions/$idle/poll"
-                                      . '?timeout=0', '1.1', '', 'HEAD'));
-    $head_check->('a HEAD poll that never parks', $plain,
-                  read_head($plain->{sock}, 10),
-                  "/api/v1/sessions/$idle/poll");
-
-    my $woken = raw_send(poll_request("/api/v1/sessions/$sid/poll"
-                                      . '?timeout=30', '1.1', '', 'HEAD'));
-    my $timed = raw_send(poll_request("/api/v1/sessions/$idle/poll"
-                                      . '?timeout=1', '1.1', '', 'HEAD'));
-
+    my $n = 2 * @variants;
     my ($lp) = wait_until(10, 0.05, sub {
         my $s = long_poll();
-        $s->{waiting} == 2 && $s->{parked} == 2 ? $s : undef;
+        $s->{waiting} == $n && $s->{parked} == $n ? $s : undef;
     });
-    ok($lp, "$name - 2 HEAD polls wait, parked");
+    ok($lp, "$name - $n HEAD polls wait, parked");
 
-    $head_check->('a HEAD poll at its timeout', $timed,
-                  read_head($timed->{sock}, 10),
-                  "/api/v1/sessions/$idle/poll");
+    for my $v (@variants) {
+        head_check($name, "$v->{what}: a HEAD poll at its timeout",
+                   $timed{$v->{what}}, "/api/v1/sessions/$idle/poll", $v);
+    }
 
-    ok(!answered($woken, 0), "$name - the other HEAD poll still waits");
+    ok(!IO::Select->new(map { $_->{sock} } values %woken)->can_read(0),
+       "$name - the other HEAD polls still wait");
 
     upload($sid);
 
-    $head_check->('a woken HEAD poll', $woken,
-                  read_head($woken->{sock}, 10),
-                  "/api/v1/sessions/$sid/poll");
+    for my $v (@variants) {
+        head_check($name, "$v->{what}: a woken HEAD poll",
+                   $woken{$v->{what}}, "/api/v1/sessions/$sid/poll", $v);
+    }
 
     my ($after) = wait_until(5, 0.05, sub {
         my $s = long_poll();
         $s->{waiting} == 0 && $s->{parked} == 0 ? $s : undef;
     });
     ok($after, "$name - nobody waits after");
+}
+
+$checks{unpark_head} = sub { head_polls($_[0], ['1.1']) };
+$checks{unpark_head_10} = sub {
+    head_polls($_[0], ['1.0'], ['1.0', "Connection: keep-alive\r\n"]);
 };
 
 
@@ -1340,6 +1388,16 @@ GET /api/v1/sessions?limit=1
 
 === TEST 14: a parked HEAD poll answers its header alone, its connection kept
 --- check: unpark_head
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 15: a parked HTTP/1.0 HEAD poll answers its header alone, its connection closed or kept as it asked
+--- check: unpark_head_10
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200
