@@ -28,11 +28,11 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use Digest::SHA ();
-use IO::Select ();
 use IO::Socket::INET ();
 use Socket qw(SOL_SOCKET SO_RCVBUF);
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
+use Images qw(png_bytes image_rows read_some);
 use SessionTest qw(:DEFAULT error_body api_request raw_http check_init
                     relay_db relay_start relay_stop wait_until key_headers);
 
@@ -50,19 +50,6 @@ our $TAG = sprintf 't044-%d-%d', $$, time;
 
 
 # --- helpers ------------------------------------------------------------
-
-# a PNG signature and $n - 8 bytes that differ from one image to the next
-my $Serial = 0;
-
-sub png_bytes {
-    my ($n) = @_;
-    my $seed = ++$Serial * 7919;
-    my $s = "\x89PNG\r\n\x1a\n";
-    my $block = join '', map { $seed = ($seed * 1103515245 + 12345) % 2**31;
-                               pack 'N', $seed } 1 .. 4096;
-    $s .= $block while length $s < $n;
-    return substr $s, 0, $n;
-}
 
 # the server of http_config: sndbuf=8k, send_timeout 1s
 sub port {
@@ -90,12 +77,6 @@ sub upload {
                { 'Content-Type' => 'image/png' });
 }
 
-sub image_rows {
-    my ($sid) = @_;
-    return psql('SELECT count(*) FROM images WHERE session_id = '
-                . sql_quote($sid));
-}
-
 sub image_count {
     my ($sid) = @_;
     return psql('SELECT image_count FROM sessions WHERE id = '
@@ -120,27 +101,6 @@ sub slow_get {
 
     return $s;
 }
-
-# reads from $s until $want bytes came (or EOF, or $secs seconds)
-sub read_some {
-    my ($s, $want, $secs) = @_;
-
-    my $sel = IO::Select->new($s);
-    my $deadline = Time::HiRes::time() + ($secs // 10);
-    my $buf = '';
-
-    while (length $buf < $want) {
-        my $left = $deadline - Time::HiRes::time();
-        last if $left <= 0 || !$sel->can_read($left);
-        my $n = sysread $s, my $chunk, ngx_min(65536, $want - length $buf);
-        last unless $n;
-        $buf .= $chunk;
-    }
-
-    return $buf;
-}
-
-sub ngx_min { $_[0] < $_[1] ? $_[0] : $_[1] }
 
 # the head and body of a raw answer
 sub split_answer {

@@ -31,6 +31,7 @@ use Digest::SHA ();
 use IO::Socket::INET ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
+use Images qw(png_bytes image_rows read_some);
 use SessionTest qw(:DEFAULT error_body api_request raw_http check_init
                     key_headers);
 
@@ -47,19 +48,6 @@ my $TEMP_FILE = qr/a client request body is buffered to a temporary file/;
 
 
 # --- helpers ------------------------------------------------------------
-
-# a PNG signature and $n - 8 bytes that differ from one image to the next
-my $Serial = 0;
-
-sub png_bytes {
-    my ($n) = @_;
-    my $seed = ++$Serial * 7919;
-    my $s = "\x89PNG\r\n\x1a\n";
-    my $block = join '', map { $seed = ($seed * 1103515245 + 12345) % 2**31;
-                               pack 'N', $seed } 1 .. 4096;
-    $s .= $block while length $s < $n;
-    return substr $s, 0, $n;
-}
 
 # the servers of http_config: 1 without gathering, 2 with a short
 # client_body_timeout
@@ -95,12 +83,6 @@ sub content {
     return api('GET', "/api/v1/sessions/$sid/images/$iid/content");
 }
 
-sub image_count {
-    my ($sid) = @_;
-    return psql('SELECT count(*) FROM images WHERE session_id = '
-                . sql_quote($sid));
-}
-
 # backends of the workers' upload connections (opened by the first
 # streamed upload a worker has)
 sub upload_backends {
@@ -131,25 +113,6 @@ sub upload_head {
     return $c;
 }
 
-# what the server answers on $c, until it closes (at most $secs)
-sub read_answer {
-    my ($c, $secs) = @_;
-
-    my $sel = IO::Select->new($c);
-    my $deadline = Time::HiRes::time() + $secs;
-    my $buf = '';
-
-    while ((my $left = $deadline - Time::HiRes::time()) > 0) {
-        last unless $sel->can_read($left);
-        my $n = sysread $c, my $chunk, 65536;
-        last unless $n;
-        $buf .= $chunk;
-    }
-
-    return $buf;
-}
-
-
 # --- the checks ---------------------------------------------------------
 
 my %checks;
@@ -162,50 +125,39 @@ $checks{gathered} = sub {
     no_upload_backends($name);
 
     my $s = create_session();
-    my $img = png_bytes(100 * 1024);
 
-    my $r = upload($s->{id}, $img);
-    is($r->{status}, 201, "$name - 100 KB: 201");
-    is($r->{json}{size}, length $img, "$name - its size");
-    is($r->{json}{sha256}, Digest::SHA::sha256_hex($img),
-       "$name - its SHA-256");
+    # each: the size, the server, how many temporary files nginx has
+    # written by then, whether an upload connection may have opened
+    my @cases = (
+        [ '100 KB', 100 * 1024, undef, 0, 0 ],
+        [ 'session_body_buffer_size 0', 100 * 1024, port(1), 1, 1 ],
+        [ '128k + 1', 128 * 1024 + 1, undef, 2, 1 ],
+        [ '128k', 128 * 1024, undef, 2, 1 ],
+    );
 
-    my $c = content($s->{id}, $r->{json}{id});
-    is($c->{status}, 200, "$name - content 200");
-    ok($c->{content} eq $img, "$name - the same bytes");
+    for my $case (@cases) {
+        my ($what, $size, $port, $files, $streamed) = @$case;
+        my $img = png_bytes($size);
 
-    is(SessionTest::error_log_count($TEMP_FILE), 0,
-       "$name - no temporary file");
-    is(upload_backends(), 0, "$name - sent whole, no upload connection");
+        my $r = upload($s->{id}, $img, $port);
+        is($r->{status}, 201, "$name - $what: 201");
+        is($r->{json}{size}, $size, "$name - $what: its size");
+        is($r->{json}{sha256}, Digest::SHA::sha256_hex($img),
+           "$name - $what: its SHA-256");
 
-    # the same image where nothing is gathered
-    $r = upload($s->{id}, $img, port(1));
-    is($r->{status}, 201, "$name - session_body_buffer_size 0: 201");
-    is(SessionTest::error_log_count($TEMP_FILE), 1,
-       "$name - session_body_buffer_size 0: the temporary file");
-    ok(upload_backends() > 0,
-       "$name - session_body_buffer_size 0: streamed");
+        my $c = content($s->{id}, $r->{json}{id});
+        ok($c->{status} == 200 && $c->{content} eq $img,
+           "$name - $what: the same bytes back");
 
-    # over the size: nginx's temporary file
-    my $big = png_bytes(128 * 1024 + 1);
-    $r = upload($s->{id}, $big);
-    is($r->{status}, 201, "$name - 128k + 1: 201");
-    is(SessionTest::error_log_count($TEMP_FILE), 2,
-       "$name - 128k + 1: the temporary file");
+        is(SessionTest::error_log_count($TEMP_FILE), $files,
+           "$name - $what: $files temporary files so far");
+        is(upload_backends() > 0 ? 1 : 0, $streamed,
+           "$name - $what: "
+           . ($streamed ? 'streamed on an upload connection'
+                        : 'sent whole, no upload connection'));
+    }
 
-    $c = content($s->{id}, $r->{json}{id});
-    ok($c->{content} eq $big, "$name - 128k + 1: the same bytes");
-
-    # exactly the size: gathered
-    my $edge = png_bytes(128 * 1024);
-    $r = upload($s->{id}, $edge);
-    is($r->{status}, 201, "$name - 128k: 201");
-    is(SessionTest::error_log_count($TEMP_FILE), 2,
-       "$name - 128k: no temporary file");
-    $c = content($s->{id}, $r->{json}{id});
-    ok($c->{content} eq $edge, "$name - 128k: the same bytes");
-
-    is(image_count($s->{id}), 4, "$name - four images stored");
+    is(image_rows($s->{id}), 4, "$name - four images stored");
 };
 
 # the body in 25 pieces, 20 ms apart
@@ -223,7 +175,7 @@ $checks{slow} = sub {
         Time::HiRes::sleep(0.02);
     }
 
-    my $a = read_answer($c, 10);
+    my $a = read_some($c, 1 << 30, 10);
     close $c;
 
     my ($status) = $a =~ m{^HTTP/1\.1 (\d{3})};
@@ -252,13 +204,13 @@ $checks{gone} = sub {
         SessionTest::error_log_count(qr/client prematurely closed/) > 0
     });
     ok($seen, "$name - nginx saw the client go");
-    is(image_count($s->{id}), 0, "$name - nothing stored");
+    is(image_rows($s->{id}), 0, "$name - nothing stored");
 
     $c = upload_head($s->{id}, $img, port(2));
     print $c substr($img, 0, 40 * 1024);
     my $t0 = Time::HiRes::time();
 
-    my $a = read_answer($c, 10);
+    my $a = read_some($c, 1 << 30, 10);
     close $c;
     my $took = Time::HiRes::time() - $t0;
 
@@ -271,7 +223,7 @@ $checks{gone} = sub {
         SessionTest::access_log() =~ m{"POST /api/v1/sessions/\S+/images HTTP/1\.1" 408 }
     });
     ok($logged, "$name - logged as 408");
-    is(image_count($s->{id}), 0, "$name - still nothing stored");
+    is(image_rows($s->{id}), 0, "$name - still nothing stored");
 
     my $r = upload($s->{id}, $img);
     is($r->{status}, 201, "$name - the next upload: 201");
@@ -293,12 +245,12 @@ $checks{keyed} = sub {
     my $again = upload($s->{id}, $img, undef, $key);
     is($again->{status}, 201, "$name - replay: 201");
     is($again->{content}, $r->{content}, "$name - replay: the same body");
-    is(image_count($s->{id}), 1, "$name - one image");
+    is(image_rows($s->{id}), 1, "$name - one image");
 
     my $other = png_bytes(100 * 1024);
     $r = upload($s->{id}, $other, undef, $key);
     is($r->{status}, 422, "$name - another body under the key: 422");
-    is(image_count($s->{id}), 1, "$name - still one image");
+    is(image_rows($s->{id}), 1, "$name - still one image");
     is(SessionTest::error_log_count($TEMP_FILE), 0,
        "$name - no temporary file");
 };
