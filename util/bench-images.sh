@@ -312,6 +312,9 @@ PG_UP=
 PG_DOWN=
 TTFB_BIG=
 TTFB_SMALL=
+SMALL_N=
+SMALL_UP=
+SMALL_RSS=
 
 # the peak of the workers' summed RSS while CMD runs, less $1 (kB), in
 # $PEAK; CMD's output in $RUN_OUT
@@ -447,6 +450,26 @@ stream_run() {
     TTFB_BIG=$(ttfb "$paths")
     TTFB_SMALL=$(ttfb "/api/v1/sessions/$sid/images/$small/content")
     log "time to the first byte: 10 MB $TTFB_BIG ms, 1 KB $TTFB_SMALL ms"
+
+    # as many uploads of 100 KB at once as the largest N: each gathered
+    # in memory (session_body_buffer_size) and sent whole
+
+    SMALL_N=${CONCURRENCY##* }
+    purge_images
+    restart_nginx
+    sleep 1
+    idle=$(worker_rss)
+
+    sampled "$idle" perl "$ROOT/bench/image-load.pl" up "$PORT" "$KEY" \
+        "$SMALL_N" "$W/img-100k" "$sids"
+    read -r ok failed secs bytes _ <<<"$RUN_OUT"
+    [ "$failed" = 0 ] || die "$SMALL_N uploads of 100 KB: $failed failed"
+    SMALL_UP=$(awk -v b="$bytes" -v t="$secs" \
+                   'BEGIN { printf "%.1f", b / t / 1e6 }')
+    SMALL_RSS=$(awk -v p="$PEAK" -v n="$SMALL_N" \
+                    'BEGIN { printf "%.0f", p / n }')
+    log "$SMALL_N uploads of 100 KB at once: $SMALL_UP MB/s in ${secs}s," \
+        "RSS growth ${PEAK} kB ($SMALL_RSS kB each)"
 
     purge_images
 
@@ -612,6 +635,11 @@ report_stream() {
     echo "another): 10 MB $TTFB_BIG ms, 1 KB $TTFB_SMALL ms, ratio"
     echo "$(ratio "$TTFB_BIG" "$TTFB_SMALL") (goal ≤ 2:"
     echo "$(le "$(ratio "$TTFB_BIG" "$TTFB_SMALL")" 2))."
+    echo
+    echo "$SMALL_N uploads of 100 KB at once (each gathered in memory,"
+    echo "\`session_body_buffer_size\`, and sent whole): $SMALL_UP MB/s, RSS"
+    echo "growth $SMALL_RSS KB per upload (≤ 256:"
+    echo "$(le "$SMALL_RSS" 256))."
 }
 
 # "met" when $1 <= $2
