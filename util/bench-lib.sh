@@ -39,6 +39,68 @@ pg_virtualenv_conninfo() {
 }
 
 
+# before pg_virtualenv: nothing of the caller's libpq environment (PG*,
+# SESSION_DB), and TMPDIR a directory the postgres user can use
+pg_env_clear() {
+    local v
+    for v in $(compgen -e); do
+        case $v in
+            PG*|SESSION_DB) unset "$v" ;;
+        esac
+    done
+    export TMPDIR=/tmp
+}
+
+
+# the locale for initdb: C.UTF-8 where it exists, else C
+utf8_locale() {
+    if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
+        echo C.UTF-8
+    else
+        echo C
+    fi
+}
+
+
+# pg_cluster_tries TRIES FIRST_PORT COMMAND...: COMMAND (pg_virtualenv
+# running this script again) with PGPORT exported, a free port (or
+# FIRST_PORT, then the ports after it); tried again on another port while
+# the cluster did not come up, at most TRIES times.  The run inside calls
+# pg_cluster_up once it has its cluster, which tells a failed run apart
+# from a cluster that did not start.  Returns COMMAND's status.
+pg_cluster_tries() {
+    local tries=$1 first=$2 attempt rc marker
+    shift 2
+    marker=$(mktemp /tmp/ngx-session-cluster-marker.XXXXXX)
+    rm -f "$marker"
+    export PG_CLUSTER_MARKER=$marker
+
+    for attempt in $(seq "$tries"); do
+        if [ -n "$first" ]; then
+            PGPORT=$((first + attempt - 1))
+        else
+            PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+        fi
+        export PGPORT
+        rc=0
+        "$@" || rc=$?
+        if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
+            rm -f "$marker"
+            return "$rc"
+        fi
+        log "the PostgreSQL cluster did not start (attempt $attempt)"
+    done
+
+    die "could not start a throw-away PostgreSQL cluster"
+}
+
+
+# inside pg_virtualenv, for pg_cluster_tries: the cluster is up
+pg_cluster_up() {
+    : > "$PG_CLUSTER_MARKER"
+}
+
+
 # nginx.conf from its first line to "session_db ...;" inside http{}:
 # nginx_conf_head MODULE WORKERS [AFFINITY]
 nginx_conf_head() {

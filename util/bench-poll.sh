@@ -688,7 +688,7 @@ inside() {
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     DB=$(pg_virtualenv_conninfo)
-    : > "$BENCH_POLL_MARKER"
+    pg_cluster_up
     inside
     exit $?
 fi
@@ -701,34 +701,11 @@ if [ -n "${BENCH_SESSION_DB:-}" ]; then
     exit $?
 fi
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp LC_ALL=C
+pg_env_clear
+export LC_ALL=C
 
-for attempt in 1 2 3; do
-    if [ -n "${BENCH_POLL_PGPORT:-}" ]; then
-        PGPORT=$((BENCH_POLL_PGPORT + attempt - 1))
-    else
-        PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    fi
-    export PGPORT
-    BENCH_POLL_MARKER=$(mktemp /tmp/ngx-session-bench-poll-marker.XXXXXX)
-    rm -f "$BENCH_POLL_MARKER"
-    export BENCH_POLL_MARKER
-    rc=0
-    # fsync on, as a real cluster runs (pg_virtualenv's default is off): an
-    # upload's commit waits for its flush
+# fsync on, as a real cluster runs (pg_virtualenv's default is off): an
+# upload's commit waits for its flush
+pg_cluster_tries 3 "${BENCH_POLL_PGPORT:-}" \
     pg_virtualenv -t -o "fsync=${BENCH_POLL_FSYNC:-on}" -- \
-        bash "$ROOT/util/bench-poll.sh" \
-        --inside-pg-virtualenv || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$BENCH_POLL_MARKER" ]; then
-        rm -f "$BENCH_POLL_MARKER"
-        exit "$rc"
-    fi
-    log "the PostgreSQL cluster did not start (attempt $attempt)"
-done
-
-die "could not start a throw-away PostgreSQL cluster"
+    bash "$ROOT/util/bench-poll.sh" --inside-pg-virtualenv

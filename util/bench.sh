@@ -898,7 +898,7 @@ if [ "${1:-}" = --inside-pg-virtualenv ]; then
     shift
     DB=$(pg_virtualenv_conninfo)
     export PGCONNECT_TIMEOUT=5
-    : > "$BENCH_SH_MARKER"
+    pg_cluster_up
     inside
     exit $?
 fi
@@ -924,32 +924,9 @@ command -v pg_virtualenv >/dev/null 2>&1 \
 
 # as util/test.sh: nothing of the caller's libpq environment, a TMPDIR the
 # postgres user can use, a locale that exists, a random free port
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp
-if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
-    export LC_ALL=C.UTF-8
-else
-    export LC_ALL=C
-fi
+pg_env_clear
+LC_ALL=$(utf8_locale)
+export LC_ALL
 
-for attempt in 1 2 3; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    export PGPORT
-    marker=$(mktemp /tmp/ngx-session-bench-marker.XXXXXX)
-    rm -f "$marker"
-    export BENCH_SH_MARKER=$marker
-    rc=0
-    pg_virtualenv -t -o fsync=on -- bash "$ROOT/util/bench.sh" --inside-pg-virtualenv \
-        || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
-        rm -f "$marker"
-        exit "$rc"
-    fi
-    echo "bench.sh: the PostgreSQL cluster did not start (attempt $attempt)" >&2
-done
-
-die "could not start a throw-away PostgreSQL cluster"
+pg_cluster_tries 3 "" pg_virtualenv -t -o fsync=on -- \
+    bash "$ROOT/util/bench.sh" --inside-pg-virtualenv

@@ -369,17 +369,9 @@ fi
 [ -f "$MODULE" ] || die "$MODULE not built (run make)"
 command -v wrk >/dev/null || die "wrk not found (make deps)"
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp
-if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
-    export LC_ALL=C.UTF-8
-else
-    export LC_ALL=C
-fi
+pg_env_clear
+LC_ALL=$(utf8_locale)
+export LC_ALL
 case $MODE in
     flood|mixed) ;;
     *) die "unknown mode $MODE (flood or mixed)" ;;
