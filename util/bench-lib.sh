@@ -95,6 +95,34 @@ pg_cluster_tries() {
 }
 
 
+# pg_cluster_report OUT VAR SCRIPT PG_VIRTUALENV_OPTION...: SCRIPT run
+# again with --inside-pg-virtualenv in a throw-away cluster (on PGPORT if
+# set, else a free port); it writes its report to the file named by its
+# variable VAR (pg_virtualenv talks on stdout, so the report goes through
+# a file), which lands on standard output (OUT "-") or in OUT once the
+# run succeeded.  Returns the run's status.
+pg_cluster_report() {
+    local out=$1 var=$2 script=$3 given=${PGPORT:-} report rc=0
+    shift 3
+    command -v pg_virtualenv >/dev/null 2>&1 || die "pg_virtualenv not found"
+    pg_env_clear
+    PGPORT=${given:-$(free_port)} || die "no free port for PostgreSQL"
+    export PGPORT
+    report=$(mktemp "/tmp/ngx-session-${script##*/}-report.XXXXXX")
+    env "$var=$report" pg_virtualenv -t "$@" -- \
+        bash "$script" --inside-pg-virtualenv >&2 || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        if [ "$out" = - ]; then
+            cat "$report"
+        else
+            cp "$report" "$out"
+        fi
+    fi
+    rm -f "$report"
+    return "$rc"
+}
+
+
 # inside pg_virtualenv, for pg_cluster_tries: the cluster is up
 pg_cluster_up() {
     : > "$PG_CLUSTER_MARKER"
