@@ -1,5 +1,6 @@
-# Shell functions shared by util/test.sh and the benchmarks (bench.sh,
-# bench-db.sh, bench-ir.sh, bench-images.sh); sourced, not run.  The
+# Shell functions shared by util/test.sh, the benchmarks (util/bench*.sh)
+# and the loopback runs of flood.sh, chaos.sh and failover.sh; sourced,
+# not run.  The
 # caller defines die() and log() and sets what a function names: NGINX,
 # SESSIONCTL, DB, W (the scratch directory), PORT, NGINX_UP.
 
@@ -279,6 +280,19 @@ nginx_down() {
         "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
         sleep 0.5
     fi
+}
+
+
+# the summed VmRSS of the workers (the children of $W/nginx.pid), kB
+workers_rss() {
+    local master pid sum=0 kb
+    master=$(cat "$W/nginx.pid")
+    for pid in $(pgrep -P "$master"); do
+        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
+             || echo 0)
+        sum=$((sum + ${kb:-0}))
+    done
+    echo "$sum"
 }
 
 

@@ -110,17 +110,6 @@ EOF
     } > "$W/nginx.conf"
 }
 
-workers_rss() {
-    local master pid sum=0 kb
-    master=$(cat "$W/nginx.pid")
-    for pid in $(pgrep -P "$master"); do
-        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
-             || echo 0)
-        sum=$((sum + ${kb:-0}))
-    done
-    echo "$sum"
-}
-
 # waiting and parked polls
 long_poll() {
     curl -s "http://127.0.0.1:$PORT/status" | perl -MJSON::PP -e '

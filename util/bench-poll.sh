@@ -241,18 +241,6 @@ stop_floor() {
     die "poll-floor did not stop"
 }
 
-# the summed VmRSS of the workers, kB
-workers_rss() {
-    local master pid sum=0 kb
-    master=$(cat "$W/nginx.pid")
-    for pid in $(pgrep -P "$master"); do
-        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
-             || echo 0)
-        sum=$((sum + ${kb:-0}))
-    done
-    echo "$sum"
-}
-
 
 # cpu_ns: the CPU time (user and system, from schedstat) of the workers
 # (the floor's processes), then of the cluster's processes, ns
@@ -284,7 +272,6 @@ ready_script() {
 set -u
 . "$ROOT/util/bench-lib.sh"
 W=$W
-$(declare -f workers_rss)
 $(declare -f cpu_ns)
 DB=$(printf '%q' "$DB")
 if [ "$kind" = module ]; then
