@@ -141,40 +141,7 @@ $(nginx_conf_head "$W/ngx_http_session_module.so" "$workers" "$affinity")
     session_db_connections $DB_CONNS_PER_WORKER;
     session_limit_zone $zone;
 
-    # nginx's own limiter on the same key, the Authorization header; its
-    # refusals are logged at info, below error_log, as ours are not at all
-    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
-    limit_req_log_level info;
-
-    server {
-        listen 127.0.0.1:$PORT;
-
-        # baseline
-        location = /ok {
-            return 200;
-        }
-
-        # every stage, the limiter counting but never refusing
-        location /api/ {
-            session_api;
-            session_limits create=1000000000 list=1000000000
-                           other=1000000000;
-        }
-
-        # the 429 path: class other (an unknown route), limit 1
-        location /sl/ {
-            session_api;
-            session_limits other=1;
-        }
-
-        # a content handler, not "return": return answers in the rewrite
-        # phase, before limit_req (preaccess) would run
-        location /lr/ {
-            limit_req zone=lr;
-            limit_req_status 429;
-            empty_gif;
-        }
-    }
+$(bench_server)
 }
 EOF
 }
