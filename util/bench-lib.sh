@@ -339,6 +339,40 @@ EOF
 }
 
 
+now() {
+    date +%s.%N
+}
+
+
+# elapsed START END: the seconds from START to END (of now), one decimal
+elapsed() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'
+}
+
+
+# wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds, tried every
+# WAIT_STEP (0.1) s, or die
+wait_for() {
+    local secs=$1 what=$2 end
+    shift 2
+    end=$(( $(date +%s) + secs ))
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$end" ] || die "no $what within $secs s"
+        sleep "${WAIT_STEP:-0.1}"
+    done
+}
+
+
+# initdb and the server refuse to run as root: COMMAND as postgres then
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
+    fi
+}
+
+
 # delete_rows PROJECT ACCOUNT: what a bench added to a database that
 # outlives it
 delete_rows() {
