@@ -58,17 +58,6 @@ log() {
 
 . "$ROOT/util/bench-lib.sh"
 
-conninfo_value() {
-    local v=$1
-    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
-        printf '%s' "$v"
-    else
-        v=${v//\\/\\\\}
-        v=${v//\'/\\\'}
-        printf "'%s'" "$v"
-    fi
-}
-
 W=
 NGINX_UP=
 
@@ -116,14 +105,7 @@ steady() {
 }
 
 inside() {
-    local conninfo
-
-    conninfo="host=$(conninfo_value "$PGHOST")"
-    conninfo+=" port=$(conninfo_value "$PGPORT")"
-    conninfo+=" dbname=$(conninfo_value "$PGDATABASE")"
-    conninfo+=" user=$(conninfo_value "$PGUSER")"
-    conninfo+=" password=$(conninfo_value "$PGPASSWORD")"
-    DB=$conninfo
+    DB=$(pg_virtualenv_conninfo)
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
     sql "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
