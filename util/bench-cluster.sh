@@ -98,34 +98,14 @@ command -v curl >/dev/null 2>&1 || die "curl not found"
 
 # without a database: the same script inside a throw-away cluster
 if [ -z "$DB" ] && [ "${1:-}" != --inside-pg-virtualenv ]; then
-    command -v pg_virtualenv >/dev/null 2>&1 || die "pg_virtualenv not found"
-    for v in $(compgen -e); do
-        case $v in
-            PG*|SESSION_DB) [ "$v" = PGPORT ] || unset "$v" ;;
-        esac
-    done
-    export TMPDIR=/tmp
-    PGPORT=${PGPORT:-$(free_port)} || die "no free port for PostgreSQL"
-    export PGPORT
-    report_file=$(mktemp /tmp/ngx-session-bench-cluster-report.XXXXXX)
-    rc=0
     pgss=()
     if [ -n "$TRACE" ]; then
         pgss=(-o shared_preload_libraries=pg_stat_statements
               -o track_wal_io_timing=on -o pg_stat_statements.track=all)
     fi
-    BENCH_CLUSTER_OUT=$report_file pg_virtualenv -t -o fsync=on "${pgss[@]}" -- \
-        bash "$ROOT/util/bench-cluster.sh" --inside-pg-virtualenv >&2 \
-        || rc=$?
-    if [ "$rc" -eq 0 ]; then
-        if [ "$OUT" = - ]; then
-            cat "$report_file"
-        else
-            cp "$report_file" "$OUT"
-        fi
-    fi
-    rm -f "$report_file"
-    exit "$rc"
+    pg_cluster_report "$OUT" BENCH_CLUSTER_OUT "$ROOT/util/bench-cluster.sh" \
+        -o fsync=on "${pgss[@]}"
+    exit $?
 fi
 
 if [ -z "$DB" ]; then

@@ -1303,7 +1303,7 @@ pin_setup
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     DB=$(pg_virtualenv_conninfo)
-    : > "$BENCH_DB_MARKER"
+    pg_cluster_up
     inside
     exit $?
 fi
@@ -1318,28 +1318,9 @@ if [ -n "${BENCH_SESSION_DB:-}" ]; then
     exit $?
 fi
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp LC_ALL=C
+pg_env_clear
+export LC_ALL=C
 
-for attempt in 1 2 3; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    export PGPORT
-    BENCH_DB_MARKER=$(mktemp /tmp/ngx-session-bench-db-marker.XXXXXX)
-    rm -f "$BENCH_DB_MARKER"
-    export BENCH_DB_MARKER
-    rc=0
-    ${SERVER_PIN:-} pg_virtualenv -t -o fsync=on -- \
-        bash "$ROOT/util/bench-db.sh" --inside-pg-virtualenv \
-        || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$BENCH_DB_MARKER" ]; then
-        rm -f "$BENCH_DB_MARKER"
-        exit "$rc"
-    fi
-    log "the PostgreSQL cluster did not start (attempt $attempt)"
-done
-
-die "could not start a throw-away PostgreSQL cluster"
+# shellcheck disable=SC2086 # SERVER_PIN is a command and its arguments
+pg_cluster_tries 3 "" ${SERVER_PIN:-} pg_virtualenv -t -o fsync=on -- \
+    bash "$ROOT/util/bench-db.sh" --inside-pg-virtualenv

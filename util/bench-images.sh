@@ -150,18 +150,6 @@ $(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
 EOF
 }
 
-# the summed VmRSS of the workers, kB
-worker_rss() {
-    local master pid sum=0 kb
-    master=$(cat "$W/nginx.pid")
-    for pid in $(pgrep -P "$master"); do
-        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
-             || echo 0)
-        sum=$((sum + ${kb:-0}))
-    done
-    echo "$sum"
-}
-
 new_session() {
     curl -s -X POST -H "Authorization: Bearer $KEY" \
          -H 'Content-Type: application/json' \
@@ -254,9 +242,9 @@ rss_run() {
              "http://127.0.0.1:$PORT/api/v1/sessions/$sid/images"
     done
     sleep 1
-    RSS_BEFORE=$(worker_rss)
+    RSS_BEFORE=$(workers_rss)
 
-    ( while :; do worker_rss; sleep 0.2; done ) > "$W/rss-samples" &
+    ( while :; do workers_rss; sleep 0.2; done ) > "$W/rss-samples" &
     sampler=$!
 
     seq "$RSS_UPLOADS" | xargs -P 8 -I{} curl -s -o /dev/null \
@@ -269,7 +257,7 @@ rss_run() {
         || die "5 MB uploads: $(sort "$W/rss-codes" | uniq -c | tr '\n' ' ')"
 
     sleep 1
-    RSS_AFTER_UP=$(worker_rss)
+    RSS_AFTER_UP=$(workers_rss)
 
     ids=$(psql -X -At -d "$DB" -c "SELECT id FROM images
                                    WHERE session_id = '$sid'
@@ -285,7 +273,7 @@ rss_run() {
     kill "$sampler"
     wait "$sampler" 2>/dev/null || true
     sleep 1
-    RSS_AFTER_DOWN=$(worker_rss)
+    RSS_AFTER_DOWN=$(workers_rss)
     RSS_PEAK=$(sort -n "$W/rss-samples" | tail -1)
 
     log "worker RSS (kB): before $RSS_BEFORE, peak $RSS_PEAK, after uploads" \
@@ -322,7 +310,7 @@ sampled() {
     local idle=$1 sampler
     shift
 
-    ( while :; do worker_rss; sleep 0.1; done ) > "$W/rss-samples" &
+    ( while :; do workers_rss; sleep 0.1; done ) > "$W/rss-samples" &
     sampler=$!
 
     RUN_OUT=$("$@") || { kill "$sampler"; die "$* failed"; }
@@ -399,7 +387,7 @@ stream_run() {
         purge_images
         restart_nginx
         sleep 1
-        idle=$(worker_rss)
+        idle=$(workers_rss)
 
         sampled "$idle" perl "$ROOT/bench/image-load.pl" up "$PORT" "$KEY" \
             "$n" "$f" "$sids"
@@ -422,7 +410,7 @@ stream_run() {
              WHERE s.project_id = '$PROJECT' AND i.size = $BIG")
 
         sleep 1
-        idle=$(worker_rss)
+        idle=$(workers_rss)
 
         sampled "$idle" perl "$ROOT/bench/image-load.pl" down "$PORT" \
             "$KEY" "$n" - "$paths"

@@ -123,33 +123,7 @@ $(nginx_temp_paths)
     session_limit_zone bench:10m;
     session_auth_cache_ttl 1h;
 
-    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
-    limit_req_log_level info;
-
-    server {
-        listen 127.0.0.1:$PORT;
-
-        location = /ok {
-            return 200;
-        }
-
-        location /api/ {
-            session_api;
-            session_limits create=1000000000 list=1000000000
-                           other=1000000000;
-        }
-
-        location /sl/ {
-            session_api;
-            session_limits other=1;
-        }
-
-        location /lr/ {
-            limit_req zone=lr;
-            limit_req_status 429;
-            empty_gif;
-        }
-    }
+$(bench_server)
 }
 EOF
 

@@ -1,5 +1,6 @@
-# Shell functions shared by util/test.sh and the benchmarks (bench.sh,
-# bench-db.sh, bench-ir.sh, bench-images.sh); sourced, not run.  The
+# Shell functions shared by util/test.sh, the benchmarks (util/bench*.sh)
+# and the loopback runs of flood.sh, chaos.sh and failover.sh; sourced,
+# not run.  The
 # caller defines die() and log() and sets what a function names: NGINX,
 # SESSIONCTL, DB, W (the scratch directory), PORT, NGINX_UP.
 
@@ -36,6 +37,96 @@ pg_virtualenv_conninfo() {
         "$(conninfo_value "$PGHOST")" "$(conninfo_value "$PGPORT")" \
         "$(conninfo_value "$PGDATABASE")" "$(conninfo_value "$PGUSER")" \
         "$(conninfo_value "$PGPASSWORD")"
+}
+
+
+# before pg_virtualenv: nothing of the caller's libpq environment (PG*,
+# SESSION_DB), and TMPDIR a directory the postgres user can use
+pg_env_clear() {
+    local v
+    for v in $(compgen -e); do
+        case $v in
+            PG*|SESSION_DB) unset "$v" ;;
+        esac
+    done
+    export TMPDIR=/tmp
+}
+
+
+# the locale for initdb: C.UTF-8 where it exists, else C
+utf8_locale() {
+    if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
+        echo C.UTF-8
+    else
+        echo C
+    fi
+}
+
+
+# pg_cluster_tries TRIES FIRST_PORT COMMAND...: COMMAND (pg_virtualenv
+# running this script again) with PGPORT exported, a free port (or
+# FIRST_PORT, then the ports after it); tried again on another port while
+# the cluster did not come up, at most TRIES times.  The run inside calls
+# pg_cluster_up once it has its cluster, which tells a failed run apart
+# from a cluster that did not start.  Returns COMMAND's status.
+pg_cluster_tries() {
+    local tries=$1 first=$2 attempt rc marker
+    shift 2
+    marker=$(mktemp /tmp/ngx-session-cluster-marker.XXXXXX)
+    rm -f "$marker"
+    export PG_CLUSTER_MARKER=$marker
+
+    for attempt in $(seq "$tries"); do
+        if [ -n "$first" ]; then
+            PGPORT=$((first + attempt - 1))
+        else
+            PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
+        fi
+        export PGPORT
+        rc=0
+        "$@" || rc=$?
+        if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
+            rm -f "$marker"
+            return "$rc"
+        fi
+        log "the PostgreSQL cluster did not start (attempt $attempt)"
+    done
+
+    die "could not start a throw-away PostgreSQL cluster"
+}
+
+
+# pg_cluster_report OUT VAR SCRIPT PG_VIRTUALENV_OPTION...: SCRIPT run
+# again with --inside-pg-virtualenv in a throw-away cluster (on PGPORT if
+# set, else a free port); it writes its report to the file named by its
+# variable VAR (pg_virtualenv talks on stdout, so the report goes through
+# a file), which lands on standard output (OUT "-") or in OUT once the
+# run succeeded.  Returns the run's status.
+pg_cluster_report() {
+    local out=$1 var=$2 script=$3 given=${PGPORT:-} report rc=0
+    shift 3
+    command -v pg_virtualenv >/dev/null 2>&1 || die "pg_virtualenv not found"
+    pg_env_clear
+    PGPORT=${given:-$(free_port)} || die "no free port for PostgreSQL"
+    export PGPORT
+    report=$(mktemp "/tmp/ngx-session-${script##*/}-report.XXXXXX")
+    env "$var=$report" pg_virtualenv -t "$@" -- \
+        bash "$script" --inside-pg-virtualenv >&2 || rc=$?
+    if [ "$rc" -eq 0 ]; then
+        if [ "$out" = - ]; then
+            cat "$report"
+        else
+            cp "$report" "$out"
+        fi
+    fi
+    rm -f "$report"
+    return "$rc"
+}
+
+
+# inside pg_virtualenv, for pg_cluster_tries: the cluster is up
+pg_cluster_up() {
+    : > "$PG_CLUSTER_MARKER"
 }
 
 
@@ -188,6 +279,96 @@ nginx_down() {
     if [ -n "$NGINX_UP" ] && [ -f "$W/nginx.pid" ]; then
         "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop 2>/dev/null || true
         sleep 0.5
+    fi
+}
+
+
+# the summed VmRSS of the workers (the children of $W/nginx.pid), kB
+workers_rss() {
+    local master pid sum=0 kb
+    master=$(cat "$W/nginx.pid")
+    for pid in $(pgrep -P "$master"); do
+        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
+             || echo 0)
+        sum=$((sum + ${kb:-0}))
+    done
+    echo "$sum"
+}
+
+
+# the server of util/bench.sh's scenarios, on 127.0.0.1:$PORT, and the
+# limit_req zone its /lr/ uses, inside http{} (util/bench-ir.sh counts
+# the same locations)
+bench_server() {
+    cat <<EOF
+    # nginx's own limiter on the same key, the Authorization header; its
+    # refusals are logged at info, below error_log, as ours are not at all
+    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
+    limit_req_log_level info;
+
+    server {
+        listen 127.0.0.1:$PORT;
+
+        # baseline
+        location = /ok {
+            return 200;
+        }
+
+        # every stage, the limiter counting but never refusing
+        location /api/ {
+            session_api;
+            session_limits create=1000000000 list=1000000000
+                           other=1000000000;
+        }
+
+        # the 429 path: class other (an unknown route), limit 1
+        location /sl/ {
+            session_api;
+            session_limits other=1;
+        }
+
+        # a content handler, not "return": return answers in the rewrite
+        # phase, before limit_req (preaccess) would run
+        location /lr/ {
+            limit_req zone=lr;
+            limit_req_status 429;
+            empty_gif;
+        }
+    }
+EOF
+}
+
+
+now() {
+    date +%s.%N
+}
+
+
+# elapsed START END: the seconds from START to END (of now), one decimal
+elapsed() {
+    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'
+}
+
+
+# wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds, tried every
+# WAIT_STEP (0.1) s, or die
+wait_for() {
+    local secs=$1 what=$2 end
+    shift 2
+    end=$(( $(date +%s) + secs ))
+    until "$@" >/dev/null 2>&1; do
+        [ "$(date +%s)" -lt "$end" ] || die "no $what within $secs s"
+        sleep "${WAIT_STEP:-0.1}"
+    done
+}
+
+
+# initdb and the server refuse to run as root: COMMAND as postgres then
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u postgres -- "$@"
+    else
+        "$@"
     fi
 }
 

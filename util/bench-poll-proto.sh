@@ -110,17 +110,6 @@ EOF
     } > "$W/nginx.conf"
 }
 
-workers_rss() {
-    local master pid sum=0 kb
-    master=$(cat "$W/nginx.pid")
-    for pid in $(pgrep -P "$master"); do
-        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
-             || echo 0)
-        sum=$((sum + ${kb:-0}))
-    done
-    echo "$sum"
-}
-
 # waiting and parked polls
 long_poll() {
     curl -s "http://127.0.0.1:$PORT/status" | perl -MJSON::PP -e '
@@ -307,34 +296,15 @@ inside() {
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     DB=$(pg_virtualenv_conninfo)
-    : > "$BENCH_PROTO_MARKER"
+    pg_cluster_up
     inside
     exit $?
 fi
 
 [ -f "$MODULE" ] || die "$MODULE not built (run make)"
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp LC_ALL=C
+pg_env_clear
+export LC_ALL=C
 
-for attempt in 1 2 3; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    export PGPORT
-    BENCH_PROTO_MARKER=$(mktemp /tmp/ngx-session-bench-proto-marker.XXXXXX)
-    rm -f "$BENCH_PROTO_MARKER"
-    export BENCH_PROTO_MARKER
-    rc=0
-    pg_virtualenv -t -- bash "$ROOT/util/bench-poll-proto.sh" \
-        --inside-pg-virtualenv || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$BENCH_PROTO_MARKER" ]; then
-        rm -f "$BENCH_PROTO_MARKER"
-        exit "$rc"
-    fi
-    log "the PostgreSQL cluster did not start (attempt $attempt)"
-done
-
-die "could not start a throw-away PostgreSQL cluster"
+pg_cluster_tries 3 "" pg_virtualenv -t -- \
+    bash "$ROOT/util/bench-poll-proto.sh" --inside-pg-virtualenv

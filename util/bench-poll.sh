@@ -241,18 +241,6 @@ stop_floor() {
     die "poll-floor did not stop"
 }
 
-# the summed VmRSS of the workers, kB
-workers_rss() {
-    local master pid sum=0 kb
-    master=$(cat "$W/nginx.pid")
-    for pid in $(pgrep -P "$master"); do
-        kb=$(awk '/^VmRSS:/ { print $2 }' "/proc/$pid/status" 2>/dev/null \
-             || echo 0)
-        sum=$((sum + ${kb:-0}))
-    done
-    echo "$sum"
-}
-
 
 # cpu_ns: the CPU time (user and system, from schedstat) of the workers
 # (the floor's processes), then of the cluster's processes, ns
@@ -284,7 +272,6 @@ ready_script() {
 set -u
 . "$ROOT/util/bench-lib.sh"
 W=$W
-$(declare -f workers_rss)
 $(declare -f cpu_ns)
 DB=$(printf '%q' "$DB")
 if [ "$kind" = module ]; then
@@ -688,7 +675,7 @@ inside() {
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     DB=$(pg_virtualenv_conninfo)
-    : > "$BENCH_POLL_MARKER"
+    pg_cluster_up
     inside
     exit $?
 fi
@@ -701,34 +688,11 @@ if [ -n "${BENCH_SESSION_DB:-}" ]; then
     exit $?
 fi
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp LC_ALL=C
+pg_env_clear
+export LC_ALL=C
 
-for attempt in 1 2 3; do
-    if [ -n "${BENCH_POLL_PGPORT:-}" ]; then
-        PGPORT=$((BENCH_POLL_PGPORT + attempt - 1))
-    else
-        PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    fi
-    export PGPORT
-    BENCH_POLL_MARKER=$(mktemp /tmp/ngx-session-bench-poll-marker.XXXXXX)
-    rm -f "$BENCH_POLL_MARKER"
-    export BENCH_POLL_MARKER
-    rc=0
-    # fsync on, as a real cluster runs (pg_virtualenv's default is off): an
-    # upload's commit waits for its flush
+# fsync on, as a real cluster runs (pg_virtualenv's default is off): an
+# upload's commit waits for its flush
+pg_cluster_tries 3 "${BENCH_POLL_PGPORT:-}" \
     pg_virtualenv -t -o "fsync=${BENCH_POLL_FSYNC:-on}" -- \
-        bash "$ROOT/util/bench-poll.sh" \
-        --inside-pg-virtualenv || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$BENCH_POLL_MARKER" ]; then
-        rm -f "$BENCH_POLL_MARKER"
-        exit "$rc"
-    fi
-    log "the PostgreSQL cluster did not start (attempt $attempt)"
-done
-
-die "could not start a throw-away PostgreSQL cluster"
+    bash "$ROOT/util/bench-poll.sh" --inside-pg-virtualenv

@@ -358,12 +358,8 @@ command -v pgbouncer >/dev/null 2>&1 \
     || [ -x /usr/sbin/pgbouncer ] || die "pgbouncer not found (make deps)"
 [ -f "$MODULE" ] || die "$MODULE not built (run make)"
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp LC_ALL=C PATH=$PATH:/usr/sbin
+pg_env_clear
+export LC_ALL=C PATH=$PATH:/usr/sbin
 
 PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
 export PGPORT

@@ -234,11 +234,7 @@ command -v valgrind >/dev/null 2>&1 || die "valgrind not found"
 command -v pg_virtualenv >/dev/null 2>&1 || die "pg_virtualenv not found"
 [ -x "$SESSIONCTL" ] || die "$SESSIONCTL not built (run make)"
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp LC_ALL=C
+pg_env_clear
+export LC_ALL=C
 
 pg_virtualenv -t -- bash "$ROOT/util/bench-sql.sh" --inside-pg-virtualenv

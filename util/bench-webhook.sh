@@ -64,30 +64,9 @@ command -v curl >/dev/null 2>&1 || die "curl not found"
 # without a database: the same script inside a throw-away cluster, as
 # util/bench.sh does (fsync on: commits cost what they cost)
 if [ -z "$DB" ] && [ "${1:-}" != --inside-pg-virtualenv ]; then
-    command -v pg_virtualenv >/dev/null 2>&1 || die "pg_virtualenv not found"
-    for v in $(compgen -e); do
-        case $v in
-            PG*|SESSION_DB) [ "$v" = PGPORT ] || unset "$v" ;;
-        esac
-    done
-    export TMPDIR=/tmp
-    PGPORT=${PGPORT:-$(free_port)} || die "no free port for PostgreSQL"
-    export PGPORT
-    # pg_virtualenv talks on stdout: the report goes through a file
-    report_file=$(mktemp /tmp/ngx-session-bench-webhook-report.XXXXXX)
-    rc=0
-    BENCH_WEBHOOK_OUT=$report_file pg_virtualenv -t -o fsync=on -- \
-        bash "$ROOT/util/bench-webhook.sh" --inside-pg-virtualenv >&2 \
-        || rc=$?
-    if [ "$rc" -eq 0 ]; then
-        if [ "$OUT" = - ]; then
-            cat "$report_file"
-        else
-            cp "$report_file" "$OUT"
-        fi
-    fi
-    rm -f "$report_file"
-    exit "$rc"
+    pg_cluster_report "$OUT" BENCH_WEBHOOK_OUT "$ROOT/util/bench-webhook.sh" \
+        -o fsync=on
+    exit $?
 fi
 
 if [ -z "$DB" ]; then

@@ -141,40 +141,7 @@ $(nginx_conf_head "$W/ngx_http_session_module.so" "$workers" "$affinity")
     session_db_connections $DB_CONNS_PER_WORKER;
     session_limit_zone $zone;
 
-    # nginx's own limiter on the same key, the Authorization header; its
-    # refusals are logged at info, below error_log, as ours are not at all
-    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
-    limit_req_log_level info;
-
-    server {
-        listen 127.0.0.1:$PORT;
-
-        # baseline
-        location = /ok {
-            return 200;
-        }
-
-        # every stage, the limiter counting but never refusing
-        location /api/ {
-            session_api;
-            session_limits create=1000000000 list=1000000000
-                           other=1000000000;
-        }
-
-        # the 429 path: class other (an unknown route), limit 1
-        location /sl/ {
-            session_api;
-            session_limits other=1;
-        }
-
-        # a content handler, not "return": return answers in the rewrite
-        # phase, before limit_req (preaccess) would run
-        location /lr/ {
-            limit_req zone=lr;
-            limit_req_status 429;
-            empty_gif;
-        }
-    }
+$(bench_server)
 }
 EOF
 }
@@ -898,7 +865,7 @@ if [ "${1:-}" = --inside-pg-virtualenv ]; then
     shift
     DB=$(pg_virtualenv_conninfo)
     export PGCONNECT_TIMEOUT=5
-    : > "$BENCH_SH_MARKER"
+    pg_cluster_up
     inside
     exit $?
 fi
@@ -924,32 +891,9 @@ command -v pg_virtualenv >/dev/null 2>&1 \
 
 # as util/test.sh: nothing of the caller's libpq environment, a TMPDIR the
 # postgres user can use, a locale that exists, a random free port
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp
-if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
-    export LC_ALL=C.UTF-8
-else
-    export LC_ALL=C
-fi
+pg_env_clear
+LC_ALL=$(utf8_locale)
+export LC_ALL
 
-for attempt in 1 2 3; do
-    PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-    export PGPORT
-    marker=$(mktemp /tmp/ngx-session-bench-marker.XXXXXX)
-    rm -f "$marker"
-    export BENCH_SH_MARKER=$marker
-    rc=0
-    pg_virtualenv -t -o fsync=on -- bash "$ROOT/util/bench.sh" --inside-pg-virtualenv \
-        || rc=$?
-    if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
-        rm -f "$marker"
-        exit "$rc"
-    fi
-    echo "bench.sh: the PostgreSQL cluster did not start (attempt $attempt)" >&2
-done
-
-die "could not start a throw-away PostgreSQL cluster"
+pg_cluster_tries 3 "" pg_virtualenv -t -o fsync=on -- \
+    bash "$ROOT/util/bench.sh" --inside-pg-virtualenv

@@ -51,15 +51,6 @@ W=$(mktemp -d /tmp/session-failover.XXXXXX)
 NGINX_UP=
 LOAD_PID=
 
-# initdb and the server refuse to run as root
-as_pg() {
-    if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- "$@"
-    else
-        "$@"
-    fi
-}
-
 cleanup() {
     local rc=$? d
     set +e
@@ -82,25 +73,6 @@ trap cleanup EXIT
 
 [ "$(id -u)" = 0 ] && chown postgres "$W"
 chmod 755 "$W"
-
-now() {
-    date +%s.%N
-}
-
-elapsed() {
-    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'
-}
-
-# wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds, or die
-wait_for() {
-    local secs=$1 what=$2 end
-    shift 2
-    end=$(( $(date +%s) + secs ))
-    until "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || die "no $what within $secs s"
-        sleep 0.1
-    done
-}
 
 
 # --- the primary and its standby

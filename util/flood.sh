@@ -58,17 +58,6 @@ log() {
 
 . "$ROOT/util/bench-lib.sh"
 
-conninfo_value() {
-    local v=$1
-    if [[ $v =~ ^[A-Za-z0-9_.:/@+-]+$ ]]; then
-        printf '%s' "$v"
-    else
-        v=${v//\\/\\\\}
-        v=${v//\'/\\\'}
-        printf "'%s'" "$v"
-    fi
-}
-
 W=
 NGINX_UP=
 
@@ -116,14 +105,7 @@ steady() {
 }
 
 inside() {
-    local conninfo
-
-    conninfo="host=$(conninfo_value "$PGHOST")"
-    conninfo+=" port=$(conninfo_value "$PGPORT")"
-    conninfo+=" dbname=$(conninfo_value "$PGDATABASE")"
-    conninfo+=" user=$(conninfo_value "$PGUSER")"
-    conninfo+=" password=$(conninfo_value "$PGPASSWORD")"
-    DB=$conninfo
+    DB=$(pg_virtualenv_conninfo)
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
     sql "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
@@ -369,17 +351,9 @@ fi
 [ -f "$MODULE" ] || die "$MODULE not built (run make)"
 command -v wrk >/dev/null || die "wrk not found (make deps)"
 
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-export TMPDIR=/tmp
-if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
-    export LC_ALL=C.UTF-8
-else
-    export LC_ALL=C
-fi
+pg_env_clear
+LC_ALL=$(utf8_locale)
+export LC_ALL
 case $MODE in
     flood|mixed) ;;
     *) die "unknown mode $MODE (flood or mixed)" ;;

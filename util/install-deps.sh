@@ -31,28 +31,12 @@ case $MODE in
     *) PKGS=$ALL_PKGS ;;
 esac
 
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-    SUDO="sudo"
-fi
+# SUDO, not_installed, apt_install
+# shellcheck source=util/apt-lib.sh
+. "$(dirname "$0")/apt-lib.sh"
 
-missing=""
-for p in $PKGS; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
-         | grep -q "install ok installed"; then
-        missing="$missing $p"
-    fi
-done
-
-export DEBIAN_FRONTEND=noninteractive
-
-if [ -n "$missing" ]; then
-    echo "install-deps: installing:$missing"
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
-    # shellcheck disable=SC2086
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-        --no-install-recommends $missing
-fi
+# shellcheck disable=SC2086
+apt_install install-deps "$(not_installed $PKGS)"
 
 if [ "$MODE" = --deb ]; then
     echo "install-deps: all dependencies of make deb present"
@@ -63,13 +47,7 @@ fi
 # headers of libnghttp3 for t/lib/h3-headers.c): only an nginx with
 # HTTP/3 needs it, and t/031 says so and skips without it, so a release
 # without these packages is no failure here.
-h3=""
-for p in ngtcp2-client libnghttp3-dev; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
-         | grep -q "install ok installed"; then
-        h3="$h3 $p"
-    fi
-done
+h3=$(not_installed ngtcp2-client libnghttp3-dev)
 if [ -n "$h3" ]; then
     echo "install-deps: installing (for HTTP/3 tests):$h3"
     # shellcheck disable=SC2086
@@ -82,8 +60,7 @@ fi
 # as an arch-all package whose dependencies are in both.  Fetch it from
 # the mirror the machine already uses (util/debian-mirror.sh), through a
 # private apt configuration.
-if ! dpkg-query -W -f='${Status}' libtest-nginx-perl 2>/dev/null \
-     | grep -q "install ok installed"; then
+if [ -n "$(not_installed libtest-nginx-perl)" ]; then
     uri=$(bash "$(dirname "$0")/debian-mirror.sh") || exit 1
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
@@ -129,13 +106,7 @@ command -v node >/dev/null 2>&1 || missing=" nodejs"
 if [ "$current" = no ] && ! command -v npm >/dev/null 2>&1; then
     missing="$missing npm"
 fi
-if [ -n "$missing" ]; then
-    echo "install-deps: installing:$missing"
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
-    # shellcheck disable=SC2086
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-        --no-install-recommends $missing
-fi
+apt_install install-deps "$missing"
 if [ "$current" = no ]; then
     echo "install-deps: installing Redocly CLI into $tools/node_modules"
     (cd "$tools" && npm ci --no-audit --no-fund --ignore-scripts \

@@ -7,27 +7,11 @@ set -euo pipefail
 
 PKGS="clang libclang-rt-dev build-essential"
 
-SUDO=""
-if [ "$(id -u)" != 0 ]; then
-    SUDO="sudo"
-fi
+# not_installed, apt_install
+# shellcheck source=util/apt-lib.sh
+. "$(dirname "$0")/apt-lib.sh"
 
-missing=""
-for p in $PKGS; do
-    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null \
-         | grep -q "install ok installed"; then
-        missing="$missing $p"
-    fi
-done
-
-export DEBIAN_FRONTEND=noninteractive
-
-if [ -n "$missing" ]; then
-    echo "install-sanitizer-deps: installing:$missing"
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
-    # shellcheck disable=SC2086
-    $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
-        --no-install-recommends $missing
-fi
+# shellcheck disable=SC2086
+apt_install install-sanitizer-deps "$(not_installed $PKGS)"
 
 echo "install-sanitizer-deps: all dependencies present"

@@ -43,13 +43,17 @@ die() {
     exit 1
 }
 
-# conninfo_value, pg_virtualenv_conninfo, free_port
+log() {
+    echo "test.sh: $*" >&2
+}
+
+# pg_virtualenv_conninfo, pg_env_clear, utf8_locale, pg_cluster_tries
 . "$ROOT/util/bench-lib.sh"
 
 inside() {
     local conninfo
 
-    : > "$TEST_SH_MARKER"
+    pg_cluster_up
 
     conninfo=$(pg_virtualenv_conninfo)
 
@@ -121,47 +125,22 @@ fi
 
 # Nothing of the caller's libpq environment may reach the throw-away
 # cluster (pg_virtualenv would, for instance, reuse PGPORT; we set our
-# own below).
-for v in $(compgen -e); do
-    case $v in
-        PG*|SESSION_DB) unset "$v" ;;
-    esac
-done
-
-# pg_virtualenv takes its temporary directory from TMPDIR, which must be
-# usable by the postgres user; initdb needs a locale that exists.
-export TMPDIR=/tmp
-if locale -a 2>/dev/null | grep -qix 'c\.utf-\?8'; then
-    export LC_ALL=C.UTF-8
-else
-    export LC_ALL=C
-fi
+# own below).  pg_virtualenv takes its temporary directory from TMPDIR,
+# which must be usable by the postgres user; initdb needs a locale that
+# exists.
+pg_env_clear
+LC_ALL=$(utf8_locale)
+export LC_ALL
 
 # pg_createcluster picks the first port it believes free, so two runs at
 # the same time (or a cluster it cannot see, e.g. another -t run) collide
 # on 5432.  Pick a random free port instead, and try again with another
 # one when the cluster did not come up (the marker tells that case apart
-# from a failing test run).  free_port is bench-lib.sh's.
-# run_cluster MARKER ARGS...: the suite (or ARGS) inside a new cluster
+# from a failing test run): pg_cluster_tries.
+# run_cluster ARGS...: the suite (or ARGS) inside a new cluster
 run_cluster() {
-    local marker=$1 attempt rc
-    shift
-    export TEST_SH_MARKER=$marker
-
-    for attempt in 1 2 3 4 5; do
-        PGPORT=$(free_port) || die "no free TCP port for PostgreSQL"
-        export PGPORT
-        rc=0
-        pg_virtualenv -t -- bash "$ROOT/util/test.sh" \
-            --inside-pg-virtualenv "$@" || rc=$?
-        if [ "$rc" -eq 0 ] || [ -e "$marker" ]; then
-            return "$rc"
-        fi
-        echo "test.sh: the PostgreSQL cluster did not start" \
-             "(attempt $attempt)" >&2
-    done
-
-    die "could not start a throw-away PostgreSQL cluster"
+    pg_cluster_tries 5 "" pg_virtualenv -t -- \
+        bash "$ROOT/util/test.sh" --inside-pg-virtualenv "$@"
 }
 
 # Seconds each script took in one lane on the 2-CPU development machine
@@ -213,7 +192,7 @@ case $jobs in
 esac
 
 if [ "$#" -gt 0 ] || [ "$jobs" -eq 1 ]; then
-    run_cluster "$chk/inside" "$@"
+    run_cluster "$@"
     exit $?
 fi
 
@@ -243,7 +222,7 @@ for ((i = 0; i < jobs; i++)); do
         export TEST_NGINX_PORT=$((base_port + 10 * i))
         export TEST_NGINX_SERVROOT=$ROOT/t/servroot-lane$i
         # shellcheck disable=SC2086
-        run_cluster "$chk/lane$i/inside" ${lane_files[i]}
+        run_cluster ${lane_files[i]}
     ) > "$chk/lane$i/out" 2>&1 &
     pids[i]=$!
     echo "test.sh: lane $i (port $((base_port + 10 * i))," \
@@ -282,7 +261,7 @@ if [ "$status" -ne 0 ]; then
         # shellcheck disable=SC2086
         if (export TEST_NGINX_PORT=$base_port \
                    TEST_NGINX_SERVROOT=$ROOT/t/servroot-lane0
-            run_cluster "$chk/again" $failed) > "$chk/again.out" 2>&1; then
+            run_cluster $failed) > "$chk/again.out" 2>&1; then
             mkdir -p "$ROOT/build"
             echo "$(date -u +%FT%TZ) $failed" >> "$ROOT/build/test-flakes.txt"
             echo "test.sh: FLAKY (failed in a lane, passed alone):" $failed

@@ -79,24 +79,9 @@ log() {
     echo "upgrade: $*"
 }
 
-now() {
-    date +%s.%N
-}
-
-elapsed() {
-    awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'
-}
-
-# wait_for SECONDS WHAT COMMAND...: until COMMAND succeeds, or die
-wait_for() {
-    local secs=$1 what=$2 end
-    shift 2
-    end=$(( $(date +%s) + secs ))
-    until "$@" >/dev/null 2>&1; do
-        [ "$(date +%s)" -lt "$end" ] || die "no $what within $secs s"
-        sleep 0.05
-    done
-}
+# now, elapsed, wait_for (every 0.05 s here), as_pg, json_field
+WAIT_STEP=0.05
+. "$ROOT/util/bench-lib.sh"
 
 alive() {
     kill -0 "$1" 2>/dev/null
@@ -208,14 +193,6 @@ BIN=$(pg_config --bindir 2>/dev/null || true)
 W=$(mktemp -d /tmp/session-upgrade.XXXXXX)
 LOAD_PID=
 
-as_pg() {
-    if [ "$(id -u)" = 0 ]; then
-        runuser -u postgres -- "$@"
-    else
-        "$@"
-    fi
-}
-
 cleanup() {
     local rc=$? d p
     set +e
@@ -260,14 +237,6 @@ DB="host=127.0.0.1 port=$PGPORT_ dbname=postgres user=postgres"
 OLD_VERSION=$("$OLD_SESSIONCTL" -d "$DB" migrate) \
     || die "OLD's sessionctl migrate failed"
 log "schema by OLD's sessionctl: $OLD_VERSION"
-
-# json_field NAME: the field of the JSON object on standard input
-json_field() {
-    perl -MJSON::PP -e '
-        local $/; my $j = JSON::PP->new->decode(<STDIN>);
-        defined $j->{$ARGV[0]} or die "no field $ARGV[0]\n";
-        print $j->{$ARGV[0]};' "$1"
-}
 
 ctl() {
     "$OLD_SESSIONCTL" --json -d "$DB" "$@"
