@@ -446,7 +446,7 @@ stream_run() {
     purge_images
     restart_nginx
     sleep 1
-    idle=$(worker_rss)
+    idle=$(workers_rss)
 
     sampled "$idle" perl "$ROOT/bench/image-load.pl" up "$PORT" "$KEY" \
         "$SMALL_N" "$W/img-100k" "$sids"
