@@ -718,20 +718,18 @@ sleep_until() {
 # (seconds since the epoch: when the run began) to 0.6 s before its end
 # (BENCH_DURATION after START), kept in $W/cpu-NAME.*; OUT gets "T0 T1
 # NGINX_NS PG_NS BACKGROUND_NS LISTEN_NS" (PG_NS with LISTEN_NS).  The
-# processes are those of the start (pgbench's backends are gone by the
-# end), and for the module also any that came since, counted from their
-# start
+# processes of nginx's side are named before its run ($W/cpu-NAME.pids,
+# cpu_pids_before), pgbench's backends 1 s into its run (they come with
+# it): nothing connects to PostgreSQL inside the window but the sides
+# (a psql there held the module's writes for 50-150 ms, decision (yd))
 cpu_window() {
     local side=$1 start=$2 out=$3 snap=$W/cpu-$4
 
     sleep_until "$(awk -v s="$start" 'BEGIN { printf "%.3f", s + 1 }')"
-    cpu_pids "$side" > "$snap.pids"
+    [ "$side" != pgbench ] || cpu_pids "$side" > "$snap.pids"
     cpu_snapshot "$snap.pids" > "$snap.0"
     sleep_until "$(awk -v s="$start" -v d="$(duration_s "$DURATION")" \
                        'BEGIN { printf "%.3f", s + d - 0.6 }')"
-    if [ "$side" = module ]; then
-        cpu_pids "$side" > "$snap.pids"
-    fi
     cpu_snapshot "$snap.pids" > "$snap.1"
     awk 'FNR == 1 { t[FILENAME == ARGV[1]] = $1; next }
          FILENAME == ARGV[1] { c[$1 " " $2] = $3; next }
@@ -802,6 +800,7 @@ rate_http() {
 
     settle
     rm -f "$W/rate.log" "$W/cpu"
+    cpu_pids "$side" > "$W/cpu-$name.pids"
     ( cpu_window "$side" "$(date +%s.%N)" "$W/cpu" "$name" ) &
     sampler=$!
     out=$(client "$W/http-rate" "${args[@]}" -l "$W/rate.log" "$PORT" \
@@ -809,6 +808,12 @@ rate_http() {
               "$(head -1 "$BENCH_KEYS")" "$W/rate-paths") \
         || { wait "$sampler" || true; die "http-rate failed ($name)"; }
     wait "$sampler" || die "$name: no CPU counts"
+
+    # a process that came during the run (a connection opened again) is
+    # not counted: said, not hidden
+    cpu_pids "$side" | sort | cmp -s - <(sort "$W/cpu-$name.pids") \
+        || log "$name: nginx's or PostgreSQL's processes changed during" \
+               "the run; its CPU figures miss the new ones"
 
     read -r _ _ _ _ bad achieved <<<"$out"
     [ "$bad" = 0 ] || die "$name: $bad answers were not 2xx"
