@@ -246,15 +246,13 @@ ngx_http_session_body_gather(ngx_http_request_t *r)
 
         rc = ngx_http_read_unbuffered_request_body(r);
 
+        if (rc == NGX_ERROR) {
+            rc = NGX_HTTP_INTERNAL_SERVER_ERROR;
+        }
+
         if (rc >= NGX_HTTP_SPECIAL_RESPONSE) {
             r->read_event_handler = ngx_http_block_reading;
             ngx_http_finalize_request(r, rc);
-            return;
-        }
-
-        if (rc == NGX_ERROR) {
-            r->read_event_handler = ngx_http_block_reading;
-            ngx_http_finalize_request(r, NGX_HTTP_INTERNAL_SERVER_ERROR);
             return;
         }
 
