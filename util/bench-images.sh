@@ -372,8 +372,29 @@ down_rounds() {
         "PostgreSQL alone between them: $base MB/s"
 }
 
+# load_run up|down N FILE|- TARGETS WHAT: N transfers at once
+# (bench/image-load.pl) from a settled nginx; their MB/s in $LOAD_MBS and
+# the workers' RSS growth per transfer (kB) in $LOAD_RSS, logged as "N
+# WHAT at once"
+load_run() {
+    local mode=$1 n=$2 file=$3 targets=$4 what=$5 idle ok failed secs bytes
+
+    sleep 1
+    idle=$(workers_rss)
+
+    sampled "$idle" perl "$ROOT/bench/image-load.pl" "$mode" "$PORT" \
+        "$KEY" "$n" "$file" "$targets"
+    read -r ok failed secs bytes _ <<<"$RUN_OUT"
+    [ "$failed" = 0 ] || die "$n $what: $failed failed"
+    LOAD_MBS=$(awk -v b="$bytes" -v t="$secs" \
+                   'BEGIN { printf "%.1f", b / t / 1e6 }')
+    LOAD_RSS=$(awk -v p="$PEAK" -v n="$n" 'BEGIN { printf "%.0f", p / n }')
+    log "$n $what at once: $LOAD_MBS MB/s in ${secs}s," \
+        "RSS growth ${PEAK} kB ($LOAD_RSS kB each)"
+}
+
 stream_run() {
-    local f=$W/img-10m n sids paths idle ok failed secs bytes i sid small
+    local f=$W/img-10m n sids paths secs i sid small
 
     image_file "$BIG" "$f"
     image_file 1024 "$W/img-1k"
@@ -386,19 +407,9 @@ stream_run() {
     for n in $CONCURRENCY; do
         purge_images
         restart_nginx
-        sleep 1
-        idle=$(workers_rss)
-
-        sampled "$idle" perl "$ROOT/bench/image-load.pl" up "$PORT" "$KEY" \
-            "$n" "$f" "$sids"
-        read -r ok failed secs bytes _ <<<"$RUN_OUT"
-        [ "$failed" = 0 ] || die "$n uploads of 10 MB: $failed failed"
-        ST_UP[$n]=$(awk -v b="$bytes" -v t="$secs" \
-                        'BEGIN { printf "%.1f", b / t / 1e6 }')
-        ST_RSS_UP[$n]=$(awk -v p="$PEAK" -v n="$n" \
-                            'BEGIN { printf "%.0f", p / n }')
-        log "$n uploads of 10 MB at once: ${ST_UP[$n]} MB/s in ${secs}s," \
-            "RSS growth ${PEAK} kB (${ST_RSS_UP[$n]} kB each)"
+        load_run up "$n" "$f" "$sids" "uploads of 10 MB"
+        ST_UP[$n]=$LOAD_MBS
+        ST_RSS_UP[$n]=$LOAD_RSS
 
         # a fresh nginx: what the uploads left in the heap is not reused
         restart_nginx
@@ -409,19 +420,9 @@ stream_run() {
               FROM images i JOIN sessions s ON s.id = i.session_id
              WHERE s.project_id = '$PROJECT' AND i.size = $BIG")
 
-        sleep 1
-        idle=$(workers_rss)
-
-        sampled "$idle" perl "$ROOT/bench/image-load.pl" down "$PORT" \
-            "$KEY" "$n" - "$paths"
-        read -r ok failed secs bytes _ <<<"$RUN_OUT"
-        [ "$failed" = 0 ] || die "$n downloads of 10 MB: $failed failed"
-        ST_DOWN[$n]=$(awk -v b="$bytes" -v t="$secs" \
-                          'BEGIN { printf "%.1f", b / t / 1e6 }')
-        ST_RSS_DOWN[$n]=$(awk -v p="$PEAK" -v n="$n" \
-                              'BEGIN { printf "%.0f", p / n }')
-        log "$n downloads of 10 MB at once: ${ST_DOWN[$n]} MB/s in" \
-            "${secs}s, RSS growth ${PEAK} kB (${ST_RSS_DOWN[$n]} kB each)"
+        load_run down "$n" - "$paths" "downloads of 10 MB"
+        ST_DOWN[$n]=$LOAD_MBS
+        ST_RSS_DOWN[$n]=$LOAD_RSS
 
         down_rounds "$n" "$f" "$paths"
     done
@@ -445,19 +446,9 @@ stream_run() {
     SMALL_N=${CONCURRENCY##* }
     purge_images
     restart_nginx
-    sleep 1
-    idle=$(workers_rss)
-
-    sampled "$idle" perl "$ROOT/bench/image-load.pl" up "$PORT" "$KEY" \
-        "$SMALL_N" "$W/img-100k" "$sids"
-    read -r ok failed secs bytes _ <<<"$RUN_OUT"
-    [ "$failed" = 0 ] || die "$SMALL_N uploads of 100 KB: $failed failed"
-    SMALL_UP=$(awk -v b="$bytes" -v t="$secs" \
-                   'BEGIN { printf "%.1f", b / t / 1e6 }')
-    SMALL_RSS=$(awk -v p="$PEAK" -v n="$SMALL_N" \
-                    'BEGIN { printf "%.0f", p / n }')
-    log "$SMALL_N uploads of 100 KB at once: $SMALL_UP MB/s in ${secs}s," \
-        "RSS growth ${PEAK} kB ($SMALL_RSS kB each)"
+    load_run up "$SMALL_N" "$W/img-100k" "$sids" "uploads of 100 KB"
+    SMALL_UP=$LOAD_MBS
+    SMALL_RSS=$LOAD_RSS
 
     purge_images
 
