@@ -106,20 +106,7 @@ $(nginx_conf_head "$W/m.so" 2)
     session_limit_zone ab_$1:10m;
     $3
 
-    server {
-        listen 127.0.0.1:$PORT;
-
-        location = /ok {
-            return 200;
-        }
-
-        location /api/ {
-            session_api;
-            session_limits create=1000000000 list=1000000000
-                           other=1000000000;
-            $4
-        }
-    }
+$(bench_api_server "$4")
 }
 EOF
     start_nginx

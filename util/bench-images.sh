@@ -132,20 +132,7 @@ $(nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     session_limit_zone bench_images:10m;
     ${UPLOAD_CONNS:+session_image_upload_connections $UPLOAD_CONNS;}
 
-    server {
-        listen 127.0.0.1:$PORT;
-
-        location = /ok {
-            return 200;
-        }
-
-        location /api/ {
-            session_api;
-            session_limits create=1000000000 list=1000000000
-                           other=1000000000;
-            ${CHUNK:+session_image_chunk_size $CHUNK;}
-        }
-    }
+$(bench_api_server "${CHUNK:+session_image_chunk_size $CHUNK;}")
 }
 EOF
 }

@@ -296,16 +296,12 @@ workers_rss() {
 }
 
 
-# the server of util/bench.sh's scenarios, on 127.0.0.1:$PORT, and the
-# limit_req zone its /lr/ uses, inside http{} (util/bench-ir.sh counts
-# the same locations)
-bench_server() {
+# the server every benchmark of the API runs, on 127.0.0.1:$PORT: /ok,
+# nginx's baseline, and /api/, every stage with the limiter counting but
+# never refusing; $1 more directives of /api/, $2 more locations:
+# bench_api_server [API_DIRECTIVES] [LOCATIONS]
+bench_api_server() {
     cat <<EOF
-    # nginx's own limiter on the same key, the Authorization header; its
-    # refusals are logged at info, below error_log, as ours are not at all
-    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
-    limit_req_log_level info;
-
     server {
         listen 127.0.0.1:$PORT;
 
@@ -319,8 +315,26 @@ bench_server() {
             session_api;
             session_limits create=1000000000 list=1000000000
                            other=1000000000;
+            ${1:-}
         }
+${2:-}
+    }
+EOF
+}
 
+
+# the server of util/bench.sh's scenarios, on 127.0.0.1:$PORT, and the
+# limit_req zone its /lr/ uses, inside http{} (util/bench-ir.sh counts
+# the same locations)
+bench_server() {
+    cat <<EOF
+    # nginx's own limiter on the same key, the Authorization header; its
+    # refusals are logged at info, below error_log, as ours are not at all
+    limit_req_zone \$http_authorization zone=lr:10m rate=1r/m;
+    limit_req_log_level info;
+
+EOF
+    bench_api_server "" '
         # the 429 path: class other (an unknown route), limit 1
         location /sl/ {
             session_api;
@@ -333,9 +347,7 @@ bench_server() {
             limit_req zone=lr;
             limit_req_status 429;
             empty_gif;
-        }
-    }
-EOF
+        }'
 }
 
 

@@ -192,19 +192,7 @@ nginx_conf() {
     session_auth_cache_ttl 1h;
     session_expiry_sweep_interval 30s;
 
-    server {
-        listen 127.0.0.1:$PORT;
-
-        location = /ok {
-            return 200;
-        }
-
-        location /api/ {
-            session_api;
-            session_limits create=100000000 list=100000000
-                           other=100000000;
-        }
-    }
+$(bench_api_server)
 }
 EOF
     } > "$W/nginx.conf"
