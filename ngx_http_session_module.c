@@ -26,6 +26,7 @@
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_db_listen.h"
+#include "ngx_http_session_db_relay.h"
 #include "ngx_http_session_log.h"
 #include "ngx_http_session_poll.h"
 #include "ngx_http_session_zone.h"
@@ -167,8 +168,8 @@ static ngx_conf_post_t  ngx_http_session_webhook_concurrency_post = {
     ngx_http_session_webhook_concurrency_check
 };
 
-/* what the worker's LISTEN connection wakes (see db_listen.h) */
-static const ngx_http_session_listen_handlers_t  ngx_http_session_wake = {
+/* what the node's LISTEN connection wakes in each worker (db_relay.h) */
+static const ngx_http_session_relay_handlers_t  ngx_http_session_wake = {
     ngx_http_session_poll_wake,
     ngx_http_session_poll_wake_all,
     ngx_http_session_webhook_wake
@@ -1045,7 +1046,15 @@ ngx_http_session_webhook_concurrency_check(ngx_conf_t *cf, void *post,
 static ngx_int_t
 ngx_http_session_init_module(ngx_cycle_t *cycle)
 {
+    ngx_http_session_main_conf_t  *smcf;
+
     ngx_http_session_handover_close_unused(cycle);
+
+    smcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_session_module);
+
+    if (smcf && ngx_http_session_relay_init_module(cycle, smcf) != NGX_OK) {
+        return NGX_ERROR;
+    }
 
     return ngx_http_session_log_init_module(cycle);
 }
@@ -1100,9 +1109,10 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
     if (ngx_http_session_db_init_process(cycle, smcf) != NGX_OK
         || ngx_http_session_db_copy_init_process(cycle, smcf) != NGX_OK
         || ngx_http_session_poll_init_process(cycle, smcf) != NGX_OK
-        || ngx_http_session_listen_init_process(cycle, smcf,
-                                                &ngx_http_session_wake)
+        || ngx_http_session_relay_init_process(cycle, smcf,
+                                               &ngx_http_session_wake)
            != NGX_OK
+        || ngx_http_session_listen_init_process(cycle, smcf) != NGX_OK
         || ngx_http_session_sweep_init_process(cycle, smcf) != NGX_OK)
     {
         return NGX_ERROR;
@@ -1118,6 +1128,7 @@ ngx_http_session_exit_process(ngx_cycle_t *cycle)
     ngx_http_session_webhook_exit_process(cycle);
     ngx_http_session_sweep_exit_process(cycle);
     ngx_http_session_listen_exit_process(cycle);
+    ngx_http_session_relay_exit_process(cycle);
     ngx_http_session_poll_exit_process(cycle);
     ngx_http_session_db_copy_exit_process(cycle);
     ngx_http_session_db_exit_process(cycle);

@@ -72,6 +72,8 @@ typedef struct {
     ngx_http_session_dbhosts_t *listen_hosts;
 
     ngx_shm_zone_t             *shm_zone;
+    /* the workers' sockets and shared slots, see db_relay.c; NULL: none */
+    void                       *relay;
 
     ngx_str_t                   key_prefix;
     ngx_msec_t                  auth_cache_ttl;

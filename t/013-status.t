@@ -44,7 +44,7 @@ my %checks;
 $checks{counters} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     my $s0 = status_json();
 
@@ -150,7 +150,7 @@ $checks{prometheus} = sub {
 $checks{workers} = sub {
     my ($name) = @_;
 
-    listening(2);
+    listening();
 
     my $s0 = status_json();
 

@@ -225,7 +225,7 @@ $checks{fail_limit} = sub {
 
     fresh_minute();
 
-    listening(1);
+    listening();
 
     # the MAIN key in the cache before the failures
     is(api('GET', '/api/v1/nope', $KEY{MAIN})->{status}, 404,
@@ -314,7 +314,7 @@ $checks{fail_concurrent} = sub {
 
     fresh_minute();
 
-    listening(1);
+    listening();
 
     my $lock = lock_keys();
     my (@socks, $ok);
@@ -338,7 +338,7 @@ $checks{fail_concurrent} = sub {
 $checks{negative_budget} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     is(api('GET', '/api/v1/nope', $KEY{MAIN})->{status}, 404,
        "$name - the valid key, looked up");
@@ -379,7 +379,7 @@ $checks{fail_db_down} = sub {
 $checks{single_flight} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     my $key = random_key('sess');
     my $s0 = status_json();

@@ -153,7 +153,7 @@ $checks{batch} = sub {
 
     # the LISTEN connection up first: when it comes up it empties the
     # auth cache, and a key lookup would join the reads counted here
-    listening(1);
+    listening();
 
     my @sid = map { create() } 1 .. 4;
     my $other = create($KEY{OTHER});
@@ -217,7 +217,7 @@ $checks{batch} = sub {
 $checks{aborted} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     my @sid = map { create() } 1 .. 5;
     my $iid = upload($sid[0]);
@@ -300,7 +300,7 @@ $checks{gone} = sub {
 $checks{lost} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     my @sid = map { create() } 1 .. 5;
     my @iid = map { upload($_) } @sid;
@@ -463,7 +463,7 @@ sub proc_state {
 $checks{turn} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     my @sid = map { create() } 1 .. 6;
 

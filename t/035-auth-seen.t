@@ -102,7 +102,7 @@ $checks{mixed} = sub {
     my ($name) = @_;
 
     fresh_minute();
-    listening(2);
+    listening();
 
     my $s0 = status_json();
 
@@ -190,7 +190,7 @@ $checks{budget} = sub {
     my ($name) = @_;
 
     fresh_minute();
-    listening(1);
+    listening();
 
     my %st;
     $st{ status($_) }++ for @MANY;

@@ -92,8 +92,8 @@ sub listening_count {
 }
 
 # upgrade(NAME, CODE): kill -USR2 to the master; once the new master's
-# two workers listen, CODE->(OLD, NEW) runs while both binaries serve;
-# then QUIT to the old master, which must be gone within 10 s.  The
+# node listens (its worker 0), CODE->(OLD, NEW) runs while both
+# binaries serve; then QUIT to the old master, which must be gone within 10 s.  The
 # QUIT is sent whatever CODE did.  Returns (OLD, NEW).
 sub upgrade {
     my ($name, $code) = @_;
@@ -114,9 +114,9 @@ sub upgrade {
         die "no new master within 10 s\n" unless $new;
 
         my ($up) = wait_until(10, 0.05, sub {
-            children($new) == 2 && listening_count() >= $heard + 2;
+            children($new) == 2 && listening_count() >= $heard + 1;
         });
-        die "the new master's workers do not listen within 10 s\n"
+        die "the new master's node does not listen within 10 s\n"
             unless $up;
 
         $code->($old, $new);

@@ -240,12 +240,12 @@ my %checks;
 $checks{endpoints} = sub {
     my ($name) = @_;
 
-    listening(2);
+    listening();
 
     all_ok($name, every_statement($name));
 
-    is(listen_backends(), 2,
-       "$name - two LISTEN connections, one per worker, on PostgreSQL");
+    is(listen_backends(), 1,
+       "$name - one LISTEN connection for the two workers, on PostgreSQL");
 
     my @servers = server_pids();
     is(scalar @servers, 1, "$name - PgBouncer has one server connection");
@@ -279,7 +279,7 @@ $checks{endpoints} = sub {
 $checks{reconnect} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     all_ok("$name - before", every_statement("$name-before"));
 
@@ -306,7 +306,7 @@ $checks{reconnect} = sub {
 $checks{poll} = sub {
     my ($name) = @_;
 
-    listening(2);
+    listening();
 
     my $sid = create();
     my $before = status_json()->{long_poll}{waiting};
@@ -349,7 +349,7 @@ $checks{poll} = sub {
 $checks{revocation} = sub {
     my ($name) = @_;
 
-    listening(2);
+    listening();
 
     my $path = '/api/v1/sessions?limit=1';
 
@@ -376,7 +376,7 @@ $checks{revocation} = sub {
 $checks{webhooks} = sub {
     my ($name) = @_;
 
-    listening(2);
+    listening();
 
     my $url = "http://127.0.0.1:$HOOK/ok/$TAG";
     my $sid = create({ delivery_mode => 'webhook', webhook_url => $url });
@@ -418,7 +418,7 @@ $checks{pipeline} = sub {
 
     # the LISTEN connection up first: when it comes up it empties the
     # auth cache, and a key lookup would join the reads counted here
-    listening(1);
+    listening();
 
     my @sid = map { create() } 1 .. 6;
     my $iid = upload($sid[0]);

@@ -109,7 +109,7 @@ my %checks;
 $checks{found} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     is_deeply(statements(), [201, 200, 200, 201, 200],
               "$name - through the pooler: every statement runs");
@@ -172,7 +172,7 @@ $checks{listen_own} = sub {
 $checks{session_mode} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     is_deeply(statements(), [201, 200, 200, 201, 200],
               "$name - every statement runs");
@@ -204,7 +204,7 @@ $checks{session_mode} = sub {
 $checks{direct} = sub {
     my ($name) = @_;
 
-    listening(1);
+    listening();
 
     is_deeply(statements(), [201, 200, 200, 201, 200],
               "$name - every statement runs");

@@ -1018,8 +1018,8 @@ cost_report() {
          "1 s in to 0.6 s before its end), over the answers or" \
          "transactions completed in that stretch; nginx: its workers;" \
          "PostgreSQL (module): the backends of the module's pool and LISTEN" \
-         "connections (a NOTIFY of a complete or an upload wakes every" \
-         "worker's LISTEN backend); PostgreSQL (pgbench): pgbench's" \
+         "connection (a NOTIFY of a complete or an upload wakes the node's" \
+         "one LISTEN backend); PostgreSQL (pgbench): pgbench's" \
          "backends; the" \
          "clients are not counted. Background: PostgreSQL's checkpointer," \
          "background writer, WAL writer and autovacuum launcher in the" \

@@ -154,6 +154,9 @@ ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
     ngx_rbtree_insert(&ngx_http_session_poll_table.tree, &node->node);
     ngx_queue_insert_tail(&ngx_http_session_poll_table.nodes, &node->all);
 
+    /* counted before its first read: the session's events come here */
+    ngx_http_session_relay_nodes(1);
+
     return node;
 }
 
@@ -705,6 +708,8 @@ ngx_http_session_poll_release(ngx_http_session_poll_node_t *node)
 
     ngx_rbtree_delete(&ngx_http_session_poll_table.tree, &node->node);
     ngx_queue_remove(&node->all);
+
+    ngx_http_session_relay_nodes(-1);
 
     /* to the worker's free nodes (see ngx_http_session_poll_node_alloc) */
     ngx_queue_insert_head(&ngx_http_session_poll_table.free, &node->all);

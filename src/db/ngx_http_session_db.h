@@ -218,6 +218,13 @@ ngx_int_t ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
     ngx_http_session_main_conf_t *smcf);
 void ngx_http_session_db_copy_exit_process(ngx_cycle_t *cycle);
 
+/*
+ * A node of the long poll made (1) or freed (-1) in this worker: the
+ * node's listener passes sessions' events to workers that have nodes
+ * (ngx_http_session_db_relay.c)
+ */
+void ngx_http_session_relay_nodes(ngx_int_t n);
+
 /* is res a successful result? logs the error when not */
 ngx_int_t ngx_http_session_db_result_ok(ngx_http_session_db_query_t *q,
     PGresult *res);

@@ -1,8 +1,9 @@
 /*
- * The LISTEN connection.  Payloads on session_auth:
+ * The LISTEN connection, one per node: worker 0's (db_relay.c passes
+ * on to the other workers what they need).  Payloads on session_auth:
  *   "key:<64 hex of the key's SHA-256>"  a key was deleted
  *   "account:<uuid>"                     an account was suspended/activated
- * and on session_events, for the long polls of this worker:
+ * and on session_events, for the long polls of the node's workers:
  *   "uploaded:<uuid>", "completed:<uuid>", "expired:<uuid>"
  * and on session_webhooks, for the webhook dispatcher: "" (a row was
  * queued in webhook_outbox).
@@ -14,14 +15,14 @@
 #include "ngx_http_session_db_listen.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_db_conn.h"
+#include "ngx_http_session_db_relay.h"
 #include "ngx_http_session_zone_auth.h"
 #include "ngx_http_session_sql.h"
 
 
-/* the worker's LISTEN connection, and whom its notifications wake */
+/* the node's LISTEN connection, in worker 0 (see db_relay.c) */
 typedef struct {
     ngx_http_session_db_conn_t                *conn;
-    const ngx_http_session_listen_handlers_t  *wake;
 } ngx_http_session_listen_t;
 
 
@@ -41,10 +42,15 @@ static ngx_http_session_listen_t  ngx_http_session_listen;
 
 ngx_int_t
 ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
-    ngx_http_session_main_conf_t *smcf,
-    const ngx_http_session_listen_handlers_t *handlers)
+    ngx_http_session_main_conf_t *smcf)
 {
     ngx_http_session_db_conn_t  *dc;
+
+    /* worker 0 listens for the node, and passes on what others need */
+
+    if (!ngx_http_session_relay_listens()) {
+        return NGX_OK;
+    }
 
     dc = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_conn_t));
     if (dc == NULL) {
@@ -89,7 +95,6 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
     dc->data = smcf;
 
     ngx_http_session_listen.conn = dc;
-    ngx_http_session_listen.wake = handlers;
 
     ngx_http_session_db_conn_add(dc);
     ngx_http_session_db_conn_open(dc);
@@ -160,8 +165,8 @@ ngx_http_session_listen_answer(ngx_http_session_db_conn_t *dc, PGresult *res)
     ngx_http_session_auth_cache_flush(smcf->shm_zone);
 
     /* a change may have come and gone unheard while this was down */
-    ngx_http_session_listen.wake->events_lost();
-    ngx_http_session_listen.wake->webhooks();
+    ngx_http_session_relay_events_lost();
+    ngx_http_session_relay_webhooks();
 }
 
 
@@ -178,7 +183,7 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
     }
 
     if (ngx_strcmp(n->relname, NGX_HTTP_SESSION_CHANNEL_WEBHOOKS) == 0) {
-        ngx_http_session_listen.wake->webhooks();
+        ngx_http_session_relay_webhooks();
         return;
     }
 
@@ -247,7 +252,7 @@ ngx_http_session_listen_event(ngx_http_session_db_conn_t *dc, PGnotify *n)
 
     /* uploaded, completed and expired all mean "look again" */
 
-    ngx_http_session_listen.wake->event(colon + 1, p + len - colon - 1);
+    ngx_http_session_relay_event(colon + 1, p + len - colon - 1);
 }
 
 

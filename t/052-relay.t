@@ -1,0 +1,389 @@
+# One LISTEN connection per node (docs/decisions.md (ye)): with two
+# workers, worker 0 alone listens and passes each session's events to
+# the other worker when it holds polls (src/db/ngx_http_session_db_relay.c).
+#
+# The polls are sent to a second server of the same nginx that listens
+# with "reuseport", so that the kernel spreads their connections over
+# both workers; its access log names the worker ($pid) that answered.
+# A block's checks:
+#   - one LISTEN backend for the node, not one per worker;
+#   - polls on sessions in both workers, each woken by its upload, well
+#     before its timeout;
+#   - the LISTEN connection cut: every worker with polls reads its
+#     sessions again (one statement each), nobody is answered, then
+#     uploads wake them all;
+#   - the other worker stopped (SIGSTOP) while more wake-ups come than
+#     its socket queues: once it runs again it says so and reads every
+#     session again, and each poll gets its image;
+#   - webhooks queued while the dispatcher of either worker may be the
+#     one to send them: each is delivered.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use IO::Select ();
+use IO::Socket::INET ();
+use Time::HiRes ();
+use Session qw(:DEFAULT decode_json encode_json);
+use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
+                    error_log check_init worker_pids need_debug_log
+                    listening);
+
+our $TAG = sprintf 't052-%d-%d', $$, time;
+
+our $F = fixture(plan => 'pro', name => "$TAG-main");
+our $KEY = $F->{key};
+
+our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
+
+sub free_port {
+    for (1 .. 200) {
+        my $p = 20000 + int(rand(20000));
+        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
+                                      LocalPort => $p, Listen => 1,
+                                      ReuseAddr => 1) or next;
+        close $s;
+        return $p;
+    }
+
+    die "no free port\n";
+}
+
+# the polls' server: reuseport spreads connections over the workers
+$ENV{TEST_NGINX_SPREAD_PORT} = free_port();
+our $SPREAD = $ENV{TEST_NGINX_SPREAD_PORT};
+
+
+# --- helpers -------------------------------------------------------------
+
+sub api { return api_request(@_[0 .. 4], { timeout => 30, port => $_[5] }) }
+
+sub create {
+    my $r = api('POST', '/api/v1/sessions', $KEY,
+                { delivery_mode => 'long_poll' });
+
+    die "create: $r->{status} $r->{content}\n"
+        unless $r->{status} == 201 && ref $r->{json} eq 'HASH';
+
+    return $r->{json}{id};
+}
+
+sub upload {
+    my ($sid) = @_;
+
+    my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY,
+                $PNG, { 'Content-Type' => 'image/png' });
+
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json};
+}
+
+# a poll on the spreading server, on its own connection
+sub poll_send {
+    my ($sid) = @_;
+    return send_get("/api/v1/sessions/$sid/poll?timeout=30", $KEY, $SPREAD);
+}
+
+sub long_poll { status_json()->{long_poll} }
+
+sub listen_backends {
+    return psql(q{SELECT count(*) FROM pg_stat_activity}
+                . q{ WHERE application_name = 'nginx session listen'});
+}
+
+# the workers' pids that answered the polls of @sid (the spread log)
+sub answering_pids {
+    my (@sid) = @_;
+
+    my %want = map { $_ => 1 } @sid;
+    my %pids;
+
+    open my $fh, '<', "$Test::Nginx::Util::ServRoot/logs/spread.log"
+        or return ();
+
+    while (my $line = <$fh>) {
+        my ($pid, $sid) = $line =~ m{^(\d+) /api/v1/sessions/([^/]+)/poll}
+            or next;
+        $pids{$pid}++ if $want{$sid};
+    }
+
+    return keys %pids;
+}
+
+# $n polls on $n sessions, waiting in both workers (the connections are
+# spread by the kernel; an unlucky draw is drawn again, 5 times at most)
+sub spread_polls {
+    my ($name, $n) = @_;
+
+    my @sid = map { create() } 1 .. $n;
+
+    # the keys are in the auth cache, the LISTEN connection is up
+    listening();
+
+    my @polls = map { poll_send($_) } @sid;
+
+    my ($lp) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{waiting} >= $n ? $s : undef;
+    });
+    ok($lp, "$name - $n polls wait");
+
+    return (\@sid, \@polls, $lp);
+}
+
+
+# --- the checks -----------------------------------------------------------
+
+my %checks;
+
+$checks{one_listener} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my ($up) = wait_until(10, 0.05, sub { listen_backends() >= 1 });
+    ok($up, "$name - the node listens");
+
+    is(scalar(worker_pids()), 2, "$name - two workers");
+    is(listen_backends(), 1, "$name - one LISTEN connection for both");
+};
+
+
+$checks{wake} = sub {
+    my ($name) = @_;
+    my $n = 16;
+
+    my ($sid, $polls) = spread_polls($name, $n);
+
+    ok(!IO::Select->new(map { $_->{sock} } @$polls)->can_read(0.3),
+       "$name - nobody is answered before the uploads");
+
+    my @img = map { upload($_) } @$sid;
+
+    my $woken = 0;
+
+    for my $i (0 .. $n - 1) {
+        my $r = answer($polls->[$i], 10);
+
+        $woken++ if $r->{status} == 200
+                    && ($r->{json}{images}[0]{id} // '') eq $img[$i]{id}
+                    && $r->{elapsed} < 10;
+    }
+
+    is($woken, $n, "$name - each poll woken with its image, before its "
+                   . "timeout");
+
+    my @pids = answering_pids(@$sid);
+    is(scalar @pids, 2, "$name - the polls were in both workers");
+};
+
+
+$checks{lost} = sub {
+    my ($name) = @_;
+    my $n = 16;
+
+    my ($sid, $polls, $lp) = spread_polls($name, $n);
+
+    my $killed = psql(q{SELECT count(pg_terminate_backend(pid))}
+                      . q{ FROM pg_stat_activity}
+                      . q{ WHERE application_name = 'nginx session listen'});
+    is($killed, 1, "$name - the LISTEN connection is cut");
+
+    # each worker with polls reads its sessions again: one statement each
+    my ($after) = wait_until(10, 0.05, sub {
+        my $s = long_poll();
+        $s->{reads} >= $lp->{reads} + 2 ? $s : undef;
+    });
+    ok($after, "$name - both workers read their sessions again");
+
+    ok(!IO::Select->new(map { $_->{sock} } @$polls)->can_read(0.3),
+       "$name - nobody is answered");
+
+    my @img = map { upload($_) } @$sid;
+    my $woken = grep { answer($_, 10)->{status} == 200 } @$polls;
+    is($woken, $n, "$name - then each is woken by its upload");
+
+    is(scalar(answering_pids(@$sid)), 2,
+       "$name - the polls were in both workers");
+};
+
+
+# the worker that does not listen is stopped; more wake-ups come for it
+# than its socket takes (a few hundred datagrams: its send buffer).  The
+# uploads are made in the database by the module's own function, with
+# its NOTIFY, each committed on its own a few milliseconds apart, so that
+# each reaches worker 0 alone and leaves as a datagram of its own (an
+# upload over HTTP could be given to the stopped worker).
+sub sql_uploads {
+    my ($sids, $n) = @_;
+
+    my $array = 'ARRAY[' . join(', ', map { sql_quote($_) } @$sids)
+                . ']::uuid[]';
+
+    psql(qq{DO \$\$ DECLARE s uuid[] := $array; o text; BEGIN}
+         . qq{ FOR i IN 0 .. $n - 1 LOOP}
+         . qq{ SELECT outcome INTO o FROM image_upload(}
+         . sql_quote($F->{project_id}) . q{, s[i % array_length(s, 1) + 1],}
+         . q{ 'image/png', sha256('\x00'::bytea), '\x00'::bytea);}
+         . q{ IF o <> 'ok' THEN RAISE 'upload: %', o; END IF;}
+         . q{ COMMIT; PERFORM pg_sleep(0.003); END LOOP; END $$});
+}
+
+$checks{behind} = sub {
+    my ($name) = @_;
+    my $n = 24;
+
+    need_debug_log('the "session listen: listening" line') or return;
+
+    my ($sid, $polls) = spread_polls($name, $n);
+
+    my ($listener) = error_log() =~ /(\d+)#\d+: .*session listen: listening/;
+    my ($other) = grep { $_ != $listener } worker_pids();
+    ok($listener && $other, "$name - the listener and the other worker");
+
+    kill 'STOP', $other;
+
+    my $ok = eval { sql_uploads($sid, 800); 1 };
+    my $err = $@;
+
+    kill 'CONT', $other;
+    die $err unless $ok;
+
+    my $woken = grep { answer($_, 10)->{status} == 200 } @$polls;
+    is($woken, $n, "$name - every poll woken once the worker runs");
+
+    my ($said) = wait_until(5, 0.05, sub {
+        error_log() =~ /$other#\d+: .*session relay: worker 0's wake-ups were not all taken/;
+    });
+    ok($said, "$name - the worker says it fell behind");
+};
+
+
+$checks{webhooks} = sub {
+    my ($name) = @_;
+
+    # both workers' dispatchers are woken: every event is delivered once
+    # (the receiver side is t/015's; here: the outbox rows)
+    my $n = 10;
+    my @sid;
+
+    for (1 .. $n) {
+        my $r = api('POST', '/api/v1/sessions', $KEY,
+                    { delivery_mode => 'webhook',
+                      webhook_url => "http://127.0.0.1:$SPREAD/hook/$TAG" });
+        die "create: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+        push @sid, $r->{json}{id};
+    }
+
+    upload($_) for @sid;
+
+    my $list = join ', ', map { "'$_'" } @sid;
+    my ($done) = wait_until(15, 0.1, sub {
+        psql(qq{SELECT count(*) FROM webhook_outbox}
+             . qq{ WHERE session_id IN ($list) AND delivered_at IS NOT NULL})
+            == $n;
+    });
+    ok($done, "$name - $n events delivered");
+};
+
+
+our $CONFIG = <<'EOF';
+    location /api/ {
+        session_api;
+    }
+
+    location = /status {
+        session_status;
+    }
+EOF
+
+our $HTTP = <<'EOF';
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_webhook_allow_private on;
+    log_format spread '$pid $request_uri $status';
+
+    server {
+        listen 127.0.0.1:$TEST_NGINX_SPREAD_PORT reuseport;
+        access_log logs/spread.log spread;
+
+        location /api/ {
+            session_api;
+        }
+
+        location /hook/ {
+            return 204;
+        }
+    }
+EOF
+
+master_on();
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    workers(2);
+
+    $block->set_value('http_config', $HTTP) unless defined $block->http_config;
+    $block->set_value('config', $CONFIG) unless defined $block->config;
+    $block->set_value('more_headers', "Authorization: Bearer $KEY\n");
+
+    check_init($block, \%checks);
+});
+
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: two workers, one LISTEN connection
+--- check: one_listener
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: polls in both workers are woken by their uploads
+--- check: wake
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: the LISTEN connection cut: both workers read their sessions again
+--- check: lost
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[alert]
+
+
+
+=== TEST 4: a worker behind its wake-ups reads every session again
+--- check: behind
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: webhooks are delivered with either worker's dispatcher
+--- check: webhooks
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
