@@ -89,6 +89,7 @@ log() {
     echo "bench-cluster.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
@@ -159,7 +160,7 @@ node_start() {
 
     # the head's paths are the node's ($W for the function), the module
     # the bench's copy
-    # shellcheck disable=SC2097,SC2098
+    # shellcheck disable=SC2097,SC2098 # the argument's $W is the bench's
     cat > "$d/nginx.conf" <<EOF
 $(W=$d nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     session_limit_scope $scope;

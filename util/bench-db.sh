@@ -202,6 +202,7 @@ client() {
     fi
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=

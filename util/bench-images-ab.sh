@@ -43,6 +43,7 @@ log() {
     echo "bench-images-ab.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 DB=$(pg_virtualenv_conninfo)

@@ -79,6 +79,7 @@ log() {
     echo "bench-images.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -n "$DB" ] || die "set BENCH_SESSION_DB (util/bench.sh does)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell functions shared by util/test.sh, the benchmarks (util/bench*.sh)
 # and the loopback runs of flood.sh, chaos.sh and failover.sh; sourced,
 # not run.  The

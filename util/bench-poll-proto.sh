@@ -48,6 +48,7 @@ log() {
     echo "bench-poll-proto.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=

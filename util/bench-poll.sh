@@ -111,6 +111,7 @@ log() {
     echo "bench-poll.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=
@@ -270,6 +271,7 @@ ready_script() {
     cat > "$W/ready.sh" <<EOF
 #!/usr/bin/env bash
 set -u
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 W=$W
 $(declare -f cpu_ns)

@@ -57,6 +57,7 @@ log() {
     echo "bench-pooler.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=

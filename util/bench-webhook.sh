@@ -55,6 +55,7 @@ log() {
     echo "bench-webhook.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"

@@ -97,6 +97,7 @@ log() {
     echo "bench.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 

@@ -40,6 +40,7 @@ log() {
     echo "failover: $*"
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 BIN=$(pg_config --bindir 2>/dev/null || true)
