@@ -255,8 +255,7 @@ start_nginx() {
         || { cat "$W/error.log" >&2; die "nginx did not start"; }
     NGINX_UP=1
 
-    local i
-    for i in $(seq "${START_WAIT:-50}"); do
+    for _ in $(seq "${START_WAIT:-50}"); do
         curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
         sleep 0.1
     done
@@ -266,8 +265,7 @@ start_nginx() {
 
 stop_nginx() {
     "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
-    local i
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         [ -f "$W/nginx.pid" ] || break
         sleep 0.1
     done

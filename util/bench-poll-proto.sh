@@ -181,7 +181,7 @@ clients_stop() {
 
 # run PROTO: one round; prints the kB per waiting poll
 run() {
-    local proto=$1 sid base ready t0 s
+    local proto=$1 sid base ready t0
 
     conf
     start_nginx

@@ -202,7 +202,7 @@ report() {
 
 
 inside() {
-    local i t0 pids=() mode project account fail=0
+    local i pids=() mode project account fail=0
 
     DB=$(pg_virtualenv_conninfo)
     W=$(mktemp -d /tmp/chaos.XXXXXX)
