@@ -14,8 +14,9 @@ MODE=${1:-all}
 ALL_PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
           postgresql postgresql-common check pkg-config wrk
           curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
-          libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
-          openssl ca-certificates libio-socket-ssl-perl pgbouncer"
+          libipc-run-perl libhttp-parser-perl cppcheck shellcheck
+          netcat-openbsd openssl ca-certificates libio-socket-ssl-perl
+          pgbouncer"
 
 # debian/control's Build-Depends, and the tools of util/deb.sh
 DEB_PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
