@@ -207,15 +207,7 @@ $(W=$d nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     }
 }
 EOF
-    "$NGINX" -p "$d/" -c "$d/nginx.conf" -q \
-        || { cat "$d/error.log" >&2; die "node $scope/$i did not start"; }
-
-    local _
-    for _ in $(seq 50); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/ok" && return 0
-        sleep 0.1
-    done
-    die "node $scope/$i does not answer on 127.0.0.1:$port"
+    nginx_start "$d" "http://127.0.0.1:$port/ok" "node $scope/$i"
 }
 
 
