@@ -8,7 +8,7 @@
 #   make bench-poll the long-poll fan-out beside nchan and its floor
 #   make bench-cost CPU time per request at a fixed rate beside pgbench -R
 #   make bench-cluster three nodes of each session_limit_scope (in bench)
-#   make lint       80 columns, no tabs, cppcheck
+#   make lint       80 columns, no tabs, cppcheck; shellcheck of the scripts
 #   make openapi    validate docs/openapi.yaml (part of make test too)
 #   make deb        build/deb/libnginx-mod-http-session_*.deb for this
 #                   machine's Debian release (+ that release's lintian)

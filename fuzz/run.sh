@@ -38,7 +38,7 @@ report=""
 
 for name in $names; do
     bin=$OUT/fuzz_$name
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # lists of flags and files, one a word
     $CC -g -O1 $SAN -Isrc/core -o "$bin" "fuzz/fuzz_$name.c" $CORE_SRCS \
         -ljansson -lcrypto
 

@@ -29,7 +29,7 @@ apt_install() {
     [ -n "$pkgs" ] || return 0
     echo "$who: installing:$pkgs"
     $SUDO apt-get -o DPkg::Lock::Timeout=600 update -qq
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # a list of packages, one a word
     $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends $pkgs
 }

@@ -32,7 +32,6 @@ OUT=build/asan
 NGX=$OUT/nginx
 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer"
 WARN="-Wall -Wextra -Werror -Wno-unused-parameter"
-PQ_INC=$(pg_config --includedir 2>/dev/null || echo /usr/include/postgresql)
 
 mkdir -p "$OUT"
 
@@ -40,7 +39,7 @@ mkdir -p "$OUT"
 
 if [ "${ASAN_UNIT:-1}" != 0 ]; then
     echo "asan: unit tests"
-    # shellcheck disable=SC2046,SC2086
+    # shellcheck disable=SC2046,SC2086 # lists of flags, one a word
     ${CC:-cc} -g -O1 $SAN $WARN -Isrc/core -It/unit -o "$OUT/unit_tests" \
         t/unit/*.c src/core/*.c $(pkg-config --cflags --libs check) \
         -ljansson -lcrypto
@@ -75,7 +74,7 @@ nginx_source() {
         fi
         [ -n "$uri" ] || { echo "asan: no Debian mirror in apt sources" >&2;
                            exit 1; }
-        # shellcheck disable=SC1091
+        # shellcheck disable=SC1091 # the system's file, not the repository's
         suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
 
         tmp=$(mktemp -d)
@@ -122,12 +121,12 @@ then
         cd "$NGX"
         flags="--with-compat --with-http_ssl_module --with-http_realip_module"
         if [ -f conf_flags ]; then
-            # shellcheck disable=SC1091
+            # shellcheck disable=SC1091 # a file of the nginx source tree
             . ./conf_flags
             flags="${NGX_CONF_FLAGS[*]}"
         elif [ -f "$NGINX_SRC/conf_flags" ]; then
             # Debian's flags, for the same modules as the stock binary
-            # shellcheck disable=SC1091
+            # shellcheck disable=SC1091 # a file of the nginx source tree
             . "$NGINX_SRC/conf_flags"
             flags="${NGX_CONF_FLAGS[*]}"
         fi
@@ -151,7 +150,10 @@ mv -f "$OUT/ngx_http_session_module.so.tmp" "$OUT/ngx_http_session_module.so"
 # starts no nginx
 tests=${ASAN_TESTS:-all}
 if [ "$tests" = all ]; then
-    tests=$(ls t/*.t | grep -v '^t/019-openapi\.t$' | tr '\n' ' ')
+    tests=
+    for t in t/*.t; do
+        [ "$t" = t/019-openapi.t ] || tests+="$t "
+    done
 fi
 
 # Sanitizer reports go to files of their own (log_path: one file per
@@ -174,7 +176,7 @@ rc=0
 # dynamic module defines ngx_module_names and the like again, by design,
 # which ASan would take for an ODR violation.  UBSan reports about
 # nginx's own code are suppressed (util/asan-ubsan.supp).
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086 # $tests is a list of scripts
 ASAN_OPTIONS=detect_leaks=1:detect_odr_violation=0:abort_on_error=1:log_path=$REPORTS/asan \
 LSAN_OPTIONS=suppressions=$ROOT/util/asan-lsan.supp:print_suppressions=0 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:abort_on_error=1:log_path=$REPORTS/ubsan:suppressions=$ROOT/util/asan-ubsan.supp \

@@ -89,6 +89,7 @@ log() {
     echo "bench-cluster.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
@@ -159,7 +160,7 @@ node_start() {
 
     # the head's paths are the node's ($W for the function), the module
     # the bench's copy
-    # shellcheck disable=SC2097,SC2098
+    # shellcheck disable=SC2097,SC2098 # the argument's $W is the bench's
     cat > "$d/nginx.conf" <<EOF
 $(W=$d nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     session_limit_scope $scope;
@@ -206,15 +207,7 @@ $(W=$d nginx_conf_head "$W/ngx_http_session_module.so" "$WORKERS")
     }
 }
 EOF
-    "$NGINX" -p "$d/" -c "$d/nginx.conf" -q \
-        || { cat "$d/error.log" >&2; die "node $scope/$i did not start"; }
-
-    local _
-    for _ in $(seq 50); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/ok" && return 0
-        sleep 0.1
-    done
-    die "node $scope/$i does not answer on 127.0.0.1:$port"
+    nginx_start "$d" "http://127.0.0.1:$port/ok" "node $scope/$i"
 }
 
 

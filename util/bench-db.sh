@@ -202,6 +202,7 @@ client() {
     fi
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=
@@ -252,7 +253,7 @@ images() {
 }
 
 fixtures() {
-    local i line
+    local i
 
     # a 1 KiB GIF: the signature, then filler
     BODY=$W/body.gif
@@ -260,7 +261,7 @@ fixtures() {
     BODY_LEN=$(stat -c %s "$BODY")
     BODY_HEX=$(od -An -v -tx1 "$BODY" | tr -d ' \n')
 
-    read -r ACCOUNT PROJECT KEY <<<"$(new_project unlimited bench-db)"
+    read -r _ PROJECT KEY <<<"$(new_project unlimited bench-db)"
     echo "$KEY" > "$W/key"
 
     ctl plan set bench-quota --quota 1000000000 \
@@ -482,7 +483,7 @@ pg_scripts() {
 
 # --- runs ----------------------------------------------------------------------
 
-declare -A RPS P99 RUNS P50 ACH CPU_N CPU_P CPU_B CPU_T CPU_L
+declare -A RPS P99 P50 ACH CPU_N CPU_P CPU_B CPU_T CPU_L
 
 # "1.23ms" / "456.78us" / "1.01s" -> milliseconds
 to_ms() {
@@ -702,9 +703,11 @@ cpu_pids() {
 # cpu_snapshot PIDS_FILE: the time, then the CPU counts of its processes
 cpu_snapshot() {
     local g
+    local -a pids
     date +%s.%N
     for g in nginx pg pgl bg; do
-        cpu_snap "$g" $(awk -v g="$g" '$1 == g { print $2 }' "$1")
+        mapfile -t pids < <(awk -v g="$g" '$1 == g { print $2 }' "$1")
+        cpu_snap "$g" "${pids[@]}"
     done
 }
 
@@ -781,7 +784,7 @@ per_req() {
 # rate_http NAME SIDE RATE: bench/http-rate at RATE with the shape in the
 # BENCH_* environment, the CPU counted in the middle of the run
 rate_http() {
-    local name=$1 side=$2 rate=$3 out n sampler
+    local name=$1 side=$2 rate=$3 out n sampler p50 p99
     local -a args=()
 
     if [ -n "$BENCH_IDS" ]; then
@@ -820,14 +823,15 @@ rate_http() {
 
     n=$(awk -v a="$(cut -d' ' -f1 "$W/cpu")" -v b="$(cut -d' ' -f2 "$W/cpu")" \
             '$1 >= a && $1 < b { n++ } END { print n + 0 }' "$W/rate.log")
-    rate_record "$name" "$n" "$achieved" $(lat_pcts 2 "$W/rate.log")
+    read -r p50 p99 <<<"$(lat_pcts 2 "$W/rate.log")"
+    rate_record "$name" "$n" "$achieved" "$p50" "$p99"
 }
 
 # rate_pgbench NAME FILE_PREFIX RATE: pgbench -R RATE over the scripts,
 # its backends' CPU counted in the middle of the run (from 1 s after its
 # log files appear)
 rate_pgbench() {
-    local name=$1 prefix=$2 rate=$3 out n tps sampler
+    local name=$1 prefix=$2 rate=$3 out n tps sampler p50 p99
 
     rm -f "$W"/pgb.* "$W/cpu"
     ( for _ in $(seq 600); do
@@ -853,7 +857,8 @@ rate_pgbench() {
             -v b="$(cut -d' ' -f2 "$W/cpu")" \
             '{ t = $5 + $6 / 1e6 } t >= a && t < b { n++ }
              END { print n + 0 }')
-    rate_record "$name" "$n" "$tps" $(lat_pcts 3 "$W"/pgb.*)
+    read -r p50 p99 <<<"$(lat_pcts 3 "$W"/pgb.*)"
+    rate_record "$name" "$n" "$tps" "$p50" "$p99"
     rm -f "$W"/pgb.*
 }
 
@@ -896,8 +901,8 @@ rated_floor() {
     [ -n "$RATE" ] || return 0
 
     for r in $(printf '%s\n' "$RATE" "$WRITE_RATE" | sort -nu); do
-        export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS= BENCH_BODY= \
-               BENCH_CTYPE= BENCH_KEYS="$W/key" BENCH_IDEM= BENCH_PATH=/ok
+        export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS='' BENCH_BODY='' \
+               BENCH_CTYPE='' BENCH_KEYS="$W/key" BENCH_IDEM='' BENCH_PATH=/ok
         rate_http "floor-ok-$r" floor "$r"
     done
 }
@@ -905,8 +910,8 @@ rated_floor() {
 # the request shape of a scenario, as db-request.lua reads it
 shape() {
     local scenario=$1
-    export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS= BENCH_BODY= \
-           BENCH_CTYPE= BENCH_KEYS="$W/key" BENCH_IDEM=
+    export BENCH_METHOD=GET BENCH_PICK=random BENCH_IDS='' BENCH_BODY='' \
+           BENCH_CTYPE='' BENCH_KEYS="$W/key" BENCH_IDEM=''
 
     case $scenario in
     create)

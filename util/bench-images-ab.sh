@@ -43,6 +43,7 @@ log() {
     echo "bench-images-ab.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 DB=$(pg_virtualenv_conninfo)
@@ -79,10 +80,13 @@ cpu_of() {
     echo "$s"
 }
 
-pg_pids() {
+# pg_cpu: cpu_of PostgreSQL's processes (the postmaster and its children)
+pg_cpu() {
     local pm
+    local -a kids
     pm=$(head -1 "$DATA/postmaster.pid")
-    echo "$pm" $(pgrep -P "$pm")
+    mapfile -t kids < <(pgrep -P "$pm")
+    cpu_of "$pm" "${kids[@]}"
 }
 
 # µs of CPU per transfer: ticks (1/100 s) over count
@@ -153,11 +157,12 @@ purge() {
 
 # one side's run: its rate, MB/s, and [nginx / PostgreSQL / client µs]
 side() {
-    local d=$1 me=$BASHPID port ngx n0 p0 c0 out n secs rate
+    local d=$1 me=$BASHPID port n0 p0 c0 out n secs rate
+    local -a ngx
     port=$(cat "$W/$d/port")
-    ngx=$(pgrep -P "$(cat "$W/$d/nginx.pid")")
-    n0=$(cpu_of $ngx)
-    p0=$(cpu_of $(pg_pids))
+    mapfile -t ngx < <(pgrep -P "$(cat "$W/$d/nginx.pid")")
+    n0=$(cpu_of "${ngx[@]}")
+    p0=$(pg_cpu)
     c0=$(cpu_of "$me")
 
     if [ "$MODE" = down ]; then
@@ -181,14 +186,14 @@ side() {
                    'BEGIN { printf "%.1f", n * s / t / 1e6 }')
     fi
 
-    echo "$d $rate [$(per $(( $(cpu_of $ngx) - n0 )) "$n") /" \
-         "$(per $(( $(cpu_of $(pg_pids)) - p0 )) "$n") /" \
+    echo "$d $rate [$(per $(( $(cpu_of "${ngx[@]}") - n0 )) "$n") /" \
+         "$(per $(( $(pg_cpu) - p0 )) "$n") /" \
          "$(per $(( $(cpu_of "$me") - c0 )) "$n") µs]"
 }
 
 alone() {
     local me=$BASHPID p0 c0 n secs rate
-    p0=$(cpu_of $(pg_pids))
+    p0=$(pg_cpu)
     c0=$(cpu_of "$me")
 
     if [ "$MODE" = down ]; then
@@ -204,7 +209,7 @@ alone() {
                    'BEGIN { printf "%.1f", n * s / t / 1e6 }')
     fi
 
-    echo "PostgreSQL $rate [- / $(per $(( $(cpu_of $(pg_pids)) - p0 )) "$n")" \
+    echo "PostgreSQL $rate [- / $(per $(( $(pg_cpu) - p0 )) "$n")" \
          "/ $(per $(( $(cpu_of "$me") - c0 )) "$n") µs]"
 }
 

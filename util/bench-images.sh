@@ -79,6 +79,7 @@ log() {
     echo "bench-images.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -n "$DB" ] || die "set BENCH_SESSION_DB (util/bench.sh does)"
@@ -164,12 +165,12 @@ declare -A OURS BASE
 # into one session serialize on its row, by design)
 
 throughput() {
-    local label=$1 size=$2 out n total non2xx secs ours base sids i
+    local label=$1 size=$2 out n total non2xx secs ours base sids
 
     image_file "$size" "$W/img-$label"
 
     sids=
-    for i in $(seq "$CLIENTS"); do
+    for _ in $(seq "$CLIENTS"); do
         sids+="${sids:+,}$(new_session)"
     done
 
@@ -281,7 +282,7 @@ restart_nginx() {
     start_nginx
 }
 
-declare -A ST_UP ST_DOWN ST_RSS_UP ST_RSS_DOWN ST_OK ST_DOWN_RUNS ST_PG_RUNS
+declare -A ST_UP ST_DOWN ST_RSS_UP ST_RSS_DOWN ST_DOWN_RUNS ST_PG_RUNS
 declare -A ST_PG_DOWN
 PG_UP=
 PG_DOWN=
@@ -309,9 +310,9 @@ sampled() {
 
 # median of 20 times to the first byte of PATH, ms
 ttfb() {
-    local path=$1 i
+    local path=$1
 
-    for i in $(seq 20); do
+    for _ in $(seq 20); do
         curl -s -o /dev/null -w '%{time_starttransfer}\n' \
              -H "Authorization: Bearer $KEY" "http://127.0.0.1:$PORT$path"
     done | awk '{ printf "%.2f ", $1 * 1000 }' | median
@@ -381,13 +382,13 @@ load_run() {
 }
 
 stream_run() {
-    local f=$W/img-10m n sids paths secs i sid small
+    local f=$W/img-10m n sids paths secs sid small
 
     image_file "$BIG" "$f"
     image_file 1024 "$W/img-1k"
 
     sids=
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         sids+="${sids:+,}$(new_session)"
     done
 

@@ -48,6 +48,7 @@ log() {
     echo "bench-ir.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -n "$DB" ] || die "set BENCH_SESSION_DB"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shell functions shared by util/test.sh, the benchmarks (util/bench*.sh)
 # and the loopback runs of flood.sh, chaos.sh and failover.sh; sourced,
 # not run.  The
@@ -247,26 +248,38 @@ nginx_temp_paths() {
 }
 
 
-# nginx from $W/nginx.conf (master and daemon), until /ok answers
-start_nginx() {
-    : > "$W/error.log"
-    ${SERVER_PIN:-} "$NGINX" -p "$W/" -c "$W/nginx.conf" -q \
-        || { cat "$W/error.log" >&2; die "nginx did not start"; }
-    NGINX_UP=1
+# nginx_start DIR URL WHAT: an nginx of DIR/nginx.conf (master and
+# daemon, prefix DIR/, its error_log DIR/error.log) started, then URL
+# asked every 0.1 s, START_WAIT (50) times, until it answers, or die
+# naming WHAT; SERVER_PIN, when set, is the command that runs it (taskset)
+nginx_start() {
+    local dir=$1 url=$2 what=$3 addr
 
-    local i
-    for i in $(seq "${START_WAIT:-50}"); do
-        curl -s -o /dev/null "http://127.0.0.1:$PORT/ok" && return 0
+    addr=${url#http://}
+    addr=${addr%%/*}
+    : > "$dir/error.log"
+    ${SERVER_PIN:-} "$NGINX" -p "$dir/" -c "$dir/nginx.conf" -q \
+        || { cat "$dir/error.log" >&2; die "$what did not start"; }
+
+    for _ in $(seq "${START_WAIT:-50}"); do
+        curl -s -o /dev/null "$url" && return 0
         sleep 0.1
     done
-    die "nginx does not answer on 127.0.0.1:$PORT"
+    die "$what does not answer on $addr"
+}
+
+
+# nginx from $W/nginx.conf, until /ok answers; NGINX_UP before it starts,
+# so that nginx_down stops it if it never answers
+start_nginx() {
+    NGINX_UP=1
+    nginx_start "$W" "http://127.0.0.1:$PORT/ok" nginx
 }
 
 
 stop_nginx() {
     "$NGINX" -p "$W/" -c "$W/nginx.conf" -s stop
-    local i
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         [ -f "$W/nginx.pid" ] || break
         sleep 0.1
     done

@@ -48,6 +48,7 @@ log() {
     echo "bench-poll-proto.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=
@@ -180,7 +181,7 @@ clients_stop() {
 
 # run PROTO: one round; prints the kB per waiting poll
 run() {
-    local proto=$1 sid base ready t0 s
+    local proto=$1 sid base ready t0
 
     conf
     start_nginx

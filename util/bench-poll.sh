@@ -111,6 +111,7 @@ log() {
     echo "bench-poll.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=
@@ -218,11 +219,10 @@ EOF
 # the floor: bench/poll-floor with as many processes as nginx has
 # workers, its answer of ANSWER_BYTES; its parent's pid in $W/nginx.pid
 start_floor() {
-    local i
     rm -f "$W/nginx.pid"
     ${SERVER_PIN:-} "$W/poll-floor" "$PORT" "$WORKERS" "$1" "$W/nginx.pid" \
         </dev/null >>"$W/error.log" 2>&1 &
-    for i in $(seq "$START_WAIT"); do
+    for _ in $(seq "$START_WAIT"); do
         [ -f "$W/nginx.pid" ] \
             && curl -s -o /dev/null "http://127.0.0.1:$PORT/status" \
             && return 0
@@ -232,9 +232,8 @@ start_floor() {
 }
 
 stop_floor() {
-    local i
     kill "$(cat "$W/nginx.pid")"
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         [ -f "$W/nginx.pid" ] || return 0
         sleep 0.1
     done
@@ -270,6 +269,7 @@ ready_script() {
     cat > "$W/ready.sh" <<EOF
 #!/usr/bin/env bash
 set -u
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 W=$W
 $(declare -f cpu_ns)
@@ -371,8 +371,7 @@ run() {
     fi
 
     # warmed up: every worker has answered and connected to the database
-    local i
-    for i in $(seq 20); do
+    for _ in $(seq 20); do
         curl -s -o /dev/null "http://127.0.0.1:$PORT/status"
     done
     if [ "$kind" = module ]; then
@@ -459,8 +458,8 @@ sched_log() {
 # (nginx's handler of them is static, nameless in a stripped binary).
 # valgrind's gdbserver (callgrind_control) is not needed.
 cg_count() {
-    local kind=$1 n=$2 f i wake
-    for i in $(seq 100); do
+    local kind=$1 n=$2 f wake
+    for _ in $(seq 100); do
         ! pgrep -f "callgrind-out-file=$CG_OUT.$kind.$n" >/dev/null && break
         sleep 0.2
     done

@@ -57,6 +57,7 @@ log() {
     echo "bench-pooler.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=
@@ -108,7 +109,7 @@ cleanup() {
 
 # PgBouncer on $PGB_PORT in front of $DB, transaction mode
 pgbouncer_start() {
-    local runas=() i
+    local runas=()
 
     [ "$(id -u)" != 0 ] || runas=(-u postgres)
 
@@ -136,7 +137,7 @@ EOF
         > "$W/pgb/stdout.log" 2>&1 &
     PGB_PID=$!
 
-    for i in $(seq 50); do
+    for _ in $(seq 50); do
         psql -X -q -At -d "$PGB_DB" -c 'SELECT 1' >/dev/null 2>&1 \
             && return 0
         sleep 0.1
@@ -237,12 +238,12 @@ cpu_delta() {
 
 # endpoint NAME: its request shape, exported for bench/db-request.lua
 endpoint() {
-    export BENCH_KEYS=$W/key BENCH_METHOD=GET BENCH_IDS= BENCH_BODY= \
-           BENCH_CTYPE= BENCH_PICK=random
+    export BENCH_KEYS=$W/key BENCH_METHOD=GET BENCH_IDS='' BENCH_BODY='' \
+           BENCH_CTYPE='' BENCH_PICK=random
     case $1 in
     get)        BENCH_PATH=/api/v1/sessions/%s BENCH_IDS=$W/sessions ;;
     list)       BENCH_PATH='/api/v1/sessions?limit=20' ;;
-    image-list) BENCH_PATH=/api/v1/sessions/%s/images?limit=20
+    image-list) BENCH_PATH='/api/v1/sessions/%s/images?limit=20'
                 BENCH_IDS=$W/image-session ;;
     create)     BENCH_PATH=/api/v1/sessions BENCH_METHOD=POST
                 BENCH_BODY=$W/create.json BENCH_CTYPE=application/json ;;

@@ -54,6 +54,7 @@ log() {
     echo "bench-sql.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 # the body's SHA-256 of a create ('{"delivery_mode": "long_poll"}')

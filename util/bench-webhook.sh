@@ -55,6 +55,7 @@ log() {
     echo "bench-webhook.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 [ -f "$MODULE" ] && [ -x "$SESSIONCTL" ] || die "run make first"
@@ -138,15 +139,7 @@ $(W=$R nginx_temp_paths)
     }
 }
 EOF
-    "$NGINX" -p "$R/" -c "$R/nginx.conf" -q \
-        || { cat "$R/error.log" >&2; die "the receiver did not start"; }
-
-    local i
-    for i in $(seq 50); do
-        curl -s -o /dev/null "http://127.0.0.1:$RPORT/" && return 0
-        sleep 0.1
-    done
-    die "the receiver does not answer on 127.0.0.1:$RPORT"
+    nginx_start "$R" "http://127.0.0.1:$RPORT/" "the receiver"
 }
 
 write_conf() {

@@ -97,6 +97,7 @@ log() {
     echo "bench.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 
@@ -422,11 +423,11 @@ instructions() {
         bash "$ROOT/util/bench-ir.sh" >/dev/null \
         || die "util/bench-ir.sh failed"
 
-    local name ir st lim base lr ours adm unk
+    local name ir lim base lr ours adm unk
     {
         echo "| scenario | instructions/request | of which the limiter's code |"
         echo "|---|---:|---:|"
-        while IFS='|' read -r name ir st lim; do
+        while IFS='|' read -r name ir _ lim; do
             printf '| %s | %s | %s |\n' "$name" "$ir" "$lim"
         done < "$W/ir.txt"
     } > "$W/ir.md"

@@ -69,6 +69,7 @@ log() {
 # nginx_quote, conninfo_value, pg_virtualenv_conninfo, nginx_conf_head,
 # sql, scratch_cleanup, free_port, json_field, ctl, start_nginx,
 # nginx_down
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 now() {
@@ -201,7 +202,7 @@ report() {
 
 
 inside() {
-    local i t0 pids=() mode project account fail=0
+    local i pids=() mode project account fail=0
 
     DB=$(pg_virtualenv_conninfo)
     W=$(mktemp -d /tmp/chaos.XXXXXX)

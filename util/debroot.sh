@@ -194,7 +194,7 @@ host_tools() {
     if [ -n "$missing" ]; then
         say "installing on this machine:$missing"
         apt-get -o DPkg::Lock::Timeout=600 update -qq
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086 # a list of packages, one a word
         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 \
             install -y -qq --no-install-recommends $missing
     fi

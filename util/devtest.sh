@@ -23,5 +23,5 @@ export TEST_NGINX_LOAD_MODULES=$ROOT/build/ngx_http_session_module.so
 
 [ "$#" -gt 0 ] || set -- -r t/
 
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086 # PROVE_OPTS: options, one a word
 exec prove ${PROVE_OPTS:-} "$@"

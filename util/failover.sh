@@ -40,6 +40,7 @@ log() {
     echo "failover: $*"
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 BIN=$(pg_config --bindir 2>/dev/null || true)
@@ -97,7 +98,7 @@ as_pg "$BIN/pg_ctl" -D "$W/p1" -l "$W/p1.log" -w -t 30 start >/dev/null \
 
 # standby NEW_DIR NEW_PORT OF_PORT: a hot standby made with pg_basebackup
 standby() {
-    rm -rf "$W/$1"
+    rm -rf "${W:?}/${1:?}"
     as_pg "$BIN/pg_basebackup" -h 127.0.0.1 -p "$3" -U postgres -D "$W/$1" \
         -R -X stream --checkpoint=fast >"$W/basebackup.log" 2>&1 \
         || { cat "$W/basebackup.log"; die "pg_basebackup failed"; }

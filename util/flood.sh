@@ -56,6 +56,7 @@ log() {
     echo "flood.sh: $*" >&2
 }
 
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 W=

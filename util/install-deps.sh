@@ -14,8 +14,9 @@ MODE=${1:-all}
 ALL_PKGS="build-essential nginx nginx-dev libjansson-dev libpq-dev libssl-dev
           postgresql postgresql-common check pkg-config wrk
           curl perl libwww-perl liblist-moreutils-perl libtext-diff-perl
-          libipc-run-perl libhttp-parser-perl cppcheck netcat-openbsd
-          openssl ca-certificates libio-socket-ssl-perl pgbouncer"
+          libipc-run-perl libhttp-parser-perl cppcheck shellcheck
+          netcat-openbsd openssl ca-certificates libio-socket-ssl-perl
+          pgbouncer"
 
 # debian/control's Build-Depends, and the tools of util/deb.sh
 DEB_PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
@@ -24,7 +25,7 @@ DEB_PKGS="build-essential nginx-dev libjansson-dev libpq-dev libssl-dev
 case $MODE in
     --deb) PKGS=$DEB_PKGS ;;
     --packages)
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086 # lists of packages, one a word
         printf '%s\n' $ALL_PKGS $DEB_PKGS nodejs | sort -u
         exit 0
         ;;
@@ -35,7 +36,7 @@ esac
 # shellcheck source=util/apt-lib.sh
 . "$(dirname "$0")/apt-lib.sh"
 
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086 # a list of packages, one a word
 apt_install install-deps "$(not_installed $PKGS)"
 
 if [ "$MODE" = --deb ]; then
@@ -50,7 +51,7 @@ fi
 h3=$(not_installed ngtcp2-client libnghttp3-dev)
 if [ -n "$h3" ]; then
     echo "install-deps: installing (for HTTP/3 tests):$h3"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # a list of packages, one a word
     $SUDO apt-get -o DPkg::Lock::Timeout=600 install -y -qq \
         --no-install-recommends $h3 \
         || echo "install-deps: no$h3 here: t/031-http3.t will skip"

@@ -11,7 +11,7 @@ PKGS="clang libclang-rt-dev build-essential"
 # shellcheck source=util/apt-lib.sh
 . "$(dirname "$0")/apt-lib.sh"
 
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086 # a list of packages, one a word
 apt_install install-sanitizer-deps "$(not_installed $PKGS)"
 
 echo "install-sanitizer-deps: all dependencies present"

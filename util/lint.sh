@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
 # make lint: the layout rules of docs/development.md (no tabs, at most 80 columns)
-# for every *.c and *.h outside build/ and .run/, then cppcheck.
+# for every *.c and *.h outside build/ and .run/, then cppcheck, then
+# every shell script through shellcheck at severity warning: each *.sh
+# and each file whose first line is a shell's #! (.ci/run).
 #
 # cppcheck findings that are false positives are silenced where they
 # occur, with a comment saying why:
 #     /* cppcheck-suppress <id> */
+# and shellcheck's where the construct is meant, with the reason on the
+# line of the directive:
+#     # shellcheck disable=SCnnnn # why
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -131,8 +136,38 @@ if [ "${#mod[@]}" -gt 0 ]; then
     fi
 fi
 
+# Shell scripts, from the top of the tree: a sourced file is followed
+# (-x) where a "# shellcheck source=util/NAME.sh" line names it, so that
+# what the scripts set for util/bench-lib.sh's functions counts as used.
+if ! command -v shellcheck >/dev/null 2>&1; then
+    echo "lint: shellcheck is not installed (apt-get install shellcheck)" >&2
+    exit 1
+fi
+
+mapfile -d '' shells < <(find . \( -path ./build -o -path ./.run \
+                                   -o -path ./.git -o -path './t/servroot*' \
+                                   -o -name node_modules \) -prune -o \
+                                -type f -print0 \
+                         | xargs -0 awk 'FNR == 1 {
+                               if (FILENAME ~ /\.sh$/ ||
+                                   $0 ~ /^#!.*[\/ ](ba|da|k)?sh( |$)/)
+                                   printf "%s%c", substr(FILENAME, 3), 0
+                               nextfile }' \
+                         | sort -z)
+
+if [ "${#shells[@]}" -eq 0 ]; then
+    echo "lint: no shell scripts found" >&2
+    exit 1
+fi
+
+if ! shellcheck -x -S warning "${shells[@]}"; then
+    echo "lint: shellcheck found problems in the shell scripts" >&2
+    status=1
+fi
+
 if [ "$status" -eq 0 ]; then
-    echo "lint: ${#files[@]} files, no tabs, 80 columns, cppcheck clean"
+    echo "lint: ${#files[@]} C files, no tabs, 80 columns, cppcheck clean;" \
+         "${#shells[@]} shell scripts, shellcheck clean"
 fi
 
 exit "$status"

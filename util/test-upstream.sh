@@ -47,7 +47,7 @@ then
     cp -r "$src" "$OUT/src"
     [ -f "$OUT/src/configure" ] || cp "$OUT/src/auto/configure" \
                                       "$OUT/src/configure"
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # configure's options, one a word
     printf 'NGX_CONF_FLAGS=(%s)\n' "$(printf '%q ' $FLAGS)" \
         > "$OUT/src/conf_flags"
     echo "$FLAGS" > "$OUT/src/.flags"

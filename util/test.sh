@@ -48,6 +48,7 @@ log() {
 }
 
 # pg_virtualenv_conninfo, pg_env_clear, utf8_locale, pg_cluster_tries
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 inside() {
@@ -76,7 +77,7 @@ inside() {
         args=(-r t/)
     fi
 
-    # shellcheck disable=SC2086
+    # shellcheck disable=SC2086 # PROVE_OPTS: options, one a word
     prove ${PROVE_OPTS:-} "${args[@]}"
 }
 
@@ -221,7 +222,7 @@ for ((i = 0; i < jobs; i++)); do
     (
         export TEST_NGINX_PORT=$((base_port + 10 * i))
         export TEST_NGINX_SERVROOT=$ROOT/t/servroot-lane$i
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086 # a lane's scripts, one a word
         run_cluster ${lane_files[i]}
     ) > "$chk/lane$i/out" 2>&1 &
     pids[i]=$!
@@ -258,7 +259,7 @@ if [ "$status" -ne 0 ]; then
     n=$(echo "$failed" | grep -c . || true)
     if [ "$n" -ge 1 ] && [ "$n" -le 3 ]; then
         echo "test.sh: running again, alone:" $failed
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086 # $failed is a list of scripts
         if (export TEST_NGINX_PORT=$base_port \
                    TEST_NGINX_SERVROOT=$ROOT/t/servroot-lane0
             run_cluster $failed) > "$chk/again.out" 2>&1; then

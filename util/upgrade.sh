@@ -81,6 +81,7 @@ log() {
 
 # now, elapsed, wait_for (every 0.05 s here), as_pg, json_field
 WAIT_STEP=0.05
+# shellcheck source=util/bench-lib.sh
 . "$ROOT/util/bench-lib.sh"
 
 alive() {
