@@ -759,7 +759,9 @@ lat_pcts() {
 rate_record() {
     local name=$1 n=$2 t0 t1 ng pg bg pl
 
-    [ "$n" -gt 0 ] || die "$name: no answers in the CPU window"
+    [ "$n" -gt 0 ] || die "$name: no answers in the CPU window (from 1 s" \
+        "into the run to 0.6 s before its end: BENCH_DURATION=$DURATION" \
+        "leaves too little; 3s or more)"
     read -r t0 t1 ng pg bg pl < "$W/cpu"
 
     CPU_N[$name]+="$(per_req "$ng" "$n") "

@@ -532,8 +532,8 @@ capacity() {
 # lists of requests/s (ALLRPS, or the one named)
 pair_ratios() {
     local -n list=${3:-ALLRPS}
-    paste -d' ' <(tr ' ' '\n' <<<"${list[$1]}" | grep .) \
-                <(tr ' ' '\n' <<<"${list[$2]}" | grep .) \
+    paste -d' ' <(tr ' ' '\n' <<<"${list[$1]:-}" | grep .) \
+                <(tr ' ' '\n' <<<"${list[$2]:-}" | grep .) \
         | awk '{ printf "%.2f ", $1 / $2 }'
 }
 
