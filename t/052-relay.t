@@ -31,7 +31,7 @@ use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
                     error_log check_init worker_pids need_debug_log
-                    listening);
+                    listening master_pid);
 
 our $TAG = sprintf 't052-%d-%d', $$, time;
 
@@ -264,6 +264,81 @@ $checks{behind} = sub {
 };
 
 
+# pids whose "session listen: listening" line is in the error log
+sub listener_pids {
+    my $log = error_log();
+    my %pids;
+    $pids{$1}++ while $log =~ /(\d+)#\d+: [^\n]*session listen: listening/g;
+    return keys %pids;
+}
+
+
+# a reload: the new configuration's workers get sockets of their own,
+# its worker 0 listens, the old workers' LISTEN connection goes
+$checks{reload} = sub {
+    my ($name) = @_;
+
+    need_debug_log('the "session listen: listening" lines') or return;
+    listening();
+
+    my %old = map { $_ => 1 } worker_pids();
+    kill 'HUP', master_pid();
+
+    my ($new) = wait_until(15, 0.05, sub {
+        my @w = worker_pids();
+        @w == 2 && !grep { $old{$_} } @w;
+    });
+    ok($new, "$name - two new workers, the old ones gone");
+
+    my ($heard) = wait_until(10, 0.05, sub {
+        grep { !$old{$_} } listener_pids();
+    });
+    ok($heard, "$name - a new worker listens");
+
+    my ($one) = wait_until(10, 0.05, sub { listen_backends() == 1 });
+    ok($one, "$name - one LISTEN connection again");
+
+    my ($sid, $polls) = spread_polls($name, 16);
+    my @img = map { upload($_) } @$sid;
+    my $woken = grep { answer($_, 10)->{status} == 200 } @$polls;
+    is($woken, 16, "$name - polls in both new workers woken");
+    is(scalar(grep { !$old{$_} } answering_pids(@$sid)), 2,
+       "$name - by both new workers");
+};
+
+
+# worker 0 killed: its replacement listens, and the other worker's polls
+# (told "LISTEN in effect again", they read again) are woken through it
+$checks{respawn} = sub {
+    my ($name) = @_;
+    my $n = 16;
+
+    need_debug_log('the "session listen: listening" lines') or return;
+
+    my ($sid, $polls) = spread_polls($name, $n);
+
+    my ($listener) = listener_pids();
+    ok($listener, "$name - worker 0 listens");
+    kill 'KILL', $listener;
+
+    my ($again) = wait_until(15, 0.05, sub {
+        grep { $_ != $listener } listener_pids();
+    });
+    ok($again, "$name - its replacement listens");
+
+    my @img = map { upload($_) } @$sid;
+    my @st = map { answer($_, 10) } @$polls;
+
+    # the killed worker's polls lose their connection (status 0)
+    my @woken = grep { $_->{status} == 200 && $_->{elapsed} < 10 } @st;
+    my @other = grep { $_->{status} != 200 && $_->{status} != 0 } @st;
+    cmp_ok(scalar @woken, '>=', 1, "$name - the other worker's polls woken");
+    is(scalar(@woken) + scalar(grep { $_->{status} == 0 } @st), $n,
+       "$name - every poll woken or gone with its worker");
+    is(scalar @other, 0, "$name - no other answer");
+};
+
+
 $checks{webhooks} = sub {
     my ($name) = @_;
 
@@ -387,3 +462,23 @@ GET /api/v1/sessions?limit=1
 --- error_code: 200
 --- no_error_log
 [error]
+
+
+
+=== TEST 6: a reload: the new workers pass wake-ups between them
+--- check: reload
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[alert]
+
+
+
+=== TEST 7: worker 0 killed: its replacement listens for the node
+--- check: respawn
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[emerg]

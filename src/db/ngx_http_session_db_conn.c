@@ -35,9 +35,10 @@ static void ngx_http_session_db_resolved(void *data, const char *host,
 static void ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     const char *host, const char *hostaddr, const char *port);
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
-static void ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_kick(ngx_http_session_db_conn_t *by,
+    ngx_msec_t started);
 static void ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
-    ngx_http_session_db_conn_t *by);
+    ngx_http_session_db_conn_t *by, ngx_msec_t started);
 static ngx_uint_t ngx_http_session_db_failure_level(
     ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_attach(ngx_http_session_db_conn_t *dc);
@@ -351,7 +352,7 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
             /* the backoff is kept: see ngx_http_session_backoff_next() */
             dc->connected = ngx_http_session_stamp(ngx_current_msec);
 
-            ngx_http_session_db_kick(dc);
+            ngx_http_session_db_kick(dc, dc->started);
 
             ngx_http_session_db_probe(dc);
 
@@ -374,8 +375,21 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
  * one connection at a time, up to the backoff ceiling apart.
  */
 
+/*
+ * Another worker of the node has reached the server (the node's LISTEN
+ * connection is in effect again, see db_relay.c): as when one of this
+ * worker's own connections gets through.
+ */
+
+void
+ngx_http_session_db_conn_reachable(void)
+{
+    ngx_http_session_db_kick(NULL, ngx_current_msec);
+}
+
+
 static void
-ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc)
+ngx_http_session_db_kick(ngx_http_session_db_conn_t *by, ngx_msec_t started)
 {
     ngx_queue_t                  *x;
     ngx_http_session_db_conns_t  *conns;
@@ -393,7 +407,8 @@ ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc)
          x = ngx_queue_next(x))
     {
         ngx_http_session_db_kick_one(
-                ngx_queue_data(x, ngx_http_session_db_conn_t, link), dc);
+                ngx_queue_data(x, ngx_http_session_db_conn_t, link), by,
+                started);
     }
 
     conns->kicking = 0;
@@ -402,7 +417,7 @@ ngx_http_session_db_kick(ngx_http_session_db_conn_t *dc)
 
 static void
 ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
-    ngx_http_session_db_conn_t *by)
+    ngx_http_session_db_conn_t *by, ngx_msec_t started)
 {
     if (dc == by) {
         return;
@@ -417,7 +432,7 @@ ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
     /* not the attempts made together, at start or after a reload */
 
     if (dc->state == NGX_HTTP_SESSION_DB_CONNECTING
-        && (ngx_msec_int_t) (by->started - dc->started)
+        && (ngx_msec_int_t) (started - dc->started)
            >= NGX_HTTP_SESSION_BACKOFF_MIN)
     {
         ngx_log_error(NGX_LOG_INFO, dc->log, 0,

@@ -168,6 +168,8 @@ void ngx_http_session_db_conn_conf(ngx_http_session_db_conn_t *dc,
  * one gets through, the others are kicked (see ngx_http_session_db_kick())
  */
 void ngx_http_session_db_conn_add(ngx_http_session_db_conn_t *dc);
+/* another worker of the node reached the server: kick as above */
+void ngx_http_session_db_conn_reachable(void);
 void ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);

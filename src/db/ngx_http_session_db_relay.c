@@ -10,7 +10,10 @@
  *   - a session's event, to the workers that hold a node of the long poll
  *     (a poll that reads or waits), counted in shared memory;
  *   - session_webhooks, to every worker: each runs a dispatcher;
- *   - "events lost" (LISTEN in effect again), to every worker.
+ *   - "events lost" (LISTEN in effect again), to every worker, which
+ *     also has its connections that wait out a backoff try at once
+ *     (the server is reachable: see ngx_http_session_db_conn_reachable())
+ *     before its polls read again.
  *
  * The auth cache is in session_limit_zone: worker 0 empties it for all.
  *
@@ -32,6 +35,7 @@
 
 #include "ngx_http_session_db_relay.h"
 #include "ngx_http_session_db.h"
+#include "ngx_http_session_db_conn.h"
 
 
 /* session ids per datagram */
@@ -42,6 +46,8 @@
 /* a datagram's first byte; the session ids follow */
 #define NGX_HTTP_SESSION_RELAY_LOST      0x01
 #define NGX_HTTP_SESSION_RELAY_WEBHOOKS  0x02
+/* the LISTEN connection is in effect again: the server is reachable */
+#define NGX_HTTP_SESSION_RELAY_BACK      0x04
 
 
 /* a worker's, in memory shared by the configuration's workers */
@@ -349,7 +355,8 @@ ngx_http_session_relay_events_lost(void)
     rc = ngx_http_session_relay.conf;
 
     for (w = 1; rc && w < rc->workers; w++) {
-        ngx_http_session_relay_add(w, NGX_HTTP_SESSION_RELAY_LOST, NULL);
+        ngx_http_session_relay_add(w, NGX_HTTP_SESSION_RELAY_LOST
+                                      |NGX_HTTP_SESSION_RELAY_BACK, NULL);
     }
 }
 
@@ -473,7 +480,7 @@ ngx_http_session_relay_read(ngx_event_t *ev)
     u_char                                   *p;
     ssize_t                                   n;
     ngx_err_t                                 err;
-    ngx_uint_t                                lost, webhooks, behind;
+    ngx_uint_t                                lost, webhooks, behind, back;
     ngx_connection_t                         *c;
     ngx_http_session_relay_t                 *rl;
     const ngx_http_session_relay_handlers_t  *wake;
@@ -485,6 +492,7 @@ ngx_http_session_relay_read(ngx_event_t *ev)
     lost = 0;
     webhooks = 0;
     behind = 0;
+    back = 0;
 
     for ( ;; ) {
         n = recv(c->fd, buf, sizeof(buf), 0);
@@ -517,6 +525,10 @@ ngx_http_session_relay_read(ngx_event_t *ev)
             lost = 1;
         }
 
+        if (buf[0] & NGX_HTTP_SESSION_RELAY_BACK) {
+            back = 1;
+        }
+
         if (buf[0] & NGX_HTTP_SESSION_RELAY_WEBHOOKS) {
             webhooks = 1;
         }
@@ -541,6 +553,16 @@ ngx_http_session_relay_read(ngx_event_t *ev)
                       "taken, every waiting long poll reads its session "
                       "again");
         lost = 1;
+    }
+
+    /*
+     * Worker 0 has reached the server: this worker's connections that
+     * wait out a backoff try now, before the polls read again (their
+     * reads wait for a connection that is on its way)
+     */
+
+    if (back) {
+        ngx_http_session_db_conn_reachable();
     }
 
     if (lost) {
