@@ -28,8 +28,10 @@ use IO::Socket::INET ();
 use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
+use Webhook qw(free_port);
 use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
-                    access_log error_log check_init db_http_config);
+                    access_log error_log check_init db_http_config
+                    listen_cut);
 
 our $TAG = sprintf 't022-%d-%d', $$, time;
 
@@ -84,18 +86,6 @@ sub poll_send {
 
 sub long_poll { status_json()->{long_poll} }
 
-sub free_port {
-    for (1 .. 200) {
-        my $p = 20000 + int(rand(20000));
-        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
-                                      LocalPort => $p, Listen => 1,
-                                      ReuseAddr => 1) or next;
-        close $s;
-        return $p;
-    }
-
-    die "no free port\n";
-}
 
 
 # --- the checks -----------------------------------------------------------
@@ -334,10 +324,7 @@ $checks{batch} = sub {
     });
     ok($lp, "$name - $n polls wait on $n sessions");
 
-    my $killed = psql(q{SELECT count(pg_terminate_backend(pid))}
-                      . q{ FROM pg_stat_activity}
-                      . q{ WHERE application_name = 'nginx session listen'});
-    is($killed, 1, "$name - the LISTEN connection is cut");
+    is(listen_cut(), 1, "$name - the LISTEN connection is cut");
 
     my ($after) = wait_until(10, 0.05, sub {
         my $s = long_poll();

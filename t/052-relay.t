@@ -29,9 +29,10 @@ use IO::Select ();
 use IO::Socket::INET ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
+use Webhook qw(free_port);
 use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
                     error_log check_init worker_pids need_debug_log
-                    listening master_pid);
+                    listening master_pid listen_cut);
 
 our $TAG = sprintf 't052-%d-%d', $$, time;
 
@@ -40,18 +41,6 @@ our $KEY = $F->{key};
 
 our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
-sub free_port {
-    for (1 .. 200) {
-        my $p = 20000 + int(rand(20000));
-        my $s = IO::Socket::INET->new(LocalAddr => '127.0.0.1',
-                                      LocalPort => $p, Listen => 1,
-                                      ReuseAddr => 1) or next;
-        close $s;
-        return $p;
-    }
-
-    die "no free port\n";
-}
 
 # the polls' server: reuseport spreads connections over the workers
 $ENV{TEST_NGINX_SPREAD_PORT} = free_port();
@@ -189,10 +178,7 @@ $checks{lost} = sub {
 
     my ($sid, $polls, $lp) = spread_polls($name, $n);
 
-    my $killed = psql(q{SELECT count(pg_terminate_backend(pid))}
-                      . q{ FROM pg_stat_activity}
-                      . q{ WHERE application_name = 'nginx session listen'});
-    is($killed, 1, "$name - the LISTEN connection is cut");
+    is(listen_cut(), 1, "$name - the LISTEN connection is cut");
 
     # each worker with polls reads its sessions again: one statement each
     my ($after) = wait_until(10, 0.05, sub {

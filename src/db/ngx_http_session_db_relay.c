@@ -92,6 +92,7 @@ typedef struct {
 
 
 static void ngx_http_session_relay_cleanup(void *data);
+static void ngx_http_session_relay_all(u_char kind);
 static void ngx_http_session_relay_add(ngx_uint_t w, u_char kind,
     u_char *sid);
 static void ngx_http_session_relay_flush(ngx_event_t *ev);
@@ -347,32 +348,34 @@ ngx_http_session_relay_event(u_char *sid, size_t len)
 void
 ngx_http_session_relay_events_lost(void)
 {
-    ngx_uint_t                      w;
-    ngx_http_session_relay_conf_t  *rc;
-
     ngx_http_session_relay.wake->events_lost();
 
-    rc = ngx_http_session_relay.conf;
-
-    for (w = 1; rc && w < rc->workers; w++) {
-        ngx_http_session_relay_add(w, NGX_HTTP_SESSION_RELAY_LOST
-                                      |NGX_HTTP_SESSION_RELAY_BACK, NULL);
-    }
+    ngx_http_session_relay_all(NGX_HTTP_SESSION_RELAY_LOST
+                               |NGX_HTTP_SESSION_RELAY_BACK);
 }
 
 
 void
 ngx_http_session_relay_webhooks(void)
 {
+    ngx_http_session_relay.wake->webhooks();
+
+    ngx_http_session_relay_all(NGX_HTTP_SESSION_RELAY_WEBHOOKS);
+}
+
+
+/* to every other worker */
+
+static void
+ngx_http_session_relay_all(u_char kind)
+{
     ngx_uint_t                      w;
     ngx_http_session_relay_conf_t  *rc;
-
-    ngx_http_session_relay.wake->webhooks();
 
     rc = ngx_http_session_relay.conf;
 
     for (w = 1; rc && w < rc->workers; w++) {
-        ngx_http_session_relay_add(w, NGX_HTTP_SESSION_RELAY_WEBHOOKS, NULL);
+        ngx_http_session_relay_add(w, kind, NULL);
     }
 }
 

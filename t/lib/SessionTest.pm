@@ -49,7 +49,8 @@ our @EXPORT = qw(nginx_quote http_request auth_header wait_until
                  error_log_count nginx_debug need_debug_log debug_log_note);
 
 our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
-                    burst status_json listening error_log access_log
+                    burst status_json listening listen_cut error_log
+                    access_log
                     check_init run_check run_action db_http_config api_config
                     ping_request key_headers add_no_error_log todo_block);
 
@@ -725,6 +726,15 @@ sub listening {
     });
 
     Test::More::ok($ok, "the node listens (the auth cache was emptied)");
+}
+
+
+# listen_cut(): the node's LISTEN connection cut from PostgreSQL's side
+# (its backend terminated).  Returns how many backends were terminated.
+sub listen_cut {
+    return scalar Session::psql(
+        q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
+        . q{ WHERE application_name = 'nginx session listen'});
 }
 
 
