@@ -367,26 +367,15 @@ ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc)
 
 
 /*
- * dc has just connected: the server is reachable again.  The worker's
- * other connections that wait for their backoff try now, and those
- * still in an attempt that began well before dc's (likely lost with the
- * link that has just come back: an attempt normally ends in milliseconds)
- * begin a new one, so that the worker is whole again at once instead of
- * one connection at a time, up to the backoff ceiling apart.
+ * by has just connected (its attempt began at started; by is NULL when
+ * the news comes from another worker, see below): the server is
+ * reachable again.  The worker's other connections that wait for their
+ * backoff try now, and those still in an attempt that began well before
+ * started (likely lost with the link that has just come back: an attempt
+ * normally ends in milliseconds) begin a new one, so that the worker is
+ * whole again at once instead of one connection at a time, up to the
+ * backoff ceiling apart.
  */
-
-/*
- * Another worker of the node has reached the server (the node's LISTEN
- * connection is in effect again, see db_relay.c): as when one of this
- * worker's own connections gets through.
- */
-
-void
-ngx_http_session_db_conn_reachable(void)
-{
-    ngx_http_session_db_kick(NULL, ngx_current_msec);
-}
-
 
 static void
 ngx_http_session_db_kick(ngx_http_session_db_conn_t *by, ngx_msec_t started)
@@ -441,6 +430,19 @@ ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
         ngx_http_session_db_conn_close(dc);
         ngx_http_session_db_conn_open(dc);
     }
+}
+
+
+/*
+ * Another worker of the node has reached the server (the node's LISTEN
+ * connection is in effect again, see db_relay.c): as when one of this
+ * worker's own connections gets through.
+ */
+
+void
+ngx_http_session_db_conn_reachable(void)
+{
+    ngx_http_session_db_kick(NULL, ngx_current_msec);
 }
 
 
