@@ -31,6 +31,7 @@ use MIME::Base64 ();
 use POSIX ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
+use Images qw(png_bytes);
 use SessionTest qw(:DEFAULT error_body api_request raw_http burst check_init
                     db_http_config key_headers);
 
@@ -121,17 +122,6 @@ sub png_of {
                                 . $iend;
     die "png_of($n): " . length($p) . "\n" unless length $p == $n;
     return $p;
-}
-
-# a large "PNG": the signature, then random-looking bytes
-sub big_png {
-    my ($n) = @_;
-    my $s = "\x89PNG\r\n\x1a\n";
-    my $seed = 7;
-    my $block = join '', map { $seed = ($seed * 1103515245 + 12345) % 2**31;
-                               pack 'N', $seed } 1 .. 16384;
-    $s .= $block while length $s < $n;
-    return substr $s, 0, $n;
 }
 
 
@@ -413,11 +403,11 @@ $checks{default_limit} = sub {
     my $s = create_session();
     my $n = 10 * 1024 * 1024;
 
-    my $r = upload($s->{id}, 'image/png', big_png($n + 1));
+    my $r = upload($s->{id}, 'image/png', png_bytes($n + 1));
     is($r->{status}, 413, "$name - 10485761 bytes - 413");
     is($r->{content}, too_large($n), "$name - the message");
 
-    $r = upload($s->{id}, 'image/png', big_png($n));
+    $r = upload($s->{id}, 'image/png', png_bytes($n));
     is($r->{status}, 201, "$name - 10485760 bytes - 201");
     is($r->{json}{size}, $n, "$name - size");
 };
@@ -427,7 +417,7 @@ $checks{big} = sub {
     my ($name) = @_;
 
     my $s = create_session();
-    my $bytes = big_png(5 * 1024 * 1024 + 3);
+    my $bytes = png_bytes(5 * 1024 * 1024 + 3);
     my $sha = Digest::SHA::sha256_hex($bytes);
 
     my $img = upload_ok($s->{id}, 'image/png', $bytes);
@@ -482,7 +472,7 @@ $checks{big} = sub {
                16384 + $slice, 16384 + $slice + 1, 16384 + 2 * $slice,
                16384 + 2 * $slice + 1)
     {
-        my $b = big_png($n);
+        my $b = png_bytes($n);
         my $i = upload_ok($s->{id}, 'image/png', $b);
         my $c = api('GET', "/api/v1/sessions/$s->{id}/images/$i->{id}"
                            . '/content', $KEY{MAIN});
@@ -498,7 +488,7 @@ $checks{slices} = sub {
     my ($name) = @_;
 
     my $s = create_session();
-    my $b = big_png(16384 + 114688 + 1);
+    my $b = png_bytes(16384 + 114688 + 1);
     my $i = upload_ok($s->{id}, 'image/png', $b);
     my $c = api('GET', "/api/v1/sessions/$s->{id}/images/$i->{id}/content",
                 $KEY{MAIN});

@@ -1,12 +1,14 @@
 package Images;
 
-# What the image scripts (t/044-images-stream-failures.t,
+# What the image scripts (t/008-images.t, t/044-images-stream-failures.t,
 # t/051-body-memory.t) share:
 #
 #     use Images qw(png_bytes image_rows read_some);
 #
 #     png_bytes(N)           N bytes: a PNG signature, then filler that
-#                            differs from one call to the next
+#                            differs from one call to the next and repeats
+#                            only every 64 KiB (a slice sent at another
+#                            offset than a multiple of that shows)
 #     image_rows(SID)        the rows of images of the session SID
 #     read_some(S, N, SECS)  reads from the socket S until N bytes came,
 #                            it closed, or SECS seconds (default 10)
@@ -29,7 +31,7 @@ sub png_bytes {
     my $seed = ++$Serial * 7919;
     my $s = "\x89PNG\r\n\x1a\n";
     my $block = join '', map { $seed = ($seed * 1103515245 + 12345) % 2**31;
-                               pack 'N', $seed } 1 .. 4096;
+                               pack 'N', $seed } 1 .. 16384;
     $s .= $block while length $s < $n;
     return substr $s, 0, $n;
 }
