@@ -223,18 +223,7 @@ inside() {
     session_auth_cache_ttl 60s;
     session_image_chunk_size $CHUNK;
 
-    server {
-        listen 127.0.0.1:$PORT;
-
-        location = /ok {
-            return 200;
-        }
-
-        location /api/ {
-            session_api;
-            session_limits create=1000000 list=1000000 other=1000000;
-        }
-    }
+$(bench_api_server)
 }
 EOF
     } > "$W/nginx.conf"
