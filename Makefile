@@ -74,7 +74,7 @@ UNIT_SRCS   := $(wildcard t/unit/*.c)
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost bench-cluster chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover sweep upgrade-test test-debian13 test-upstream \
-        bench-poll-proto
+        bench-poll-proto bench-notify
 
 all: build
 
@@ -159,6 +159,9 @@ bench-poll: deps build
 
 bench-cost: deps build
 	@BENCH_DB_MODE=cost bash util/bench-db.sh
+
+bench-notify: deps
+	@bash util/bench-notify.sh
 
 bench-poll-proto: deps build
 	@bash util/bench-poll-proto.sh

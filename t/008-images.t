@@ -709,51 +709,32 @@ $checks{expired} = sub {
     }
 };
 
-# Long poll's wake-up: the upload's notification on session_events
+# Long poll's wake-up: the upload's notification on session_events, only
+# into a session a poll armed, or into any with "sessionctl wakeups all"
+# (docs/decisions.md (yf)).  The armed session's notification is awaited
+# last: it commits after the others, so theirs would be there by then.
 $checks{notify} = sub {
     my ($name) = @_;
 
-    my $s = create_session();
+    my ($quiet, $armed, $all) = map { create_session() } 1 .. 3;
 
-    # psql LISTENs, then runs short commands, printing each notification
-    # that has arrived when one ends; it is stopped once ours is there
-    pipe my $rd, my $wr or die "pipe: $!";
-    my $pid = fork;
-    die "fork: $!" unless defined $pid;
+    psql("UPDATE sessions SET polled_until = now() + interval '1 minute'"
+         . " WHERE id = '$armed->{id}'");
 
-    if ($pid == 0) {
-        close $rd;
-        open STDOUT, '>&', $wr or POSIX::_exit(1);
-        { exec 'psql', '-X', '-q', '-d', db_conninfo(),
-               '-c', 'LISTEN session_events', '-c', "SELECT 'listening'",
-               map { ('-c', 'SELECT pg_sleep(0.05)') } 1 .. 200; }
-        POSIX::_exit(127);
-    }
+    my $out = notifications('session_events', sub {
+        upload_ok($quiet->{id}, 'image/gif', gif());
+        sessionctl_ok('wakeups', 'all');
+        upload_ok($all->{id}, 'image/gif', gif());
+        sessionctl_ok('wakeups', 'polled');
+        upload_ok($armed->{id}, 'image/gif', gif());
+    }, qr/uploaded:\Q$armed->{id}\E/);
 
-    close $wr;
-    my $out = '';
-    my $sel = IO::Select->new($rd);
-    my $deadline = Time::HiRes::time() + 10;
-
-    while ($out !~ /listening/ && $sel->can_read(5)) {
-        sysread($rd, my $c, 4096) or last;
-        $out .= $c;
-    }
-
-    upload_ok($s->{id}, 'image/gif', gif());
-
-    while ($out !~ /uploaded:\Q$s->{id}\E/
-           && Time::HiRes::time() < $deadline && $sel->can_read(1))
-    {
-        sysread($rd, my $c, 4096) or last;
-        $out .= $c;
-    }
-
-    kill 'TERM', $pid;
-    waitpid $pid, 0;
-
-    like($out, qr/"uploaded:\Q$s->{id}\E"/,
-         "$name - uploaded:<session id> on session_events");
+    like($out, qr/"uploaded:\Q$armed->{id}\E"/,
+         "$name - uploaded:<session id> of the armed session");
+    like($out, qr/"uploaded:\Q$all->{id}\E"/,
+         "$name - uploaded:<session id> of any session with wakeups all");
+    unlike($out, qr/\Q$quiet->{id}\E/,
+           "$name - none of the session no poll armed");
 };
 
 
@@ -897,7 +878,7 @@ Content-Type: application/json
 
 
 
-=== TEST 10: an upload notifies session_events with uploaded:<sid>
+=== TEST 10: an upload notifies session_events with uploaded:<sid> when a poll armed the session
 --- check: notify
 --- request eval
 "GET /api/v1/sessions/$::SID{OPEN}/images"

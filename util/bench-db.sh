@@ -72,6 +72,11 @@
 #                         machine) for 3 s in the middle of each run, to
 #                         PREFIX.RUN (for "perf report -i ... --sort
 #                         comm,dso"; needs perf)
+#   BENCH_DB_ANCHOR_NOTIFY  1 (default): pgbench's complete and upload
+#                         send the NOTIFY a plain server would send for
+#                         every write; 0: the bare statements, without
+#                         it, as the module's writes into sessions no
+#                         poll marked (decision (yf))
 #   SESSION_MODULE        another build of the module (as util/chaos.sh):
 #                         an older one runs on this tree's schema, which
 #                         is how a migration's additivity is exercised and
@@ -100,6 +105,13 @@ PERF_OUT=${BENCH_DB_PERF:-}
 RATE=${BENCH_DB_RATE:-5000}
 WRITE_RATE=${BENCH_DB_WRITE_RATE:-1000}
 MODE=${BENCH_DB_MODE:-all}
+# the anchors' NOTIFY of a complete and an upload (see above)
+NOTIFY_COMPLETE=", pg_notify('session_events', 'completed:' || id::text)"
+NOTIFY_UPLOAD=", pg_notify('session_events', 'uploaded:' || session_id::text)"
+if [ "${BENCH_DB_ANCHOR_NOTIFY:-1}" = 0 ]; then
+    NOTIFY_COMPLETE=
+    NOTIFY_UPLOAD=
+fi
 case $MODE in
     all|cost) ;;
     *) echo "bench-db.sh: BENCH_DB_MODE is all or cost" >&2; exit 1 ;;
@@ -347,8 +359,7 @@ fresh_pg() {
 UPDATE sessions
     SET status = 'completed', completed_at = now()
     WHERE id = ($s || lpad(:n::text, 12, '0'))::uuid
-    RETURNING $SESSION_COLS,
-              pg_notify('session_events', 'completed:' || id::text);" ;;
+    RETURNING $SESSION_COLS$NOTIFY_COMPLETE;" ;;
     ack)
         # a session for every 100 images, as the module's fresh rows
         sql "INSERT INTO sessions (id, project_id, delivery_mode, expires_at,
@@ -442,8 +453,7 @@ pg_scripts() {
 
     scripts complete "$W/pg-complete-ids" "UPDATE sessions
     SET status = 'completed', completed_at = now() WHERE id = '@ID@'
-    RETURNING $SESSION_COLS,
-              pg_notify('session_events', 'completed:' || id::text);"
+    RETURNING $SESSION_COLS$NOTIFY_COMPLETE;"
 
     scripts upload "$W/upload-ids" "WITH s AS (
         UPDATE sessions SET image_count = image_count + 1
@@ -452,8 +462,7 @@ pg_scripts() {
                         content)
     SELECT s.id, s.image_count, 'image/gif', octet_length(:body::bytea),
            sha256(:body::bytea), :body::bytea FROM s
-    RETURNING $IMAGE_COLS,
-              pg_notify('session_events', 'uploaded:' || session_id::text);"
+    RETURNING $IMAGE_COLS$NOTIFY_UPLOAD;"
 
     script image-list "SELECT $IMAGE_COLS FROM images
     WHERE session_id = '$IMAGE_SESSION' ORDER BY sequence LIMIT 21;"

@@ -219,6 +219,7 @@ ngx_http_session_poll_park_later(ngx_http_session_poll_t *p)
 static ngx_int_t
 ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
 {
+    ngx_uint_t                     covered;
     ngx_http_session_poll_node_t  *node;
 
     node = p->node;
@@ -226,12 +227,16 @@ ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
     ngx_queue_insert_tail(&node->waiters, &p->queue);
     ngx_http_session_gauge(polls_waiting, 1);
 
+    covered = 0;
+
     if (!p->final) {
         p->timer.handler = ngx_http_session_poll_timeout;
         p->timer.data = p;
         p->timer.log = p->request->connection->log;
 
         ngx_add_timer(&p->timer, timeout);
+
+        covered = ngx_http_session_poll_covers(node, timeout);
     }
 
     ngx_log_debug3(NGX_LOG_DEBUG_HTTP, p->request->connection->log, 0,
@@ -244,7 +249,9 @@ ngx_http_session_poll_join(ngx_http_session_poll_t *p, ngx_msec_t timeout)
         return NGX_OK;
     }
 
-    if (node->settled && !p->final) {
+    /* the node's arm must outlast this wait, or a write may not wake it */
+
+    if (node->settled && covered) {
         return NGX_OK;
     }
 

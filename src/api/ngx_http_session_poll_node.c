@@ -23,15 +23,27 @@
  * timeout, timeout=0, shutdown) is answered only by a read sent after it
  * asked.
  *
+ * A write notifies only when a poll may wait on its session (decision
+ * (yf)): before a node lets its waiters wait, the session must be armed
+ * (sessions.polled_until) past the latest of their deadlines.  A read
+ * that finds nothing says how long the session's arm has left; when that
+ * is too short, the node arms the session (NGX_HTTP_SESSION_SQL_POLL_ARM,
+ * one statement for the nodes of the batch) and, once that has
+ * committed, reads again: a change committed before the arm took the
+ * row's lock is seen by that read, and a later one sees the arm and
+ * notifies.  A waiter whose deadline is past the arm makes a settled
+ * node read (and arm) again.
+ *
  * The node has a timer for the session's expires_at, which answers every
  * waiter 410 "session has expired" on time instead of at the next expiry
  * sweep.  The reads of the nodes that must read after one event go in
  * one statement (up to NGX_HTTP_SESSION_POLL_BATCH sessions), sent from a
  * posted event.
  *
- * A little over a thousand lines, on purpose: the table, its reads and
+ * About 1,250 lines, on purpose: the table, its reads, its arms and
  * their answers are one state machine (a node's reading, queued, again,
- * settled and busy), and each half of a split would call the other.
+ * armed, settled and busy), and each half of a split would call the
+ * other.
  */
 
 #include "ngx_http_session_poll_node.h"
@@ -49,13 +61,20 @@
 #define NGX_HTTP_SESSION_POLL_READ_POOL   4096
 /* the most sessions one statement reads */
 #define NGX_HTTP_SESSION_POLL_BATCH       256
+/* an arm lasts this many seconds at least, and past the deadlines by */
+#define NGX_HTTP_SESSION_POLL_ARM         300
+#define NGX_HTTP_SESSION_POLL_ARM_PAST    60
+/* an arm known to end within this of a deadline does not cover it (ms) */
+#define NGX_HTTP_SESSION_POLL_ARM_SLACK   1000
 /* an answer's pool: its rendered body */
 #define NGX_HTTP_SESSION_POLL_ANSWER_POOL 1024
 
 
-/* one statement reading the sessions of many nodes */
+/* one statement reading, or arming, the sessions of many nodes */
 typedef struct {
     ngx_pool_t                        *pool;
+    /* ngx_current_msec when it was sent */
+    ngx_msec_t                         sent;
     ngx_uint_t                         n;
     ngx_http_session_poll_node_t      *nodes[1];
 } ngx_http_session_poll_batch_t;
@@ -72,6 +91,9 @@ typedef struct {
     /* the nodes whose reads go in the next statement, and its event */
     ngx_queue_t                        pending;
     ngx_event_t                        read_ev;
+    /* the nodes whose sessions the next arm statement arms, its event */
+    ngx_queue_t                        arms;
+    ngx_event_t                        arm_ev;
     /* nginx's event traces print ev->data as a connection's fd */
     ngx_connection_t                   dummy;
     /* the waiters' owner's */
@@ -83,8 +105,13 @@ typedef struct {
 
 
 static void ngx_http_session_poll_send_reads(ngx_event_t *ev);
+static void ngx_http_session_poll_send_arms(ngx_event_t *ev);
+static void ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm);
 static void ngx_http_session_poll_result(ngx_http_session_db_query_t *q,
     PGresult *res);
+static void ngx_http_session_poll_armed(ngx_http_session_db_query_t *q,
+    PGresult *res);
+static void ngx_http_session_poll_arm(ngx_http_session_poll_node_t *node);
 static void ngx_http_session_poll_node_result(
     ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
     int first, int rows);
@@ -231,9 +258,33 @@ ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
 static void
 ngx_http_session_poll_send_reads(ngx_event_t *ev)
 {
-    u_char                         *pp, *ps;
+    ngx_http_session_poll_send(&ngx_http_session_poll_table.pending, 0);
+}
+
+
+/* the queued arms, NGX_HTTP_SESSION_POLL_BATCH sessions a statement */
+
+static void
+ngx_http_session_poll_send_arms(ngx_event_t *ev)
+{
+    ngx_http_session_poll_send(&ngx_http_session_poll_table.arms, 1);
+}
+
+
+/*
+ * The statements of a queue of nodes: reads (arm 0) or arms (arm 1),
+ * each with the nodes' projects and session ids as $1 and $2, and $3 the
+ * most images a session (a read) or the arm's seconds (an arm).  The
+ * waiters of nodes whose statement cannot be sent answer from here.
+ */
+
+static void
+ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
+{
+    u_char                         *pp, *ps, *pn;
     ngx_uint_t                      i, n;
     ngx_int_t                       rc;
+    ngx_msec_int_t                  left, most;
     ngx_pool_t                     *pool;
     ngx_queue_t                    *q;
     ngx_http_session_err_e          err;
@@ -241,13 +292,15 @@ ngx_http_session_poll_send_reads(ngx_event_t *ev)
     ngx_http_session_poll_node_t   *node;
     ngx_http_session_poll_batch_t  *batch;
 
-    while (!ngx_queue_empty(&ngx_http_session_poll_table.pending)) {
+    while (!ngx_queue_empty(pending)) {
 
         q = NULL;
         batch = NULL;
         query = NULL;
         pp = NULL;
         ps = NULL;
+        pn = NULL;
+        most = 0;
         err = NGX_HTTP_SESSION_ERR_INTERNAL;
 
         pool = ngx_create_pool(NGX_HTTP_SESSION_POLL_READ_POOL,
@@ -263,19 +316,25 @@ ngx_http_session_poll_send_reads(ngx_event_t *ev)
                                    * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
             ps = ngx_pnalloc(pool, NGX_HTTP_SESSION_POLL_BATCH
                                    * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
+            pn = ngx_pnalloc(pool, NGX_INT_T_LEN + 1);
 
             query = ngx_http_session_db_query_create_pool(pool,
-                                              ngx_cycle->log,
-                                              NGX_HTTP_SESSION_SQL_POLL,
-                                              ngx_http_session_poll_result);
+                                    ngx_cycle->log,
+                                    arm ? NGX_HTTP_SESSION_SQL_POLL_ARM
+                                        : NGX_HTTP_SESSION_SQL_POLL,
+                                    arm ? ngx_http_session_poll_armed
+                                        : ngx_http_session_poll_result);
         }
 
         n = 0;
 
-        if (batch && pp && ps && query) {
+        if (batch && pp && ps && pn && query) {
             batch->pool = pool;
+            batch->sent = ngx_current_msec;
 
-            query->stmt = NGX_HTTP_SESSION_STMT_POLL;
+            /* the arm is rare: sent as text, not prepared */
+            query->stmt = arm ? NGX_HTTP_SESSION_STMT_NONE
+                              : NGX_HTTP_SESSION_STMT_POLL;
             query->result_format = 1;
             query->data = batch;
 
@@ -284,7 +343,10 @@ ngx_http_session_poll_send_reads(ngx_event_t *ev)
 
             ngx_http_session_db_param(query, pp, 0, 0);
             ngx_http_session_db_param(query, ps, 0, 0);
-            ngx_http_session_db_param(query, NGX_HTTP_SESSION_POLL_IMAGES,
+            ngx_http_session_db_param(query,
+                                      arm ? pn
+                                          : (u_char *)
+                                            NGX_HTTP_SESSION_POLL_IMAGES,
                                       0, 0);
 
             *pp++ = '{';
@@ -293,14 +355,19 @@ ngx_http_session_poll_send_reads(ngx_event_t *ev)
 
         /* the nodes of this statement leave the queue */
 
-        while (n < NGX_HTTP_SESSION_POLL_BATCH
-               && !ngx_queue_empty(&ngx_http_session_poll_table.pending))
-        {
-            q = ngx_queue_head(&ngx_http_session_poll_table.pending);
+        while (n < NGX_HTTP_SESSION_POLL_BATCH && !ngx_queue_empty(pending)) {
+            q = ngx_queue_head(pending);
             ngx_queue_remove(q);
 
             node = ngx_queue_data(q, ngx_http_session_poll_node_t, pending);
             node->queued = 0;
+
+            /* an arm outlasts the latest deadline of the node's waiters */
+            left = (ngx_msec_int_t) (node->until - ngx_current_msec);
+
+            if (left > most) {
+                most = left;
+            }
 
             if (batch) {
                 batch->nodes[n] = node;
@@ -326,23 +393,31 @@ ngx_http_session_poll_send_reads(ngx_event_t *ev)
 
         rc = NGX_ERROR;
 
-        if (batch && pp && ps && query) {
+        if (batch && pp && ps && pn && query) {
             batch->n = n;
 
             *pp++ = '}'; *pp = '\0';
             *ps++ = '}'; *ps = '\0';
 
+            most = most / 1000 + 1 + NGX_HTTP_SESSION_POLL_ARM_PAST;
+            *ngx_sprintf(pn, "%i",
+                         (ngx_int_t) ngx_max(most, NGX_HTTP_SESSION_POLL_ARM))
+                = '\0';
+
             rc = ngx_http_session_db_query_run(query);
 
             if (rc == NGX_OK) {
-                ngx_http_session_stat(poll_reads, 1);
+                if (!arm) {
+                    ngx_http_session_stat(poll_reads, 1);
+                }
 
                 for (i = 0; i < n; i++) {
                     batch->nodes[i]->batch = batch;
                 }
 
-                ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                               "session poll: one read of %ui sessions", n);
+                ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                               "session poll: one %s of %ui sessions",
+                               arm ? "arm" : "read", n);
 
                 continue;
             }
@@ -380,7 +455,7 @@ static void
 ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 {
     u_char                         *v;
-    int64_t                         k;
+    int64_t                         k, left;
     ngx_uint_t                      i, j;
     int                             row, first, rows, ntuples, col;
     ngx_pool_t                     *pool;
@@ -398,7 +473,8 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
     ntuples = (res && PQresultStatus(res) == PGRES_TUPLES_OK)
               ? PQntuples(res) : 0;
 
-    col = NGX_HTTP_SESSION_SESSION_NCOLS + NGX_HTTP_SESSION_IMAGE_NCOLS;
+    /* the arm's milliseconds left, then k */
+    col = NGX_HTTP_SESSION_SESSION_NCOLS + NGX_HTTP_SESSION_IMAGE_NCOLS + 1;
     row = 0;
 
     for (i = 0; i < batch->n; i++) {
@@ -427,6 +503,22 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
         rows = row - first;
 
+        /* the arm lasts at least that long after the statement was sent */
+
+        left = 0;
+
+        if (rows && PQgetlength(res, first, col - 1) == 8) {
+            v = (u_char *) PQgetvalue(res, first, col - 1);
+
+            for (j = 0; j < 8; j++) {
+                left = (left << 8) | v[j];
+            }
+        }
+
+        node->armed_until = (left > 0)
+            ? batch->sent + (ngx_msec_t) ngx_min(left, 86400000)
+            : 0;
+
         ngx_http_session_poll_node_result(node, q->log, res, first, rows);
     }
 
@@ -442,6 +534,7 @@ ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
 {
     int                              n;
     int64_t                          expires_us;
+    ngx_uint_t                       armed;
     ngx_pool_t                      *pool;
     ngx_queue_t                     *wq;
     ngx_http_session_err_e           err;
@@ -460,6 +553,9 @@ ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
 
         goto done;
     }
+
+    armed = node->armed;
+    node->armed = 0;
 
     if (err == NGX_HTTP_SESSION_ERR_LAST) {
         /* one rendering for every waiter it answers */
@@ -496,6 +592,22 @@ ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
             ngx_http_session_poll_answer(node, 1, err, a);
             ngx_http_session_poll_answer_release(a);
 
+            if (node->reading) {
+                /* a poll that came meanwhile, past the arm, reads again */
+                goto done;
+            }
+
+            /* the read after an arm settles, whatever it says of it */
+
+            if (!armed && !ngx_queue_empty(&node->waiters)
+                && !ngx_http_session_poll_covers(node, 0))
+            {
+                /* they wait after the arm, and a read that follows it */
+                node->settled = 0;
+                ngx_http_session_poll_arm(node);
+                goto done;
+            }
+
             /* those left wait: their requests can go */
 
             for (wq = ngx_queue_head(&node->waiters);
@@ -525,6 +637,97 @@ done:
 
 
 /*
+ * The node's session is armed, in the next arm statement, before a read
+ * lets its waiters wait (see the top of this file); meanwhile the node
+ * counts as reading
+ */
+
+static void
+ngx_http_session_poll_arm(ngx_http_session_poll_node_t *node)
+{
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "session poll: arming %s", node->sid);
+
+    node->reading = 1;
+    node->queued = 1;
+    node->again = 0;
+
+    ngx_queue_insert_tail(&ngx_http_session_poll_table.arms, &node->pending);
+
+    if (!ngx_http_session_poll_table.arm_ev.posted) {
+        ngx_post_event(&ngx_http_session_poll_table.arm_ev,
+                       &ngx_posted_events);
+    }
+}
+
+
+/* the arm has committed: each node reads, or answers when it failed */
+
+static void
+ngx_http_session_poll_armed(ngx_http_session_db_query_t *q, PGresult *res)
+{
+    ngx_uint_t                      i;
+    ngx_pool_t                     *pool;
+    ngx_http_session_err_e          err;
+    ngx_http_session_poll_node_t   *node;
+    ngx_http_session_poll_batch_t  *batch;
+
+    batch = q->data;
+    pool = batch->pool;
+
+    err = NGX_HTTP_SESSION_ERR_LAST;
+
+    if (res == NULL) {
+        err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+
+    } else if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        ngx_log_error(NGX_LOG_ERR, q->log, 0, "session db: query failed: %s",
+                      PQresultErrorMessage(res));
+        err = NGX_HTTP_SESSION_ERR_INTERNAL;
+    }
+
+    for (i = 0; i < batch->n; i++) {
+        node = batch->nodes[i];
+        node->batch = NULL;
+        node->reading = 0;
+
+        if (err == NGX_HTTP_SESSION_ERR_LAST) {
+            node->armed = 1;
+            (void) ngx_http_session_poll_read(node);
+            continue;
+        }
+
+        ngx_http_session_poll_answer(node, 0, err, NULL);
+        ngx_http_session_poll_release(node);
+    }
+
+    ngx_destroy_pool(pool);
+}
+
+
+/* a waiter joins with timeout: whether the node's arm outlasts its wait */
+
+ngx_uint_t
+ngx_http_session_poll_covers(ngx_http_session_poll_node_t *node,
+    ngx_msec_t timeout)
+{
+    ngx_msec_t  until;
+
+    until = ngx_current_msec + timeout;
+
+    if (timeout
+        && (node->until == 0 || (ngx_msec_int_t) (until - node->until) > 0))
+    {
+        node->until = until;
+    }
+
+    return node->armed_until
+           && (ngx_msec_int_t) (node->armed_until - node->until)
+              >= NGX_HTTP_SESSION_POLL_ARM_SLACK;
+}
+
+
+/*
  * What the read says for the node's waiters: an error, or
  * NGX_HTTP_SESSION_ERR_LAST with n images to deliver (n may be 0).
  */
@@ -550,7 +753,7 @@ ngx_http_session_poll_check(ngx_http_session_poll_node_t *node,
     }
 
     if (PQnfields(res) != NGX_HTTP_SESSION_SESSION_NCOLS
-                          + NGX_HTTP_SESSION_IMAGE_NCOLS + 1
+                          + NGX_HTTP_SESSION_IMAGE_NCOLS + 2
         || rows == 0)
     {
         return NGX_HTTP_SESSION_ERR_INTERNAL;
@@ -956,12 +1159,17 @@ ngx_http_session_poll_table_init(ngx_cycle_t *cycle,
     ngx_queue_init(&t->nodes);
     ngx_queue_init(&t->free);
     ngx_queue_init(&t->pending);
+    ngx_queue_init(&t->arms);
 
     t->dummy.fd = (ngx_socket_t) -1;
 
     t->read_ev.handler = ngx_http_session_poll_send_reads;
     t->read_ev.data = &t->dummy;
     t->read_ev.log = cycle->log;
+
+    t->arm_ev.handler = ngx_http_session_poll_send_arms;
+    t->arm_ev.data = &t->dummy;
+    t->arm_ev.log = cycle->log;
 
     t->deliver = deliver;
     t->waits = waits;
@@ -1029,6 +1237,10 @@ ngx_http_session_poll_table_exit(ngx_http_session_poll_waiter_pt drop)
 
     if (t->read_ev.posted) {
         ngx_delete_posted_event(&t->read_ev);
+    }
+
+    if (t->arm_ev.posted) {
+        ngx_delete_posted_event(&t->arm_ev);
     }
 
     t->ready = 0;

@@ -32,6 +32,13 @@ typedef struct {
     /* NUL-terminated: they are the statement's parameters */
     u_char                         sid[NGX_HTTP_SESSION_UUID_LEN + 1];
     u_char                         project[NGX_HTTP_SESSION_UUID_LEN + 1];
+    /*
+     * By ngx_current_msec: until when the session's arm is known to last
+     * (0: not known to be armed), and the latest deadline of a waiter
+     * that joined (decision (yf))
+     */
+    ngx_msec_t                     armed_until;
+    ngx_msec_t                     until;
 
     /* a read is under way (or about to be sent: pending) */
     unsigned                       reading:1;
@@ -42,6 +49,8 @@ typedef struct {
     unsigned                       settled:1;
     /* its waiters are being answered: the node stays until that is over */
     unsigned                       busy:1;
+    /* the read under way was sent after this node's arm committed */
+    unsigned                       armed:1;
 } ngx_http_session_poll_node_t;
 
 
@@ -102,6 +111,13 @@ ngx_int_t ngx_http_session_poll_read(ngx_http_session_poll_node_t *node);
  */
 void ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
     ngx_uint_t final);
+/*
+ * A waiter that waits up to timeout joins the node: whether the node's
+ * arm is known to last past its deadline (if not, the node must read,
+ * and arm, before the waiter may wait on it)
+ */
+ngx_uint_t ngx_http_session_poll_covers(ngx_http_session_poll_node_t *node,
+    ngx_msec_t timeout);
 /* a session's notification (its id as text): its nodes read again */
 void ngx_http_session_poll_node_wake(u_char *sid, size_t len);
 /* every node reads again (final 0), or every waiter answers (final 1) */

@@ -28,6 +28,18 @@ static const sessionctl_command_t  sessionctl_commands[] = {
       "\n"
       "output: schema version N       --json: {\"version\": N}\n" },
 
+    { "wakeups", NULL, sessionctl_wakeups,
+      "usage: sessionctl [--json] [-d CONNINFO] wakeups [all|polled]\n"
+      "\n"
+      "Shows or sets which writes wake long polls.  all: every upload\n"
+      "and complete notifies, as releases before schema 20 need.\n"
+      "polled: only those into a session that a poll armed, which every\n"
+      "node of this release does; set it once no older node serves.  A\n"
+      "database made by this release's migrate starts at polled, an\n"
+      "upgraded one at all.\n"
+      "\n"
+      "output: wakeups MODE           --json: {\"wakeups\": MODE}\n" },
+
     { "plan", "set", sessionctl_plan_set,
       "usage: sessionctl [--json] [-d CONNINFO] plan set NAME\n"
       "           [--quota N|unlimited] [--features LIST]\n"

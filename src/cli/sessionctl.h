@@ -128,6 +128,7 @@ int sessionctl_uuid_valid(const char *s);
 /* the commands (sessionctl_cmd.c) */
 
 int sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv);
+int sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv);
 int sessionctl_plan_set(sessionctl_ctx_t *ctx, int argc, char **argv);
 int sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv);
 int sessionctl_account_suspend(sessionctl_ctx_t *ctx, int argc,

@@ -272,6 +272,15 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
     current = strtol(PQgetvalue(res, 0, 0), NULL, 10);
     PQclear(res);
 
+    snprintf(version, sizeof(version), "%ld", current);
+    values[0] = version;
+
+    if (sessionctl_run(ctx, SESSIONCTL_SQL_SCHEMA_BEFORE, 1, values)
+        != SESSIONCTL_OK)
+    {
+        return SESSIONCTL_REFUSED;
+    }
+
     for (m = ngx_http_session_migrations; m->name; m++) {
 
         snprintf(version, sizeof(version), "%d", m->version);
@@ -343,6 +352,70 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
     printf("schema version %ld\n", current);
 
     return SESSIONCTL_OK;
+}
+
+
+/*
+ * Shows, or sets, whether a write wakes the long polls of every session
+ * (all) or only of the sessions a poll armed (polled); polled only once
+ * every node runs a release that arms (docs/operations.md, "Upgrading")
+ */
+
+int
+sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
+{
+    int          rc;
+    char         mode[8];
+    PGresult    *res;
+    const char  *pos[1];
+
+    pos[0] = NULL;
+
+    if (argc > 0) {
+        rc = sessionctl_parse_args(argc, argv, pos, 1, NULL, 0);
+        if (rc != SESSIONCTL_OK) {
+            return rc;
+        }
+
+        if (strcmp(pos[0], "all") != 0 && strcmp(pos[0], "polled") != 0) {
+            return sessionctl_usage("the mode is all or polled, not \"%s\"",
+                                    pos[0]);
+        }
+    }
+
+    rc = sessionctl_connect(ctx);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
+
+    /* a schema before version 20 has no such setting: say so plainly */
+
+    res = sessionctl_exec(ctx, SESSIONCTL_SQL_WAKEUPS_TABLE, 0, NULL, NULL,
+                          NULL);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    rc = (PQgetvalue(res, 0, 0)[0] == 't');
+    PQclear(res);
+
+    if (!rc) {
+        return sessionctl_refuse("no wakeups setting before schema version "
+                                 "20: run sessionctl migrate");
+    }
+
+    res = sessionctl_exec_row(ctx, pos[0] ? SESSIONCTL_SQL_WAKEUPS_SET
+                                          : SESSIONCTL_SQL_WAKEUPS,
+                              pos[0] ? 1 : 0, pos,
+                              "no wakeups setting: run sessionctl migrate");
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    snprintf(mode, sizeof(mode), "%s", PQgetvalue(res, 0, 0));
+    PQclear(res);
+
+    return sessionctl_print_fields(ctx, "wakeups", mode, NULL, NULL);
 }
 
 

@@ -50,6 +50,30 @@
     "INSERT INTO session_schema_migrations (version, name)"                   \
     " VALUES ($1::integer, $2::text)"
 
+/*
+ * $1 the schema version found before any migration of this run: a
+ * migration that starts a setting one way for a new database and another
+ * for an upgraded one reads it (src/sql/020_poll_wakeups.sql)
+ */
+#define SESSIONCTL_SQL_SCHEMA_BEFORE                                          \
+    "SELECT set_config('sessionctl.schema_before', $1::text, false)"
+
+
+/*
+ * wakeups: whether a write wakes the polls of every session ("all") or
+ * only of those a poll armed ("polled"); $1 the new mode
+ */
+#define SESSIONCTL_SQL_WAKEUPS_TABLE                                          \
+    "SELECT to_regclass('session_wakeups') IS NOT NULL"
+
+#define SESSIONCTL_SQL_WAKEUPS                                                \
+    "SELECT CASE WHEN polled_only THEN 'polled' ELSE 'all' END"               \
+    " FROM session_wakeups"
+
+#define SESSIONCTL_SQL_WAKEUPS_SET                                            \
+    "UPDATE session_wakeups SET polled_only = ($1::text = 'polled')"          \
+    " RETURNING CASE WHEN polled_only THEN 'polled' ELSE 'all' END"
+
 
 /*
  * plan set: $1 name, $2 whether --quota was given, $3 the quota (NULL for

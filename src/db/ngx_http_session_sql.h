@@ -381,8 +381,8 @@
     "UPDATE sessions s SET status = 'completed', completed_at = now()"        \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
     " AND s.status = 'open' AND now() < s.expires_at" held                    \
-    " RETURNING s AS r,"                                                      \
-    " pg_notify('session_events', 'completed:' || s.id::text) AS n),"         \
+    " RETURNING s AS r, " NGX_HTTP_SESSION_SQL_WAKE("completed", "s")         \
+    " AS n),"                                                                 \
     " l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"              \
     " AND NOT EXISTS (SELECT 1 FROM c)" held " FOR UPDATE),"                  \
     " o AS ("                                                                 \
@@ -493,18 +493,36 @@
     " sha256, content)"                                                       \
     " SELECT s.id, s.image_count, $3::text, octet_length($5::bytea),"         \
     " $4::bytea, $5::bytea FROM s"                                            \
-    " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                    \
-    " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n),"  \
+    " RETURNING " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") "),"                   \
     NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
 
-/* s: the session that takes the image, its image_count incremented */
+/*
+ * s: the session that takes the image, its image_count incremented, and
+ * the wake-up, which commits with the image (a streamed upload's too,
+ * whose first statement this is) or not at all
+ */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held)                             \
     "s AS ("                                                                  \
     "UPDATE sessions s SET image_count = s.image_count + 1"                   \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
     " AND s.status = 'open' AND now() < s.expires_at" held                    \
     " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
-    " s.webhook_url)"
+    " s.webhook_url, " NGX_HTTP_SESSION_SQL_WAKE("uploaded", "s") " AS n)"
+
+/*
+ * The wake-up of a change to the session row r (its alias in a RETURNING
+ * that the change locked it for), on session_events as "event:<id>": a
+ * NOTIFY only when a long poll may wait on the session (decision (yf),
+ * src/sql/020_poll_wakeups.sql): a poll armed it and the arm has not
+ * lapsed, or not every node arms yet (session_wakeups).  A poll arms
+ * (NGX_HTTP_SESSION_SQL_POLL_ARM) and commits before the read that lets
+ * it wait: if this change locked the row first, the arm waited for its
+ * commit and that read sees the change; else this change sees the arm.
+ */
+#define NGX_HTTP_SESSION_SQL_WAKE(event, r)                                   \
+    "CASE WHEN " r ".polled_until > now() OR NOT coalesce("                   \
+    "(SELECT w.polled_only FROM session_wakeups w), false)"                   \
+    " THEN pg_notify('session_events', '" event ":' || " r ".id::text) END"
 
 /* o: image.uploaded for a webhook session s, with the image i as data */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX                                    \
@@ -584,7 +602,8 @@
 
 /*
  * $1 project, $2 session id, $3 the sequence: the columns of
- * IMAGE_UPLOAD, its notification and outbox row
+ * IMAGE_UPLOAD and its outbox row (its wake-up went with the first
+ * statement, NGX_HTTP_SESSION_SQL_UPLOAD_SESSION)
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_END                                 \
     "WITH " NGX_HTTP_SESSION_SQL_STREAM_WORK                                  \
@@ -597,8 +616,7 @@
     "s AS (SELECT s.id, s.project_id, s.image_count, s.delivery_mode,"        \
     " s.webhook_url FROM sessions s WHERE s.id = $2::uuid"                    \
     " AND s.project_id = $1::uuid),"                                          \
-    " i AS (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                 \
-    " pg_notify('session_events', 'uploaded:' || i.session_id::text) AS n"    \
+    " i AS (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                     \
     " FROM images i WHERE i.session_id = $2::uuid"                            \
     " AND i.sequence = $3::integer),"                                         \
     NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
@@ -720,11 +738,14 @@
  * session's columns and an unacknowledged image per row, oldest first
  * (one row of NULL image columns when there is none, or when the session
  * is not the k-th project's; a row of NULL session columns when the
- * session is missing), then k (bigint, from 1) as the last column.
+ * session is missing), then the milliseconds its arm has left (bigint,
+ * negative or NULL: none, see NGX_HTTP_SESSION_SQL_POLL_ARM) and k
+ * (bigint, from 1) as the last two columns.
  */
 #define NGX_HTTP_SESSION_SQL_POLL                                             \
     "SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("x") ", "                     \
-    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ", w.k"                              \
+    NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ","                                  \
+    " (extract(epoch FROM x.polled_until - now()) * 1000)::bigint, w.k"       \
     " FROM unnest($1::uuid[], $2::uuid[]) WITH ORDINALITY w(project, id, k)"  \
     " LEFT JOIN sessions x ON x.id = w.id"                                    \
     " LEFT JOIN LATERAL (SELECT " NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")        \
@@ -732,6 +753,18 @@
     " AND i.acknowledged_at IS NULL"                                          \
     " ORDER BY i.sequence LIMIT $3::integer) i ON x.project_id = w.project"   \
     " ORDER BY w.k, i.sequence"
+
+/*
+ * The long poll's arm (decision (yf)): $1 projects and $2 ids of sessions
+ * that polls are about to wait on (as in NGX_HTTP_SESSION_SQL_POLL), $3
+ * seconds from now; until then every change to them notifies
+ * (NGX_HTTP_SESSION_SQL_WAKE).  Never shortens an arm.
+ */
+#define NGX_HTTP_SESSION_SQL_POLL_ARM                                         \
+    "UPDATE sessions s SET polled_until = greatest(s.polled_until,"           \
+    " now() + $3::integer * interval '1 second')"                             \
+    " FROM unnest($1::uuid[], $2::uuid[]) w(project, id)"                     \
+    " WHERE s.id = w.id AND s.project_id = w.project"
 
 
 /*

@@ -25,10 +25,12 @@ use File::Basename qw(dirname);
 use File::Spec;
 use File::Temp ();
 use JSON::PP ();
+use IO::Select ();
 use POSIX ();
+use Time::HiRes ();
 
 our @EXPORT = qw(fixture sessionctl sessionctl_ok db_conninfo psql
-                 psql_begin psql_end
+                 psql_begin psql_end notifications
                  sql_quote);
 our @EXPORT_OK = qw(repo_root sessionctl_path decode_json encode_json);
 
@@ -214,6 +216,57 @@ sub psql_end {
 
     print $fh $end;
     close $fh;
+}
+
+
+# notifications($channel, $code, $until): what a psql that LISTENs on
+# $channel printed of the notifications that arrived while $code ran
+# (once psql listens) and after, until the output matches $until (a
+# regexp) or 10 s have passed.  PostgreSQL delivers notifications in
+# the order their transactions committed, so a notification awaited
+# after others tells that those would have arrived by then.
+sub notifications {
+    my ($channel, $code, $until) = @_;
+
+    # psql LISTENs, then runs short commands, printing each notification
+    # that has arrived when one ends
+    pipe my $rd, my $wr or croak "pipe: $!";
+    my $pid = fork;
+    croak "fork: $!" unless defined $pid;
+
+    if ($pid == 0) {
+        close $rd;
+        open STDOUT, '>&', $wr or POSIX::_exit(1);
+        { exec 'psql', '-X', '-q', '-d', db_conninfo(),
+               '-c', "LISTEN $channel", '-c', "SELECT 'listening'",
+               map { ('-c', 'SELECT pg_sleep(0.05)') } 1 .. 200; }
+        POSIX::_exit(127);
+    }
+
+    close $wr;
+
+    my $out = '';
+    my $sel = IO::Select->new($rd);
+    my $deadline = Time::HiRes::time() + 10;
+
+    while ($out !~ /listening/ && $sel->can_read(5)) {
+        sysread($rd, my $c, 4096) or last;
+        $out .= $c;
+    }
+
+    $code->();
+
+    while ($out !~ $until
+           && Time::HiRes::time() < $deadline && $sel->can_read(1))
+    {
+        sysread($rd, my $c, 4096) or last;
+        $out .= $c;
+    }
+
+    kill 'TERM', $pid;
+    waitpid $pid, 0;
+
+    return $out;
 }
 
 

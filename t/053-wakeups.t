@@ -1,0 +1,359 @@
+# A write wakes the long polls only of a session that a poll armed
+# (docs/decisions.md (yf), src/sql/020_poll_wakeups.sql): before its
+# polls wait, a node arms the session (sessions.polled_until) past their
+# deadlines and then reads it again; an upload or a complete notifies
+# only while the arm lasts, or always with "sessionctl wakeups all".
+# The checks:
+#   - a waiting poll arms its session, a few minutes ahead, and is woken
+#     by an upload;
+#   - the race the order exists for: an upload that holds the session's
+#     row while the poll arms (and so did not see the arm, and does not
+#     notify) is seen by the read that follows the arm: the poll answers
+#     with the image at once, not at its timeout;
+#   - a poll that joins a settled node with a deadline past the node's
+#     arm makes it arm again, past the new deadline;
+#   - a poll that waits without an arm (as a node of the previous release
+#     does) is woken with "wakeups all", and is not with "polled" (then
+#     its timeout's read answers with the image);
+#   - sessionctl wakeups: shows and sets the mode, refuses another word;
+#     a database made from nothing starts at polled, one upgraded at all.
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use IO::Select ();
+use Time::HiRes ();
+use Session qw(:DEFAULT decode_json encode_json);
+use SessionTest qw(:DEFAULT api_request send_get answer status_json
+                    check_init listening);
+
+our $TAG = sprintf 't053-%d-%d', $$, time;
+
+our $F = fixture(plan => 'pro', name => "$TAG-main");
+our $KEY = $F->{key};
+
+our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
+
+
+# --- helpers -------------------------------------------------------------
+
+sub api { return api_request(@_[0 .. 4], { timeout => 30 }) }
+
+sub create {
+    my $r = api('POST', '/api/v1/sessions', $KEY,
+                { delivery_mode => 'long_poll' });
+
+    die "create: $r->{status} $r->{content}\n"
+        unless $r->{status} == 201 && ref $r->{json} eq 'HASH';
+
+    return $r->{json}{id};
+}
+
+sub upload {
+    my ($sid) = @_;
+
+    my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY,
+                $PNG, { 'Content-Type' => 'image/png' });
+
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json};
+}
+
+sub poll_send {
+    my ($sid, $timeout) = @_;
+    return send_get("/api/v1/sessions/$sid/poll?timeout=$timeout", $KEY);
+}
+
+sub waiting { status_json()->{long_poll}{waiting} }
+
+# seconds the session's arm has left (undef: none)
+sub armed_for {
+    my ($sid) = @_;
+    my $v = psql(q{SELECT extract(epoch FROM polled_until - now())}
+                 . " FROM sessions WHERE id = '$sid'");
+    return $v eq '' ? undef : $v;
+}
+
+sub wakeups { sessionctl_ok('wakeups')->{wakeups} }
+
+
+# --- the checks -----------------------------------------------------------
+
+my %checks;
+
+$checks{arm} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my $sid = create();
+    is(armed_for($sid), undef, "$name - a new session is not armed");
+
+    my $p = poll_send($sid, 30);
+
+    my ($w) = wait_until(10, 0.05, sub { waiting() >= 1 });
+    ok($w, "$name - the poll waits");
+
+    my $left = armed_for($sid) // 0;
+    ok($left > 240 && $left <= 300,
+       "$name - its session is armed about 5 minutes ahead ($left s)");
+
+    my $img = upload($sid);
+    my $r = answer($p, 10);
+
+    is($r->{status}, 200, "$name - the upload wakes it");
+    is($r->{json}{images}[0]{id}, $img->{id}, "$name - with the image");
+    ok($r->{elapsed} < 10, "$name - before its timeout");
+};
+
+
+# the upload locks the session's row and adds its image in a transaction
+# that does not notify (it began before the arm); the poll's first read
+# sees nothing, its arm waits for the row, and the read after the arm
+# sees the image once the transaction commits
+$checks{race} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my $sid = create();
+
+    my $fh = psql_begin(
+        qq{UPDATE sessions SET image_count = image_count + 1}
+        . qq{ WHERE id = '$sid';}
+        . qq{ INSERT INTO images (session_id, sequence, content_type, size,}
+        . qq{ sha256, content) VALUES ('$sid', 1, 'image/png', 1,}
+        . qq{ sha256('\\x00'::bytea), '\\x00'::bytea)},
+        qq{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+        . qq{ ON c.oid = l.relation WHERE c.relname = 'images'}
+        . qq{ AND l.mode = 'RowExclusiveLock' AND l.granted});
+
+    my $p = poll_send($sid, 20);
+
+    # the arm waits behind the transaction's row lock
+    my ($blocked) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}
+             . q{ AND query LIKE 'UPDATE sessions s SET polled_until%'}) > 0;
+    });
+    ok($blocked, "$name - the poll's arm waits for the session's row");
+
+    ok(!answer_ready($p, 0.2), "$name - the poll has not answered yet");
+
+    psql_end($fh);
+
+    my $r = answer($p, 20);
+
+    is($r->{status}, 200, "$name - the poll answers");
+    is(scalar @{ $r->{json}{images} // [] }, 1,
+       "$name - with the image committed while it armed");
+    ok($r->{elapsed} < 5, "$name - at once, not at its timeout "
+                          . sprintf('(%.2f s)', $r->{elapsed}));
+    ok((armed_for($sid) // 0) > 240, "$name - the session is armed");
+};
+
+sub answer_ready {
+    my ($p, $secs) = @_;
+    return scalar IO::Select->new($p->{sock})->can_read($secs);
+}
+
+
+# the node settled with an arm of 5 minutes; a poll of 400 s joins it
+$checks{rearm} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my $sid = create();
+
+    my $p1 = poll_send($sid, 30);
+    my ($w1) = wait_until(10, 0.05, sub { waiting() >= 1 });
+    ok($w1, "$name - the first poll waits");
+
+    my $left = armed_for($sid) // 0;
+    ok($left > 240 && $left <= 300, "$name - armed 5 minutes ahead");
+
+    my $p2 = poll_send($sid, 400);
+    my ($again) = wait_until(10, 0.05, sub {
+        (armed_for($sid) // 0) > 400;
+    });
+    ok($again, "$name - the second poll's wait arms it past its deadline "
+               . '(' . (armed_for($sid) // 'none') . ' s)');
+
+    my $img = upload($sid);
+
+    for my $p ($p1, $p2) {
+        my $r = answer($p, 10);
+        is($r->{status}, 200, "$name - a poll is woken");
+        is($r->{json}{images}[0]{id}, $img->{id}, "$name - with the image");
+    }
+};
+
+
+# a poll waits; its arm is taken away, as if a node of the previous
+# release polled, which does not arm
+$checks{unarmed} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    for my $mode ('all', 'polled') {
+        sessionctl_ok('wakeups', $mode);
+
+        my $sid = create();
+        my $p = poll_send($sid, 3);
+
+        my ($w) = wait_until(10, 0.05, sub { waiting() >= 1 });
+        ok($w, "$name - $mode: the poll waits");
+
+        psql("UPDATE sessions SET polled_until = NULL WHERE id = '$sid'");
+
+        my $img = upload($sid);
+        my $r = answer($p, 10);
+
+        is($r->{status}, 200, "$name - $mode: the poll answers 200");
+        is($r->{json}{images}[0]{id}, $img->{id},
+           "$name - $mode: with the image");
+
+        if ($mode eq 'all') {
+            ok($r->{elapsed} < 2, "$name - all: woken by the upload");
+        } else {
+            ok($r->{elapsed} >= 2.5,
+               "$name - polled: not woken, its timeout's read answers");
+        }
+    }
+};
+
+
+$checks{sessionctl} = sub {
+    my ($name) = @_;
+
+    is(wakeups(), 'polled', "$name - a database made by migrate: polled");
+
+    is(sessionctl_ok('wakeups', 'all')->{wakeups}, 'all', "$name - set all");
+    is(wakeups(), 'all', "$name - it stays all");
+    is(sessionctl_ok('wakeups', 'polled')->{wakeups}, 'polled',
+       "$name - set polled");
+
+    my ($code, $res) = sessionctl('wakeups', 'some');
+    is($code, 2, "$name - another word is a usage error (exit 2)");
+    is(wakeups(), 'polled', "$name - and changes nothing");
+
+    ($code, $res) = sessionctl('wakeups', 'all', 'polled');
+    is($code, 2, "$name - two words are a usage error");
+
+    # an upgraded database: migration 20 undone, migrate run again
+    my $db = "t053_upgraded_$$";
+    psql("CREATE DATABASE $db");
+
+    my $conninfo = db_conninfo() . " dbname=$db";
+
+    my $run = sub {
+        local $ENV{TEST_NGINX_SESSION_DB} = $conninfo;
+        return sessionctl_ok(@_);
+    };
+
+    $run->('migrate');
+    is($run->('wakeups')->{wakeups}, 'polled', "$name - new: polled");
+
+    my $undo = q{psql -X -q -d } . quotemeta($conninfo) . q{ -c }
+        . quotemeta(q{DELETE FROM session_schema_migrations WHERE version = 20;}
+                    . q{ DROP TABLE session_wakeups;}
+                    . q{ ALTER TABLE sessions DROP COLUMN polled_until});
+    is(system($undo), 0, "$name - migration 20 undone");
+
+    {
+        local $ENV{TEST_NGINX_SESSION_DB} = $conninfo;
+        my ($c, $msg) = sessionctl('wakeups');
+        is($c, 1, "$name - before schema 20: refused (exit 1)");
+        like($msg, qr/run sessionctl migrate/, "$name - saying what to do");
+    }
+
+    is($run->('migrate')->{version}, 20, "$name - migrated again to 20");
+    is($run->('wakeups')->{wakeups}, 'all',
+       "$name - an upgraded database starts at all");
+
+    psql("DROP DATABASE $db");
+};
+
+
+our $CONFIG = <<'EOF';
+    location /api/ {
+        session_api;
+        session_poll_max_timeout 400s;
+    }
+
+    location = /status {
+        session_status;
+    }
+EOF
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    $block->set_value('http_config',
+                      "    session_db \$TEST_NGINX_SESSION_DB_CONF;\n")
+        unless defined $block->http_config;
+    $block->set_value('config', $CONFIG) unless defined $block->config;
+    $block->set_value('more_headers', "Authorization: Bearer $KEY\n");
+
+    check_init($block, \%checks);
+});
+
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a waiting poll arms its session and is woken by an upload
+--- check: arm
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 2: an upload that held the row while the poll armed is seen at once
+--- check: race
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 3: a poll past the node's arm arms the session again
+--- check: rearm
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: a poll without an arm: woken with wakeups all, not with polled
+--- check: unarmed
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 5: sessionctl wakeups, and the mode a migration starts with
+--- check: sessionctl
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
