@@ -31,6 +31,7 @@ use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use Webhook qw(free_port);
 use SessionTest qw(:DEFAULT api_request send_get answered answer status_json
+                    long_poll_session png_upload
                     error_log check_init worker_pids need_debug_log
                     listening master_pid listen_cut);
 
@@ -38,9 +39,6 @@ our $TAG = sprintf 't052-%d-%d', $$, time;
 
 our $F = fixture(plan => 'pro', name => "$TAG-main");
 our $KEY = $F->{key};
-
-our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
-
 
 # the polls' server: reuseport spreads connections over the workers
 $ENV{TEST_NGINX_SPREAD_PORT} = free_port();
@@ -51,26 +49,9 @@ our $SPREAD = $ENV{TEST_NGINX_SPREAD_PORT};
 
 sub api { return api_request(@_[0 .. 4], { timeout => 30, port => $_[5] }) }
 
-sub create {
-    my $r = api('POST', '/api/v1/sessions', $KEY,
-                { delivery_mode => 'long_poll' });
+sub create { return long_poll_session($KEY) }
 
-    die "create: $r->{status} $r->{content}\n"
-        unless $r->{status} == 201 && ref $r->{json} eq 'HASH';
-
-    return $r->{json}{id};
-}
-
-sub upload {
-    my ($sid) = @_;
-
-    my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY,
-                $PNG, { 'Content-Type' => 'image/png' });
-
-    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
-
-    return $r->{json};
-}
+sub upload { return png_upload($KEY, $_[0]) }
 
 # a poll on the spreading server, on its own connection
 sub poll_send {

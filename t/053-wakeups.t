@@ -17,6 +17,7 @@
 #     its timeout's read answers with the image);
 #   - sessionctl wakeups: shows and sets the mode, refuses another word;
 #     a database made from nothing starts at polled, one upgraded at all.
+#   - a complete notifies only an armed session, or any with "all".
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -29,40 +30,18 @@ use IO::Select ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request send_get answer status_json
-                    check_init listening);
+                    check_init listening long_poll_session png_upload);
 
 our $TAG = sprintf 't053-%d-%d', $$, time;
 
 our $F = fixture(plan => 'pro', name => "$TAG-main");
 our $KEY = $F->{key};
 
-our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
-
-
 # --- helpers -------------------------------------------------------------
 
-sub api { return api_request(@_[0 .. 4], { timeout => 30 }) }
+sub create { return long_poll_session($KEY) }
 
-sub create {
-    my $r = api('POST', '/api/v1/sessions', $KEY,
-                { delivery_mode => 'long_poll' });
-
-    die "create: $r->{status} $r->{content}\n"
-        unless $r->{status} == 201 && ref $r->{json} eq 'HASH';
-
-    return $r->{json}{id};
-}
-
-sub upload {
-    my ($sid) = @_;
-
-    my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY,
-                $PNG, { 'Content-Type' => 'image/png' });
-
-    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
-
-    return $r->{json};
-}
+sub upload { return png_upload($KEY, $_[0]) }
 
 sub poll_send {
     my ($sid, $timeout) = @_;
@@ -282,6 +261,36 @@ $checks{sessionctl} = sub {
 };
 
 
+# completes notify as uploads do (t/008 TEST 10 checks the uploads); the
+# armed session's notification last: it commits after the others
+$checks{complete} = sub {
+    my ($name) = @_;
+
+    my ($quiet, $armed, $all) = map { create() } 1 .. 3;
+
+    psql("UPDATE sessions SET polled_until = now() + interval '1 minute'"
+         . " WHERE id = '$armed'");
+
+    my $complete = sub {
+        my $r = api_request('POST', "/api/v1/sessions/$_[0]/complete",
+                            $KEY, undef, undef, { timeout => 30 });
+        die "complete: $r->{status}\n" unless $r->{status} == 200;
+    };
+
+    my $out = notifications('session_events', sub {
+        $complete->($quiet);
+        sessionctl_ok('wakeups', 'all');
+        $complete->($all);
+        sessionctl_ok('wakeups', 'polled');
+        $complete->($armed);
+    }, qr/completed:\Q$armed\E/);
+
+    like($out, qr/"completed:\Q$armed\E"/, "$name - the armed session's");
+    like($out, qr/"completed:\Q$all\E"/, "$name - any with wakeups all");
+    unlike($out, qr/\Q$quiet\E/, "$name - none of the unarmed session");
+};
+
+
 our $CONFIG = <<'EOF';
     location /api/ {
         session_api;
@@ -352,6 +361,16 @@ GET /api/v1/sessions?limit=1
 
 === TEST 5: sessionctl wakeups, and the mode a migration starts with
 --- check: sessionctl
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 6: a complete notifies only an armed session, or any with wakeups all
+--- check: complete
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -111,7 +111,8 @@ static void ngx_http_session_poll_result(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_poll_armed(ngx_http_session_db_query_t *q,
     PGresult *res);
-static void ngx_http_session_poll_arm(ngx_http_session_poll_node_t *node);
+static void ngx_http_session_poll_queue(ngx_http_session_poll_node_t *node,
+    ngx_uint_t arm);
 static void ngx_http_session_poll_node_result(
     ngx_http_session_poll_node_t *node, ngx_log_t *log, PGresult *res,
     int first, int rows);
@@ -235,21 +236,41 @@ ngx_http_session_poll_want(ngx_http_session_poll_node_t *node,
 ngx_int_t
 ngx_http_session_poll_read(ngx_http_session_poll_node_t *node)
 {
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "session poll: reading %s", node->sid);
+    ngx_http_session_poll_queue(node, 0);
+
+    return NGX_OK;
+}
+
+
+/*
+ * The node goes in the worker's queue of reads (arm 0) or of arms (arm
+ * 1), whose statement is sent once the event under way is over; it
+ * counts as reading until its result
+ */
+
+static void
+ngx_http_session_poll_queue(ngx_http_session_poll_node_t *node,
+    ngx_uint_t arm)
+{
+    ngx_event_t                    *ev;
+    ngx_http_session_poll_table_t  *t;
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "session poll: %s %s", arm ? "arming" : "reading",
+                   node->sid);
+
+    t = &ngx_http_session_poll_table;
+    ev = arm ? &t->arm_ev : &t->read_ev;
 
     node->reading = 1;
     node->queued = 1;
     node->again = 0;
 
-    ngx_queue_insert_tail(&ngx_http_session_poll_table.pending, &node->pending);
+    ngx_queue_insert_tail(arm ? &t->arms : &t->pending, &node->pending);
 
-    if (!ngx_http_session_poll_table.read_ev.posted) {
-        ngx_post_event(&ngx_http_session_poll_table.read_ev,
-                       &ngx_posted_events);
+    if (!ev->posted) {
+        ngx_post_event(ev, &ngx_posted_events);
     }
-
-    return NGX_OK;
 }
 
 
@@ -604,7 +625,7 @@ ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
             {
                 /* they wait after the arm, and a read that follows it */
                 node->settled = 0;
-                ngx_http_session_poll_arm(node);
+                ngx_http_session_poll_queue(node, 1);
                 goto done;
             }
 
@@ -633,31 +654,6 @@ answer:
 done:
 
     ngx_http_session_poll_release(node);
-}
-
-
-/*
- * The node's session is armed, in the next arm statement, before a read
- * lets its waiters wait (see the top of this file); meanwhile the node
- * counts as reading
- */
-
-static void
-ngx_http_session_poll_arm(ngx_http_session_poll_node_t *node)
-{
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                   "session poll: arming %s", node->sid);
-
-    node->reading = 1;
-    node->queued = 1;
-    node->again = 0;
-
-    ngx_queue_insert_tail(&ngx_http_session_poll_table.arms, &node->pending);
-
-    if (!ngx_http_session_poll_table.arm_ev.posted) {
-        ngx_post_event(&ngx_http_session_poll_table.arm_ev,
-                       &ngx_posted_events);
-    }
 }
 
 

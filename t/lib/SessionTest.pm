@@ -50,7 +50,7 @@ our @EXPORT = qw(nginx_quote http_request auth_header wait_until
 
 our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
                     burst status_json listening listen_cut error_log
-                    access_log
+                    access_log long_poll_session png_upload
                     check_init run_check run_action db_http_config api_config
                     ping_request key_headers add_no_error_log todo_block);
 
@@ -524,6 +524,37 @@ sub api_request {
 # nginx of the current block (or to PORT of 127.0.0.1), not waiting for
 # the answer (answered, answer).  Returns the request: a hash of sock
 # (the connection), path and t0 (Time::HiRes::time() once sent).
+# long_poll_session(KEY): a new long_poll session of KEY's project, its
+# id; dies unless the answer is 201 with a JSON object.
+sub long_poll_session {
+    my ($key) = @_;
+
+    my $r = api_request('POST', '/api/v1/sessions', $key,
+                        { delivery_mode => 'long_poll' }, undef,
+                        { timeout => 30 });
+
+    die "create: $r->{status} $r->{content}\n"
+        unless $r->{status} == 201 && ref $r->{json} eq 'HASH';
+
+    return $r->{json}{id};
+}
+
+
+# png_upload(KEY, SID): a small PNG uploaded into the session SID, the
+# image object of the answer; dies unless the answer is 201.
+sub png_upload {
+    my ($key, $sid) = @_;
+
+    my $r = api_request('POST', "/api/v1/sessions/$sid/images", $key,
+                        "\x89PNG\r\n\x1a\n" . ('x' x 32),
+                        { 'Content-Type' => 'image/png' }, { timeout => 30 });
+
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+
+    return $r->{json};
+}
+
+
 sub send_get {
     my ($path, $key, $port) = @_;
 
