@@ -356,6 +356,13 @@ sub poller {
         if ($st != 200 || !grep { $_ eq $iid } @ids) {
             bad("poll on $pnode, upload on $unode: " . ($st // 'no answer')
                 . ' without the image', %rec);
+        } elsif ($rec{op} eq 'poll-woken' && $rec{latency} > 5) {
+            # the upload's wake-up did not come: the poll's timeout read
+            # found the image (decision (yf): a node that does not mark
+            # the sessions it polls, on a database set to "polled")
+            bad(sprintf("poll on %s, upload on %s: answered %.1f s after"
+                        . " the upload, not woken by it", $pnode, $unode,
+                        $rec{latency}), %rec);
         } else {
             record(%rec);
         }
