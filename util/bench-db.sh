@@ -77,6 +77,10 @@
 #                         every write; 0: the bare statements, without
 #                         it, as the module's writes into sessions no
 #                         poll marked (decision (yf))
+#   BENCH_DB_SOCKET       a directory (/var/run/postgresql): the module and
+#                         pgbench reach the throw-away cluster through its
+#                         Unix socket there, not TCP on 127.0.0.1, as a
+#                         node beside its database may
 #   SESSION_MODULE        another build of the module (as util/chaos.sh):
 #                         an older one runs on this tree's schema, which
 #                         is how a migration's additivity is exercised and
@@ -1323,6 +1327,14 @@ inside() {
 pin_setup
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
+    # the cluster's Unix socket instead of TCP on loopback, for both sides
+    # (pg_virtualenv lets the socket in by peer only: a password line first)
+    if [ -n "${BENCH_DB_SOCKET:-}" ]; then
+        hba=$(psql -XAtc 'SHOW hba_file')
+        sed -i '1i local all all scram-sha-256' "$hba"
+        psql -XAtc 'SELECT pg_reload_conf()' >/dev/null
+        export PGHOST=$BENCH_DB_SOCKET
+    fi
     DB=$(pg_virtualenv_conninfo)
     pg_cluster_up
     inside
