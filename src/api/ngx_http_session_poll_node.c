@@ -109,6 +109,8 @@ static void ngx_http_session_poll_send_arms(ngx_event_t *ev);
 static void ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm);
 static void ngx_http_session_poll_result(ngx_http_session_db_query_t *q,
     PGresult *res);
+static ngx_int_t ngx_http_session_poll_int8(PGresult *res, int row, int col,
+    int64_t *n);
 static void ngx_http_session_poll_armed(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_poll_queue(ngx_http_session_poll_node_t *node,
@@ -337,7 +339,9 @@ ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
                                    * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
             ps = ngx_pnalloc(pool, NGX_HTTP_SESSION_POLL_BATCH
                                    * (NGX_HTTP_SESSION_UUID_LEN + 1) + 2);
-            pn = ngx_pnalloc(pool, NGX_INT_T_LEN + 1);
+            /* $3: the most images (a read), the arm's seconds (an arm) */
+            pn = arm ? ngx_pnalloc(pool, NGX_INT_T_LEN + 1)
+                     : (u_char *) NGX_HTTP_SESSION_POLL_IMAGES;
 
             query = ngx_http_session_db_query_create_pool(pool,
                                     ngx_cycle->log,
@@ -364,11 +368,7 @@ ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
 
             ngx_http_session_db_param(query, pp, 0, 0);
             ngx_http_session_db_param(query, ps, 0, 0);
-            ngx_http_session_db_param(query,
-                                      arm ? pn
-                                          : (u_char *)
-                                            NGX_HTTP_SESSION_POLL_IMAGES,
-                                      0, 0);
+            ngx_http_session_db_param(query, pn, 0, 0);
 
             *pp++ = '{';
             *ps++ = '{';
@@ -384,10 +384,10 @@ ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
             node->queued = 0;
 
             /* an arm outlasts the latest deadline of the node's waiters */
-            left = (ngx_msec_int_t) (node->until - ngx_current_msec);
 
-            if (left > most) {
-                most = left;
+            if (arm) {
+                left = (ngx_msec_int_t) (node->until - ngx_current_msec);
+                most = ngx_max(most, left);
             }
 
             if (batch) {
@@ -420,10 +420,12 @@ ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
             *pp++ = '}'; *pp = '\0';
             *ps++ = '}'; *ps = '\0';
 
-            most = most / 1000 + 1 + NGX_HTTP_SESSION_POLL_ARM_PAST;
-            *ngx_sprintf(pn, "%i",
-                         (ngx_int_t) ngx_max(most, NGX_HTTP_SESSION_POLL_ARM))
-                = '\0';
+            if (arm) {
+                most = most / 1000 + 1 + NGX_HTTP_SESSION_POLL_ARM_PAST;
+                *ngx_sprintf(pn, "%i", (ngx_int_t)
+                             ngx_max(most, NGX_HTTP_SESSION_POLL_ARM))
+                    = '\0';
+            }
 
             rc = ngx_http_session_db_query_run(query);
 
@@ -475,9 +477,8 @@ ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
 static void
 ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 {
-    u_char                         *v;
     int64_t                         k, left;
-    ngx_uint_t                      i, j;
+    ngx_uint_t                      i;
     int                             row, first, rows, ntuples, col;
     ngx_pool_t                     *pool;
     ngx_http_session_poll_node_t   *node;
@@ -506,19 +507,9 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
         while (row < ntuples
                && PQnfields(res) == col + 1
-               && PQgetlength(res, row, col) == 8)
+               && ngx_http_session_poll_int8(res, row, col, &k) == NGX_OK
+               && k == (int64_t) i + 1)
         {
-            v = (u_char *) PQgetvalue(res, row, col);
-            k = 0;
-
-            for (j = 0; j < 8; j++) {
-                k = (k << 8) | v[j];
-            }
-
-            if (k != (int64_t) i + 1) {
-                break;
-            }
-
             row++;
         }
 
@@ -526,14 +517,11 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
 
         /* the arm lasts at least that long after the statement was sent */
 
-        left = 0;
-
-        if (rows && PQgetlength(res, first, col - 1) == 8) {
-            v = (u_char *) PQgetvalue(res, first, col - 1);
-
-            for (j = 0; j < 8; j++) {
-                left = (left << 8) | v[j];
-            }
+        if (rows == 0
+            || ngx_http_session_poll_int8(res, first, col - 1, &left)
+               != NGX_OK)
+        {
+            left = 0;
         }
 
         node->armed_until = (left > 0)
@@ -544,6 +532,29 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     ngx_destroy_pool(pool);
+}
+
+
+/* a bigint column in binary: NGX_OK, or NGX_DECLINED (NULL, or not 8 bytes) */
+
+static ngx_int_t
+ngx_http_session_poll_int8(PGresult *res, int row, int col, int64_t *n)
+{
+    u_char      *v;
+    ngx_uint_t   j;
+
+    if (PQgetlength(res, row, col) != 8) {
+        return NGX_DECLINED;
+    }
+
+    v = (u_char *) PQgetvalue(res, row, col);
+    *n = 0;
+
+    for (j = 0; j < 8; j++) {
+        *n = (*n << 8) | v[j];
+    }
+
+    return NGX_OK;
 }
 
 
