@@ -32,7 +32,7 @@ use Test::Nginx::Socket 'no_plan';
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT error_body api_request raw_http check_init
-                    long_poll_session png_upload);
+                    listening long_poll_session png_upload);
 
 our $TAG = sprintf 't054-%d-%d', $$, time;
 
@@ -534,6 +534,39 @@ $checks{db_timeout} = sub {
 };
 
 
+# session_auth_cache_ttl's default, 5 s: a key deleted in SQL (no
+# notification) is still served from the cache until its answer is 5 s
+# old, and refused after
+$checks{auth_ttl} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my $f = fixture(plan => 'pro', name => "$TAG-ttl");
+    my $path = '/api/v1/sessions?limit=1';
+
+    my $t0 = Time::HiRes::time();
+    is(api('GET', $path, $f->{key})->{status}, 200, "$name - the key works");
+
+    psql('UPDATE api_keys SET deleted_at = now() WHERE id = '
+         . sql_quote($f->{key_id}));
+
+    my $r = api('GET', $path, $f->{key});
+    my $t1 = Time::HiRes::time();
+    is($r->{status}, 200, "$name - the cached answer is reused")
+        if $t1 - $t0 < 4;
+
+    my ($gone) = wait_until(10, 0.05, sub {
+        api('GET', $path, $f->{key})->{status} == 401;
+    });
+    my $elapsed = Time::HiRes::time() - $t0;
+
+    ok($gone, "$name - refused once the cached answer expired");
+    ok($elapsed >= 4.5 && $elapsed < 6.5,
+       sprintf('%s - after about 5 s (%.2f s)', $name, $elapsed));
+};
+
+
 our $CONFIG = <<'EOF';
     location /api/ {
         session_api;
@@ -658,3 +691,15 @@ GET /api/v1/sessions?limit=1
 [alert]
 [crit]
 [emerg]
+
+
+
+=== TEST 11: session_auth_cache_ttl's default is 5 s
+--- check: auth_ttl
+--- debug_log: the "session listen: listening" lines
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- timeout: 15
+--- no_error_log
+[error]
