@@ -440,6 +440,7 @@ $checks{etag_forms} = sub {
                     { 'If-None-Match' => $c->[0] });
         is($r->{status}, 304, "$name - $c->[1]: 304");
         is($r->{content} // '', '', "$name - $c->[1]: no body");
+        is($r->{headers}{etag}, $tag, "$name - $c->[1]: the ETag");
     }
 
     my $r = api('GET', $path, $KEY{MAIN}, undef,
