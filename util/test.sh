@@ -183,6 +183,7 @@ weight() {
         013-status.t)       echo 4 ;;
         005-revocation.t)   echo 4 ;;
         020-documents.t)    echo 3 ;;
+        054-contract-audit.t) echo 10 ;;
         *)                  echo 30 ;;
     esac
 }
