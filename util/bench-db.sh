@@ -1124,6 +1124,8 @@ cost_report() {
             printf "| floor: return 200 at %s/s | %.0f | | | |\n", r, 1e6 / n }'
     done
 
+    goal_room
+
     echo
     echo "Runs (µs of server CPU per request, module: nginx + PostgreSQL;" \
          "pgbench: PostgreSQL; p99 ms), round by round:"
@@ -1134,6 +1136,48 @@ cost_report() {
         printf -- '- %s: module %s/ pgbench %s; p99 %s/ %s\n' "$key" \
             "${CPU_T[rate-$key]}" "${CPU_P[pgrate-$key]}" \
             "${P99[rate-$key]}" "${P99[pgrate-$key]}"
+    done
+}
+
+# goal_room: per endpoint of the fixed-rate table, the nginx CPU per
+# request that the CPU goal leaves (1.5 x pgbench's backends, less the
+# module's own backends), beside nginx's `return 200` at the same rate:
+# where the room is below that floor, no module that answers through
+# nginx can meet the goal while PostgreSQL does the statement's work at
+# the cost it has for the module
+goal_room() {
+    local s key name rest rate ng pm pb fl
+
+    echo
+    echo "What the CPU goal leaves nginx (1.5 x PostgreSQL's µs per pgbench" \
+         "transaction, less the module's PostgreSQL µs per request), beside" \
+         "nginx's own \`return 200\` at the same rate:"
+    echo
+    echo "| endpoint | nginx µs/req | room for nginx µs/req | return 200 µs/req | room over return 200 | verdict |"
+    echo "|---|---:|---:|---:|---:|---|"
+
+    for s in "${SCENARIOS[@]}"; do
+        IFS='|' read -r key name rest <<<"$s"
+        [ -n "${CPU_N[rate-$key]:-}" ] || continue
+
+        rate=$(rate_of "$key")
+        [ -n "${CPU_N[floor-ok-$rate]:-}" ] || continue
+        ng=$(median <<<"${CPU_N[rate-$key]}")
+        pm=$(median <<<"${CPU_T[rate-$key]}")
+        pm=$(awk -v t="$pm" -v n="$ng" 'BEGIN { printf "%.3f", t - n }')
+        pb=$(median <<<"${CPU_P[pgrate-$key]}")
+        fl=$(median <<<"${CPU_N[floor-ok-$rate]}")
+        awk -v k="$key" -v n="$ng" -v p="$pm" -v b="$pb" -v f="$fl" 'BEGIN {
+            room = 1.5 * b - p
+            if (n <= room) {
+                v = "met"
+            } else if (room < f) {
+                v = "out of reach: less than `return 200`"
+            } else {
+                v = sprintf("nginx %.1f µs over the room", n - room)
+            }
+            printf "| %s | %.1f | %.1f | %.1f | %.1f | %s |\n",
+                k, n, room, f, room - f, v }'
     done
 }
 
