@@ -178,17 +178,9 @@ sub rows {
     return @r;
 }
 
-# a scheduled retry made due now, as the schedule would in a second or
-# more: for tests that need a retry, not its spacing (which t/015's
-# retry, max_attempts and reload blocks check against the clock)
-sub due_now {
-    my ($where) = @_;
-
-    psql('UPDATE webhook_outbox SET next_attempt_at = now()'
-         . " WHERE ($where) AND claimed_until IS NULL"
-         . ' AND delivered_at IS NULL AND failed_at IS NULL;'
-         . ' NOTIFY session_webhooks');
-}
+# due_now(WHERE) of t/lib/Webhook.pm makes a scheduled retry due now:
+# for the blocks that need a retry, not its spacing (which the retry,
+# max_attempts and reload blocks check against the clock)
 
 sub event_rows { rows('id = ' . sql_quote($_[0])) }
 sub session_rows { rows('session_id = ' . sql_quote($_[0])) }

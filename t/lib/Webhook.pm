@@ -1,8 +1,10 @@
 package Webhook;
 
-# Webhook receivers and a DNS responder on 127.0.0.1, for t/015-webhooks.t:
+# Webhook receivers and a DNS responder on 127.0.0.1, for t/015-webhooks.t
+# and t/055-directive-defaults.t:
 #
-#   receiver_start(LOG [, tls => {cert => FILE, key => FILE}] [, port => N])
+#   receiver_start(LOG [, tls => {cert => FILE, key => FILE}] [, port => N]
+#                  [, conn_log => FILE])
 #       an HTTP (or HTTPS) server in a child process; returns (port, pid).
 #       Every request it reads is appended to LOG as one JSON line:
 #       {"t": epoch seconds (float), "method", "path", "headers": {lower-case
@@ -21,7 +23,17 @@ package Webhook;
 #                                   connection; a later one on it is
 #                                   not answered, the connection closed
 #       A 3xx carries "Location: /ok/redirected".
+#       With conn_log (plain HTTP only), each connection's accept and
+#       close are appended to FILE as JSON lines {"t", "conn", "event":
+#       "accept" or "close", "by": "peer" or "receiver" (a close)}.
 #   receiver_requests(LOG [, PATH_PREFIX]): the logged requests, in order.
+#   receiver_connections(FILE, CONN): the accept and close lines of the
+#       connection CONN (a request's "conn") in conn_log FILE, as a hash
+#       {accept => t, close => t, by => who}; a missing one is undef.
+#   due_now(WHERE): the scheduled retries of the webhook_outbox rows that
+#       WHERE selects (an SQL condition) made due now, and the senders
+#       told (NOTIFY session_webhooks): what the schedule would do in a
+#       second or more, for tests that need a retry, not its spacing.
 #   dns_start(ZONE [, PORT]): a UDP DNS responder that answers A queries
 #       for ZONE and its subdomains with 127.0.0.1, AAAA with no address,
 #       and anything else NXDOMAIN; returns (port, pid).
@@ -38,9 +50,11 @@ use IO::Select ();
 use IO::Socket::INET ();
 use JSON::PP ();
 use POSIX ();
+use Session ();
 use Time::HiRes ();
 
-our @EXPORT = qw(receiver_start receiver_requests dns_start free_port stop);
+our @EXPORT = qw(receiver_start receiver_requests receiver_connections
+                 due_now dns_start free_port stop);
 
 my @Children;
 my $Json = JSON::PP->new->canonical;
@@ -161,6 +175,19 @@ sub _log {
 }
 
 
+sub _conn_log {
+    my ($file, $conn, $event, $by) = @_;
+
+    return unless defined $file;
+
+    open my $fh, '>>', $file or die "receiver: $file: $!";
+    print $fh $Json->encode({ t => Time::HiRes::time(), conn => $conn,
+                              event => $event,
+                              (defined $by ? (by => $by) : ()) }), "\n";
+    close $fh;
+}
+
+
 sub receiver_start {
     my ($log, %opt) = @_;
 
@@ -179,6 +206,18 @@ sub receiver_start {
         my (%buf, %held, %seen, %cid, %nreq);
         my $conns = 0;
 
+        # a connection's end: the conn_log line, then the close
+        my $end = sub {
+            my ($fh, $by) = @_;
+
+            _conn_log($opt{conn_log}, $cid{$fh}, 'close', $by);
+            $sel->remove($fh);
+            delete $buf{$fh};
+            delete $held{$fh};
+            delete $cid{$fh};
+            close $fh;
+        };
+
         for (;;) {
             POSIX::_exit(0) if getppid != $parent;
 
@@ -190,16 +229,14 @@ sub receiver_start {
                     $cid{$c} = ++$conns;
                     $nreq{$c} = 0;
                     $sel->add($c);
+                    _conn_log($opt{conn_log}, $conns, 'accept');
                     next;
                 }
 
                 my $n = sysread $fh, my $chunk, 65536;
 
                 if (!$n) {
-                    $sel->remove($fh);
-                    delete $buf{$fh};
-                    delete $held{$fh};
-                    close $fh;
+                    $end->($fh, 'peer');
                     next;
                 }
 
@@ -216,9 +253,7 @@ sub receiver_start {
 
                 if ($path =~ m{^/keep(drop)?/}) {
                     if ($1 && $nth > 1) {
-                        $sel->remove($fh);
-                        delete $buf{$fh};
-                        close $fh;
+                        $end->($fh, 'receiver');
                         next;
                     }
 
@@ -238,9 +273,7 @@ sub receiver_start {
 
                 $fh->blocking(1);
                 print $fh $answer;
-                $sel->remove($fh);
-                delete $buf{$fh};
-                close $fh;
+                $end->($fh, 'receiver');
             }
         }
     });
@@ -312,6 +345,37 @@ sub receiver_requests {
     close $fh;
 
     return @r;
+}
+
+
+sub receiver_connections {
+    my ($file, $conn) = @_;
+
+    my %c = (accept => undef, close => undef, by => undef);
+
+    open my $fh, '<', $file or return \%c;
+
+    while (my $line = <$fh>) {
+        my $r = eval { $Json->decode($line) } or next;
+        next unless ($r->{conn} // 0) == $conn;
+
+        $c{ $r->{event} } = $r->{t};
+        $c{by} = $r->{by} if defined $r->{by};
+    }
+
+    close $fh;
+
+    return \%c;
+}
+
+
+sub due_now {
+    my ($where) = @_;
+
+    Session::psql('UPDATE webhook_outbox SET next_attempt_at = now()'
+                  . " WHERE ($where) AND claimed_until IS NULL"
+                  . ' AND delivered_at IS NULL AND failed_at IS NULL;'
+                  . ' NOTIFY session_webhooks');
 }
 
 
