@@ -5,6 +5,8 @@
 #   make stop       stop them
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)
+#   make bench-page bench/*.md (kept by hand) into docs/benchmarks.md,
+#                   no run
 #   make bench-poll the long-poll fan-out beside nchan and its floor
 #   make bench-cost CPU time per request at a fixed rate beside pgbench -R
 #   make bench-cluster three nodes of each session_limit_scope (in bench)
@@ -74,7 +76,7 @@ UNIT_SRCS   := $(wildcard t/unit/*.c)
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost bench-cluster chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover sweep upgrade-test test-debian13 test-upstream \
-        bench-poll-proto bench-notify
+        bench-poll-proto bench-notify bench-page
 
 all: build
 
@@ -153,6 +155,9 @@ test: deps
 
 bench: deps build
 	@bash util/bench.sh
+
+bench-page:
+	@bash util/bench.sh --page
 
 bench-poll: deps build
 	@bash util/bench-poll.sh

@@ -2,7 +2,9 @@
 # src/ is in the table, every file the table names exists, every source
 # and header that config builds (SESSION_SRCS, SESSION_DEPS) and every
 # C file of the module's folders is named in its folder's row, so that
-# the table cannot drift from the code again.  Starts no nginx.
+# the table cannot drift from the code again.  And docs/benchmarks.md
+# against the sources that write it, so that "make bench" loses nothing
+# of it (below).  Starts no nginx.
 
 use strict;
 use warnings;
@@ -100,5 +102,75 @@ for my $f (sort @module) {
     ok($named{$f}, "$f is named in the table");
     ok($config =~ /\Q$f\E/, "$f is in config") if $f =~ /\.c$/;
 }
+
+
+# docs/benchmarks.md is written by util/bench.sh from its run (its own
+# text and what util/bench-*.sh print) and from bench/*.md, kept by
+# hand, which it puts between two marks.  Every "## " and "### " heading
+# of the page comes from those sources, every bench/*.md is placed by
+# util/bench.sh, in the page's order, and each part kept by hand is in
+# the page as its file is: a part added to or edited in the page alone
+# would be lost at the next "make bench" (edit the file, then
+# "make bench-page", which is "bash util/bench.sh --page").
+my $page = slurp('docs/benchmarks.md');
+my $bench_sh = slurp('util/bench.sh');
+
+opendir my $ud, "$root/util" or die "util: $!";
+my @scripts = sort grep { /^bench.*\.sh$/ } readdir $ud;
+closedir $ud;
+opendir my $bd, "$root/bench" or die "bench: $!";
+my @hand = sort map { s/\.md$//r } grep { /\.md$/ } readdir $bd;
+closedir $bd;
+
+my $scripts = join '', map { slurp("util/$_") } @scripts;
+$scripts =~ s/\\([`\$])/$1/g;    # as a here-document writes them
+my %hand_text = map { $_ => slurp("bench/$_.md") } @hand;
+
+my @headings = $page =~ /^(#{2,3} .+)$/mg;
+ok(@headings >= 20, 'benchmarks.md has its headings (' . @headings . ')');
+for my $h (@headings) {
+    my $written = $scripts =~ /(?:^|")\Q$h\E(?:"|$)/m
+        || grep { $hand_text{$_} =~ /^\Q$h\E$/m } @hand;
+    (my $name = $h) =~ s/^#+ //;
+    ok($written, "benchmarks.md's heading \"$name\" is written by"
+                 . " util/bench*.sh or kept in bench/*.md");
+}
+
+# the page's parts kept by hand, in order
+my (@placed, %block);
+my $begin = qr{^<!-- kept by hand: bench/([\w.-]+)\.md -->\n}m;
+while ($page =~ m{$begin(.*?)^<!-- end of bench/\1\.md -->$}msg) {
+    push @placed, $1;
+    $block{$1} = $2;
+}
+
+# util/bench.sh's calls that place them, in order
+my @calls;
+for my $line (split /\n/, $bench_sh) {
+    next if $line =~ /^\s*#/;
+    for my $name ($line =~ /(?:^\s*|\$\()(?:hand|part) ([a-z][\w-]*)/g) {
+        push @calls, $name unless grep { $_ eq $name } @calls;
+    }
+}
+
+for my $name (@hand) {
+    ok((grep { $_ eq $name } @calls),
+       "bench/$name.md is placed by util/bench.sh");
+    ok(exists $block{$name}, "bench/$name.md is in benchmarks.md");
+    next unless exists $block{$name};
+    my $same = $block{$name} eq $hand_text{$name};
+    ok($same, "benchmarks.md holds bench/$name.md as it is");
+    next if $same;
+    my @a = split /\n/, $block{$name}, -1;
+    my @b = split /\n/, $hand_text{$name}, -1;
+    my $i = 0;
+    $i++ while $i < @a && $i < @b && $a[$i] eq $b[$i];
+    diag("first difference at line " . ($i + 1) . " of bench/$name.md:\n"
+         . "  page: " . ($a[$i] // '(end)') . "\n"
+         . "  file: " . ($b[$i] // '(end)') . "\n"
+         . "edit bench/$name.md, then: make bench-page");
+}
+is_deeply(\@placed, \@calls,
+          'benchmarks.md has the parts kept by hand in util/bench.sh\'s order');
 
 done_testing();

@@ -4,6 +4,8 @@
 # with the command and the machine, to docs/benchmarks.md.
 #
 #   bash util/bench.sh
+#   bash util/bench.sh --page    bench/*.md (kept by hand) into the page
+#                                again, without a run (make bench-page)
 #
 # Everything is local and bounded: a throw-away PostgreSQL (pg_virtualenv,
 # as util/test.sh does), nginx on a free loopback port, each wrk run
@@ -602,6 +604,8 @@ db_section() {
     echo
     if [ ! -f "$W/db.md" ]; then
         echo "Not measured in this run (BENCH_PGBENCH=0)."
+        echo
+        hand cost
         return 0
     fi
     cat <<EOT
@@ -631,51 +635,74 @@ time nginx and PostgreSQL spend per request (decision (ya);
 
 EOT
     cat "$W/db.md"
+    echo
 
-    # bench/cost.md, kept by hand: the fixed-rate table's method and how
-    # to plan capacity with it
-    if [ -f "$ROOT/bench/cost.md" ] && grep -q '^Cost per request' "$W/db.md"
-    then
-        printf '\n'
-        cat "$ROOT/bench/cost.md"
-    fi
+    # the fixed-rate runs of dated builds, the method and how to plan
+    # capacity with it
+    hand cost
 }
 
 
-# bench/notes.md, kept by hand (what the figures were found to mean),
-# goes into the page as it is
-notes() {
-    if [ -f "$ROOT/bench/notes.md" ]; then
-        cat "$ROOT/bench/notes.md"
-    fi
+# hand NAME: bench/NAME.md, kept by hand, as it is, between two marks
+# (HTML comments, not shown) by which "bash util/bench.sh --page" puts a
+# later edit of the file in and t/000-layout.t checks the page against
+# the file.  Every part of the page that no run writes lives in such a
+# file: an edit made in docs/benchmarks.md alone is lost at the next
+# "make bench".  The files, in the page's order:
+#   cost        the fixed-rate cost of dated runs, method, planning
+#   notes       what the figures were found to mean
+#   images      the image runs of dated builds, streamed images
+#   webhook     where the time of a delivery goes
+#   cluster     the cluster run of 05:15, the turn of a minute
+#   pooler      through PgBouncer (util/bench-pooler.sh)
+#   poll        the long poll fan-out, "make bench-poll", a run of its own
+#   poll-proto  a waiting long poll per protocol, "make bench-poll-proto"
+hand() {
+    [ -f "$ROOT/bench/$1.md" ] || return 0
+    echo "<!-- kept by hand: bench/$1.md -->"
+    cat "$ROOT/bench/$1.md"
+    echo "<!-- end of bench/$1.md -->"
 }
 
 
-# bench/webhook.md, kept by hand: where the time of a delivery goes
-webhook_notes() {
-    if [ -f "$W/webhook.md" ] && [ -f "$ROOT/bench/webhook.md" ]; then
-        printf '\n'
-        cat "$ROOT/bench/webhook.md"
+# part NAME HEADING SWITCH: the section a script wrote into $W/NAME.md
+# (or HEADING and a line saying it was skipped), then bench/NAME.md
+part() {
+    if [ -f "$W/$1.md" ]; then
+        cat "$W/$1.md"
+    else
+        printf '%s\n\nNot measured in this run (%s=0).\n' "$2" "$3"
     fi
+    echo
+    hand "$1"
 }
 
 
-# bench/images.md, kept by hand: streamed images before and after
-images_notes() {
-    if [ -f "$W/images.md" ] && [ -f "$ROOT/bench/images.md" ]; then
-        printf '\n'
-        cat "$ROOT/bench/images.md"
-    fi
-}
+# bash util/bench.sh --page: the files kept by hand put into the page
+# again as they are now, without a run (the rest of the page stays)
+page() {
+    local f name
 
+    case $OUT in
+        -) die "--page writes the page: BENCH_OUT=- makes no sense" ;;
+        /*) ;;
+        *) OUT=$ROOT/$OUT ;;
+    esac
+    [ -f "$OUT" ] || die "$OUT: no page yet (make bench)"
 
-# bench/poll.md, kept by hand: the figures of "make bench-poll"
-# (util/bench-poll.sh), a run of its own, go at the end of the page
-poll_section() {
-    if [ -f "$ROOT/bench/poll.md" ]; then
-        printf '\n'
-        cat "$ROOT/bench/poll.md"
-    fi
+    perl -0777 -pi -e '
+        s{(<!-- kept by hand: (bench/[\w.-]+\.md) -->\n).*?(<!-- end of \2 -->)}{
+            open my $fh, "<", $2 or die "$2: $!\n";
+            local $/;
+            $1 . <$fh> . $3
+        }gse' "$OUT" || die "--page: $OUT not rewritten"
+
+    for f in "$ROOT"/bench/*.md; do
+        name=bench/${f##*/}
+        grep -qF "<!-- kept by hand: $name -->" "$OUT" \
+            || log "$name has no place in $OUT yet: util/bench.sh places it, make bench writes it"
+    done
+    log "put bench/*.md into $OUT"
 }
 
 
@@ -759,9 +786,12 @@ report() {
 # Benchmarks
 
 Written by \`make bench\` (\`bash util/bench.sh\`); run it again to
-refresh this page.  Every number here comes from the run below, on one
-machine: compare the ratios, which hold across machines far better than
-the absolute figures.
+refresh this page.  The sections that say they are kept by hand come
+from bench/*.md as those files are (edit them there, then
+\`bash util/bench.sh --page\` puts them in without a run); every other
+number here comes from the run below, on one machine: compare the
+ratios, which hold across machines far better than the absolute
+figures.
 
 ## The run
 
@@ -834,15 +864,13 @@ the slab's own pages (81920 before decision (ua)).
   $CAP_SECONDS s.$CAP_NOTE
 - The ALERT: \`$CAP_ALERT_LINE\`
 
-$(notes)
+$(hand notes)
 
-$(cat "$W/images.md" 2>/dev/null)
-$(images_notes)
+$(part images "## Images" BENCH_IMAGES)
 
-$(cat "$W/webhook.md" 2>/dev/null)
-$(webhook_notes)
+$(part webhook "## Webhook delivery" BENCH_WEBHOOK)
 
-$(cat "$W/cluster.md" 2>/dev/null)
+$(part cluster "## Three nodes on one PostgreSQL (session_limit_scope)" BENCH_CLUSTER)
 
 ## Reproduce
 
@@ -853,14 +881,25 @@ $(cat "$W/cluster.md" 2>/dev/null)
     bash util/bench-cluster.sh                     # three nodes, both scopes, alone
     BENCH_DB_MODE=cost bash util/bench-db.sh       # CPU per request at a fixed rate alone
     make bench-poll                                # the long poll beside nchan and its floor
+    bash util/bench-pooler.sh                      # named, unnamed and through PgBouncer
 
 \`BENCH_OUT=-\` prints the table without writing this page.
-$(poll_section)
+
+$(hand pooler)
+
+$(hand poll)
+
+$(hand poll-proto)
 EOF
 
     log "wrote $OUT"
 }
 
+
+if [ "${1:-}" = --page ]; then
+    page
+    exit 0
+fi
 
 if [ "${1:-}" = --inside-pg-virtualenv ]; then
     shift
