@@ -5,7 +5,7 @@
 #
 #   perl util/fuzz-http.pl --port N --key K --key2 K2 --gone-key K3
 #                          [--seed N] [--seconds S] [--error-log FILE]
-#                          [--findings DIR] [--verbose]
+#                          --findings DIR [--clients N] [--verbose]
 #
 # Every iteration takes the valid request of one endpoint (create in
 # both modes, list, get, complete, upload, list images, get image,
@@ -21,6 +21,8 @@
 # or whole and closed before the answer.  Every choice comes from one
 # PRNG seeded with --seed: a seed repeats the same mutations (the ids
 # differ from run to run; a finding's bytes are kept in --findings).
+# --clients (2) processes do this at once, client k with the seed + k,
+# all from the same first ids, so that they race on the same sessions.
 #
 # Checked on every answer: a status line comes unless the request was
 # cut short (or is one nginx closes on by design: HTTP/0.9); no 5xx but
@@ -842,7 +844,8 @@ my %St = (sent => 0, answers => 0, closed => 0, status => {}, tags => {},
 sub finding {
     my ($i, $why, $r, $bytes, $answers) = @_;
     my $n = @{ $St{findings} } + 1;
-    my $line = sprintf 'request %d [%s %s %s]: %s', $i, $r->{ep},
+    my $line = sprintf 'client %s request %d [%s %s %s]: %s',
+                       $O{client} // '-', $i, $r->{ep},
                        $r->{delivery}, join(',', @{ $r->{tags} }), $why;
     push @{ $St{findings} }, $line;
     print STDERR "fuzz-http: FINDING $line\n";
@@ -850,7 +853,8 @@ sub finding {
     print STDERR '    answer:  ', printable(join ' | ', map {
         "$_->{status} $_->{body}" } @$answers), "\n" if @$answers;
     if ($O{findings} && $n <= 100) {
-        open my $fh, '>', "$O{findings}/finding-$n.req" or return;
+        open my $fh, '>', "$O{findings}/finding-"
+                          . ($O{client} // 'main') . "-$n.req" or return;
         binmode $fh;
         print $fh $bytes;
         close $fh;
@@ -1149,35 +1153,87 @@ sub still_works {
     return sprintf 'create %.3f s, upload %.3f s, poll %.3f s', @t;
 }
 
-sub main {
-    %O = (seconds => 180);
-    Getopt::Long::GetOptions(\%O, 'port=i', 'seed=i', 'seconds=f', 'key=s',
-                             'key2=s', 'gone=s', 'error-log=s',
-                             'findings=s', 'verbose')
-        or die "usage: perl util/fuzz-http.pl --port N --key K ...\n";
-    die "fuzz-http: --port, --key, --key2 and --gone are needed\n"
-        unless $O{port} && $O{key} && $O{key2} && $O{gone};
-    $O{seed} //= (time ^ $$) % 1000000;
-    print STDERR "fuzz-http: seed $O{seed} (FUZZ_HTTP_SEED=$O{seed} repeats"
-                 . " it), $O{seconds} s, 127.0.0.1:$O{port}\n";
-    srand $O{seed};
-
-    bootstrap();
+# one client's run: requests until the time is up, then its figures as
+# JSON into $out
+sub client {
+    my ($k, $out) = @_;
+    srand $O{seed} + $k;
+    %St = (sent => 0, answers => 0, closed => 0, status => {}, tags => {},
+           delivery => {}, valid => {}, findings => []);
     my $t0 = Time::HiRes::time();
     my $i = 0;
     my $next = $t0 + 30;
     while (Time::HiRes::time() - $t0 < $O{seconds}) {
         request(++$i);
         if ($O{verbose} || Time::HiRes::time() > $next) {
-            printf STDERR "fuzz-http: %d iterations, %d requests, %.0f s,"
-                          . " %d findings\n", $i, $St{sent},
+            printf STDERR "fuzz-http: client %d: %d iterations, %d requests,"
+                          . " %.0f s, %d findings\n", $k, $i, $St{sent},
                           Time::HiRes::time() - $t0,
                           scalar @{ $St{findings} };
             $next += 30;
         }
     }
     parked($i, 1);
-    my $secs = Time::HiRes::time() - $t0;
+    $St{iterations} = $i;
+    $St{seconds} = Time::HiRes::time() - $t0;
+    open my $fh, '>', $out or die "$out: $!";
+    print $fh JSON::PP->new->encode(\%St);
+    close $fh;
+}
+
+sub add {
+    my ($to, $from) = @_;
+    for my $k (keys %$from) {
+        if (ref $from->{$k} eq 'HASH') {
+            add($to->{$k} //= {}, $from->{$k});
+        } elsif (ref $from->{$k} eq 'ARRAY') {
+            push @{ $to->{$k} }, @{ $from->{$k} };
+        } elsif ($k eq 'seconds') {
+            $to->{$k} = $from->{$k} if $from->{$k} > ($to->{$k} // 0);
+        } else {
+            $to->{$k} += $from->{$k};
+        }
+    }
+}
+
+sub main {
+    %O = (seconds => 180, clients => 2);
+    Getopt::Long::GetOptions(\%O, 'port=i', 'seed=i', 'seconds=f', 'key=s',
+                             'key2=s', 'gone=s', 'error-log=s',
+                             'findings=s', 'clients=i', 'verbose')
+        or die "usage: perl util/fuzz-http.pl --port N --key K ...\n";
+    die "fuzz-http: --port, --key, --key2, --gone and --findings are"
+        . " needed\n"
+        unless $O{port} && $O{key} && $O{key2} && $O{gone} && $O{findings};
+    $O{seed} //= (time ^ $$) % 1000000;
+    print STDERR "fuzz-http: seed $O{seed} (FUZZ_HTTP_SEED=$O{seed} repeats"
+                 . " it), $O{clients} clients for $O{seconds} s,"
+                 . " 127.0.0.1:$O{port}\n";
+    srand $O{seed};
+
+    # the clients start from the same ids: they race on the same sessions
+    bootstrap();
+    my @pids;
+    for my $k (0 .. $O{clients} - 1) {
+        my $pid = fork // die "fork: $!";
+        if (!$pid) {
+            $O{client} = $k;
+            client($k, "$O{findings}/client-$k.json");
+            exit 0;
+        }
+        push @pids, $pid;
+    }
+    for my $k (0 .. $#pids) {
+        waitpid $pids[$k], 0;
+        my $f = "$O{findings}/client-$k.json";
+        my $st = -s $f ? eval {
+            open my $fh, '<', $f or die;
+            local $/;
+            JSON::PP->new->decode(<$fh>);
+        } : undef;
+        push @{ $St{findings} }, "client $k died (status $?)" unless $st;
+        add(\%St, $st) if $st;
+    }
     my $final = eval { still_works() };
     push @{ $St{findings} }, $@ =~ s/\n$//r unless defined $final;
 
@@ -1191,8 +1247,9 @@ sub main {
         }
     }
 
-    printf "fuzz-http: seed %d: %d requests in %d iterations in %.1f s\n",
-           $O{seed}, $St{sent}, $i, $secs;
+    printf "fuzz-http: seed %d: %d requests in %d iterations of %d clients"
+           . " in %.1f s\n", $O{seed}, $St{sent}, $St{iterations} // 0,
+           $O{clients}, $St{seconds} // 0;
     printf "fuzz-http: answers %d (%s); %d connections without one\n",
            $St{answers}, join(', ', map { "$_: $St{status}{$_}" }
                                     sort keys %{ $St{status} }),
@@ -1201,10 +1258,10 @@ sub main {
         "$_: $St{valid}{$_}" } sort keys %{ $St{valid} };
     printf "fuzz-http: deliveries: %s\n", join ', ', map {
         "$_ $St{delivery}{$_}" } sort keys %{ $St{delivery} };
+    my $applied = 0;
+    $applied += $_ for values %{ $St{tags} };
     printf "fuzz-http: mutations: %d kinds, %d applied\n",
-           scalar keys %{ $St{tags} }, eval { my $n = 0;
-                                              $n += $_ for values %{ $St{tags} };
-                                              $n };
+           scalar keys %{ $St{tags} }, $applied;
     print "fuzz-http: at the end: $final\n" if defined $final;
     print "fuzz-http: $_\n" for @{ $St{findings} };
     printf "fuzz-http: %d findings\n", scalar @{ $St{findings} };

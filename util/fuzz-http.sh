@@ -24,6 +24,8 @@
 # Environment:
 #   FUZZ_HTTP_SECONDS  how long the generator runs (default 180)
 #   FUZZ_HTTP_SEED     the PRNG's seed (default: a new one, printed)
+#   FUZZ_HTTP_CLIENTS  clients at once, client k seeded with seed + k
+#                      (default 2)
 #   FUZZ_HTTP_ASAN     1: the sanitizer build (configured if need be),
 #                      0: the normal build; default: the sanitizer build
 #                      when build/asan/ has one
@@ -138,7 +140,7 @@ EOF
     perl "$ROOT/util/fuzz-http.pl" --port "$PORT" --seed "$SEED" \
         --seconds "$SECONDS_RUN" --key "$KEY" --key2 "$KEY2" \
         --gone "$GONE" --error-log "$W/error.log" \
-        --findings "$W/findings" || rc=1
+        --findings "$W/findings" --clients "${FUZZ_HTTP_CLIENTS:-2}" || rc=1
 
     # nginx answers within a second
     curl -s -m 1 -o /dev/null "http://127.0.0.1:$PORT/ok" \
