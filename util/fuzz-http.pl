@@ -6,6 +6,7 @@
 #   perl util/fuzz-http.pl --port N --key K --key2 K2 --gone-key K3
 #                          [--seed N] [--seconds S] [--error-log FILE]
 #                          --findings DIR [--clients N] [--verbose]
+#   perl util/fuzz-http.pl --port N --key K --replay FILE
 #
 # Every iteration takes the valid request of one endpoint (create in
 # both modes, list, get, complete, upload, list images, get image,
@@ -642,13 +643,14 @@ sub parse_answers {
     my @a;
     my $k = 0;
 
-    if ($v09 && length $buf && $buf !~ m{^HTTP/}) {
-        return (\@a, 'partial') unless $closed;
-        push @a, { status => 0, v09 => 1, body => $buf, headers => {} };
-        return (\@a, undef);
-    }
-
     while (length $buf) {
+        # an HTTP/0.9 request (of those pipelined) is answered with the
+        # body alone, up to the close
+        if ($v09 && $buf !~ m{^H(T(T(P(/.*)?)?)?)?$}s && $buf !~ m{^HTTP/}) {
+            return (\@a, 'partial') unless $closed;
+            push @a, { status => 200, v09 => 1, body => $buf, headers => {} };
+            return (\@a, undef);
+        }
         my $end = index $buf, "\r\n\r\n";
         if ($end < 0) {
             return (\@a, 'partial') if !$closed;
@@ -961,7 +963,8 @@ sub one {
     my @heads = map { $_->{method} =~ /^HEAD$/ ? 1 : 0 } @reqs;
     my $poll = grep { $_->{ep} eq 'poll' } @reqs;
     my ($answers, $state, $closed, $left, $eof) =
-        read_answers($s, scalar @reqs, \@heads, $r->{v09},
+        read_answers($s, scalar @reqs, \@heads,
+                     scalar grep({ $_->{v09} } @reqs),
                      $poll ? 4 : 1.5);
     close $s;
 
@@ -976,7 +979,26 @@ sub one {
                       printable("$st $final[0]{body}"), printable($bytes)
             unless $st =~ /^20[01]$/ || $st == 304
                    || $st == 409 && $r->{ep} =~ /^(upload|ack)$/
-                   || $st == 410 && $r->{ep} eq 'poll';
+                   || $st == 410 && $r->{ep} eq 'poll'
+                   || $final[0]{body} =~ /"session has expired"/;
+    }
+    # a HEAD of the content: the headers of the GET (§10.5)
+    if (!@{ $r->{tags} } && $r->{method} eq 'HEAD' && $d eq 'whole'
+        && $r->{ep} eq 'content' && @final && $final[0]{status} == 200)
+    {
+        my $g = connect_to() or die "connect: $!";
+        send_bytes($g, $bytes =~ s/^HEAD /GET /r);
+        my ($ga) = read_answers($g, 1, [0], 0, 1.5);
+        close $g;
+        $St{sent}++;
+        my ($hh, $gh) = ($final[0]{headers}, $ga->[0] ? $ga->[0]{headers}
+                                                         : {});
+        for my $n ('content-length', 'content-type', 'etag') {
+            next if ($hh->{$n} // '') eq ($gh->{$n} // '');
+            finding($i, "HEAD and GET differ in $n: '" . ($hh->{$n} // '')
+                        . "' and '" . ($gh->{$n} // '') . "'", $r, $bytes,
+                    [ $final[0] ]);
+        }
     }
     $St{status}{ $_->{status} }++ for @final;
     $St{closed}++ unless @final;
@@ -1196,12 +1218,32 @@ sub add {
     }
 }
 
+# --replay FILE: the bytes of a finding, its key replaced by --key, sent
+# on one connection; the answer printed as it came
+sub replay {
+    my ($file) = @_;
+    open my $fh, '<:raw', $file or die "$file: $!";
+    my $bytes = do { local $/; <$fh> };
+    $bytes =~ s/\bsess_[0-9a-f]{32}\b/$O{key}/g;
+    my $s = connect_to() or die "connect: $!";
+    send_bytes($s, $bytes);
+    my $sel = IO::Select->new($s);
+    my $buf = '';
+    while ($sel->can_read(3)) {
+        sysread($s, $buf, 65536, length $buf) or last;
+    }
+    print printable($bytes), "\n=> ", length $buf, " bytes\n",
+          $buf =~ s/([^\n -~])/sprintf '\\x%02x', ord $1/ger, "\n";
+}
+
 sub main {
     %O = (seconds => 180, clients => 2);
     Getopt::Long::GetOptions(\%O, 'port=i', 'seed=i', 'seconds=f', 'key=s',
                              'key2=s', 'gone=s', 'error-log=s',
-                             'findings=s', 'clients=i', 'verbose')
+                             'findings=s', 'clients=i', 'replay=s',
+                             'verbose')
         or die "usage: perl util/fuzz-http.pl --port N --key K ...\n";
+    return replay($O{replay}) if $O{replay};
     die "fuzz-http: --port, --key, --key2, --gone and --findings are"
         . " needed\n"
         unless $O{port} && $O{key} && $O{key2} && $O{gone} && $O{findings};

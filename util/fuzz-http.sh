@@ -30,6 +30,9 @@
 #                      0: the normal build; default: the sanitizer build
 #                      when build/asan/ has one
 #   FUZZ_HTTP_PORT     nginx's port (default: a free one, from BENCH_PORTS)
+#   FUZZ_HTTP_REPLAY   a file of findings/: its bytes (the key replaced
+#                      by this run's) sent on one connection to a fresh
+#                      stack, the raw answer printed; no fuzzing
 #   BENCH_KEEP         keep the scratch directory (it is kept on failure:
 #                      error.log, findings/finding-N.req, the raw bytes of
 #                      each request that broke a rule)
@@ -136,6 +139,14 @@ EOF
     before=$(workers)
     log "nginx ($NGINX_KIND) on 127.0.0.1:$PORT, workers $before;" \
         "PostgreSQL $PGVERSION on port $PGPORT; seed $SEED, $SECONDS_RUN s"
+
+    if [ -n "${FUZZ_HTTP_REPLAY:-}" ]; then
+        perl "$ROOT/util/fuzz-http.pl" --port "$PORT" --key "$KEY" \
+            --replay "$FUZZ_HTTP_REPLAY"
+        grep -E '\[(alert|crit|emerg)\]|exited on signal' "$W/error.log" \
+            || true
+        return
+    fi
 
     perl "$ROOT/util/fuzz-http.pl" --port "$PORT" --seed "$SEED" \
         --seconds "$SECONDS_RUN" --key "$KEY" --key2 "$KEY2" \
