@@ -220,6 +220,7 @@ my %Path = (
     percent => sub {
         my ($r) = @_;
         my $p = $r->{path};
+        $p .= 'x' x (2 - length $p) if length $p < 2;
         my $i = 1 + rnd(length($p) - 1);
         my $c = substr $p, $i, 1;
         my $enc = pick(sprintf('%%%02X', ord $c), sprintf('%%%02x', ord $c),
@@ -1019,19 +1020,18 @@ sub one {
     }
     return \@final if $loose;
 
-    # every request sent whole gets its answer, unless an answer before
-    # it closed the connection
+    # every request sent whole gets its answer, unless the answer before
+    # it said the connection ends (no "Connection: keep-alive": a refused
+    # body nginx will not read, HTTP/1.0, Connection: close asked for)
     if (@final < @reqs) {
         my $prev = $final[-1];
-        my $closes = $prev && (($prev->{headers}{connection} // '')
-                               =~ /close/i || $prev->{status} >= 400
-                               && $prev->{status} != 404
-                               && $prev->{status} != 401);
+        my $closes = $prev && ($prev->{headers}{connection} // '')
+                              !~ /keep-alive/i;
         finding($i, sprintf('%d answers to %d requests%s', scalar @final,
                             scalar @reqs, $eof ? ' (after end of input)'
                                                 : ''),
                 $r, $all, $answers)
-            unless $closes || ($prev && $r->{version} eq 'HTTP/1.0');
+            unless $closes;
     }
     return \@final;
 }
@@ -1163,6 +1163,7 @@ sub still_works {
     ($a, $t) = must($r, 201, 'final upload');
     push @t, $t;
     $r = base('poll');
+    $r->{method} = 'GET';
     $r->{path} = "$API/$sid/poll";
     $r->{query} = [ [ 'timeout', 1 ] ];
     ($a, $t) = must($r, 200, 'final poll');
@@ -1186,7 +1187,11 @@ sub client {
     my $i = 0;
     my $next = $t0 + 30;
     while (Time::HiRes::time() - $t0 < $O{seconds}) {
-        request(++$i);
+        # a fault of the generator itself is reported, and the run goes on
+        eval { request(++$i); 1 } or do {
+            push @{ $St{findings} }, "generator error at request $i: $@";
+            print STDERR "fuzz-http: generator error at request $i: $@";
+        };
         if ($O{verbose} || Time::HiRes::time() > $next) {
             printf STDERR "fuzz-http: client %d: %d iterations, %d requests,"
                           . " %.0f s, %d findings\n", $k, $i, $St{sent},
