@@ -245,7 +245,8 @@ my %Path = (
     case => sub { $_[0]{path} =~ s/(sessions|api|images|poll)/\u$1/ },
     bytes => sub {
         my ($r) = @_;
-        substr($r->{path}, rnd(length $r->{path}) || 1, 0) = pick(
+        my $at = rnd(length $r->{path}) || (length $r->{path} ? 1 : 0);
+        substr($r->{path}, $at, 0) = pick(
             rbytes(1 + rnd(3)), "\x00", "\t", ' ', "\xc3", "\xe2\x82",
             "\x7f");
     },
