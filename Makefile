@@ -77,8 +77,7 @@ MOD_HDRS    := $(wildcard src/*.h) $(filter-out src/cli/%,$(wildcard src/*/*.h))
 UNIT_SRCS   := $(wildcard t/unit/*.c)
 
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost bench-cluster chaos lint \
-        clean distclean openapi deb deb-test fuzz fuzz-http asan \
-        sanitizer-deps \
+        clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover sweep upgrade-test test-debian13 test-upstream \
         bench-poll-proto bench-notify
 
@@ -211,6 +210,7 @@ sanitizer-deps:
 fuzz: sanitizer-deps
 	@bash fuzz/run.sh
 
+.PHONY: fuzz-http
 fuzz-http: deps build
 	@bash util/fuzz-http.sh
 
