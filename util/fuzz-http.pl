@@ -1043,7 +1043,7 @@ sub parked {
     my ($i, $drain) = @_;
     my $now = $drain ? 1e12 : Time::HiRes::time();
 
-    if (!$drain && @Parked < 4 && chance(0.03)) {
+    if (!$drain && (grep { !$_->{stall} } @Parked) < 4 && chance(0.03)) {
         my $r = base('poll');
         my $t = pick(1, 2, 3);
         $r->{query} = [ [ 'timeout', $t ] ];
@@ -1056,7 +1056,49 @@ sub parked {
         push @Parked, { s => $s, sid => $1, r => $r, bytes => $head,
                         until => $now + $t + 2 };
     }
-    for my $p (grep { $_->{until} < $now } @Parked) {
+    # a request that stops halfway and stays open: nginx's client
+    # timeouts (5 s here) end it, with a 408 or without an answer
+    if (!$drain && chance(0.005)
+        && (grep { $_->{stall} } @Parked) < 2)
+    {
+        my $r = base(pick('create', 'upload', 'upload', 'complete', 'ack'));
+        $r->{framing} = 'chunked' if chance(0.3);
+        my ($head, $body) = bytes_of($r);
+        my $part = chance(0.3) ? substr($head, 0, rnd(length $head))
+                               : $head . substr($body, 0, rnd(length $body));
+        my $s = connect_to() or die "connect: $!";
+        send_bytes($s, $part);
+        $St{sent}++;
+        $St{delivery}{stalled}++;
+        push @Parked, { s => $s, r => $r, bytes => $part, stall => 1,
+                        until => $now + 8 };
+    }
+    for my $p (grep { $_->{stall} && $_->{until} < $now } @Parked) {
+        my $left = $p->{until} - Time::HiRes::time();
+        Time::HiRes::sleep($left) if $left > 0;
+        my $sel = IO::Select->new($p->{s});
+        my ($buf, $closed) = ('', 0);
+        while ($sel->can_read(0.5)) {
+            sysread($p->{s}, $buf, 65536, length $buf) or do {
+                $closed = 1;
+                last;
+            };
+        }
+        close $p->{s};
+        my ($a, $state) = parse_answers($buf, [0], 1, 0);
+        my $x = $a->[0];
+        $St{status}{ $x->{status} }++ if $x;
+        my $why = $state ? $state
+                : !$x && !$closed ? 'still open 8 s after it stopped'
+                : $x && $x->{status} != 408 ? "status $x->{status}"
+                : $x ? judge($x, $p->{r}, 0) : undef;
+        $p->{r}{delivery} = 'stalled';
+        finding($i, "stalled request: $why", $p->{r}, $p->{bytes}, $a)
+            if $why;
+    }
+    @Parked = grep { !$_->{stall} || $_->{until} >= $now } @Parked;
+
+    for my $p (grep { !$_->{stall} && $_->{until} < $now } @Parked) {
         my $head = $p->{r}{method} eq 'HEAD' ? 1 : 0;
         my $left = $p->{until} - Time::HiRes::time();
         my ($a, $state) = read_answers($p->{s}, 1, [$head], 0,
