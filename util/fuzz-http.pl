@@ -135,7 +135,8 @@ sub base {
         push @{ $r->{query} }, [ 'status', pick(qw(open completed expired)) ]
             if chance(0.3);
         my $c = from($S{scur});
-        push @{ $r->{query} }, [ 'cursor', $c ] if defined $c && chance(0.5);
+        my $use = chance(0.5);
+        push @{ $r->{query} }, [ 'cursor', $c ] if defined $c && $use;
     } elsif ($ep eq 'get') {
         $r->{path} = "$API/" . pick($sid, $sid, from($S{done}, $sid));
     } elsif ($ep eq 'complete') {
@@ -147,7 +148,8 @@ sub base {
     } elsif ($ep eq 'upload') {
         my $type = pick(sort keys %Sig);
         my $p = from([ grep { $_->{sid} } @Parked ]);
-        $sid = $p->{sid} if $p && chance(0.5);
+        my $use = chance(0.5);
+        $sid = $p->{sid} if $p && $use;
         # over session_image_chunk_size at times: streamed with COPY
         my $size = pick(16, 200, 3000, 9000, 40000);
         $r->{method} = 'POST';
@@ -162,8 +164,9 @@ sub base {
         push @{ $r->{query} }, [ 'acknowledged', pick('true', 'false') ]
             if chance(0.3);
         my $c = from($S{icur});
+        my $use = chance(0.6);
         push @{ $r->{query} }, [ 'cursor', $c->[1] ]
-            if defined $c && $c->[0] eq $img->[0] && chance(0.6);
+            if defined $c && $c->[0] eq $img->[0] && $use;
     } elsif ($ep eq 'image') {
         $r->{path} = "$API/$img->[0]/images/$img->[1]";
     } elsif ($ep eq 'content') {
@@ -1043,36 +1046,41 @@ sub parked {
     my ($i, $drain) = @_;
     my $now = $drain ? 1e12 : Time::HiRes::time();
 
-    if (!$drain && (grep { !$_->{stall} } @Parked) < 4 && chance(0.03)) {
+    # (the PRNG drawn whatever is parked: a seed makes the same choices)
+    my ($poll, $stall) = $drain ? (0, 0) : (chance(0.03), chance(0.005));
+    if ($poll) {
         my $r = base('poll');
         my $t = pick(1, 2, 3);
         $r->{query} = [ [ 'timeout', $t ] ];
         $r->{path} =~ m{/sessions/([^/]+)/poll};
+        my $sid = $1;
         my ($head) = bytes_of($r);
-        my $s = connect_to() or die "connect: $!";
-        send_bytes($s, $head);
-        $St{sent}++;
-        $St{delivery}{parked}++;
-        push @Parked, { s => $s, sid => $1, r => $r, bytes => $head,
-                        until => $now + $t + 2 };
+        if ((grep { !$_->{stall} } @Parked) < 4) {
+            my $s = connect_to() or die "connect: $!";
+            send_bytes($s, $head);
+            $St{sent}++;
+            $St{delivery}{parked}++;
+            push @Parked, { s => $s, sid => $sid, r => $r, bytes => $head,
+                            until => $now + $t + 2 };
+        }
     }
     # a request that stops halfway and stays open: nginx's client
     # timeouts (5 s here) end it, with a 408 or without an answer (or it
     # is answered: complete reads no body)
-    if (!$drain && chance(0.005)
-        && (grep { $_->{stall} } @Parked) < 2)
-    {
+    if ($stall) {
         my $r = base(pick('create', 'upload', 'upload', 'complete', 'ack'));
         $r->{framing} = 'chunked' if chance(0.3);
         my ($head, $body) = bytes_of($r);
         my $part = chance(0.3) ? substr($head, 0, rnd(length $head))
                                : $head . substr($body, 0, rnd(length $body));
-        my $s = connect_to() or die "connect: $!";
-        send_bytes($s, $part);
-        $St{sent}++;
-        $St{delivery}{stalled}++;
-        push @Parked, { s => $s, r => $r, bytes => $part, stall => 1,
-                        until => $now + 8 };
+        if ((grep { $_->{stall} } @Parked) < 2) {
+            my $s = connect_to() or die "connect: $!";
+            send_bytes($s, $part);
+            $St{sent}++;
+            $St{delivery}{stalled}++;
+            push @Parked, { s => $s, r => $r, bytes => $part, stall => 1,
+                            until => $now + 8 };
+        }
     }
     for my $p (grep { $_->{stall} && $_->{until} < $now } @Parked) {
         my $left = $p->{until} - Time::HiRes::time();
@@ -1128,7 +1136,8 @@ sub request {
 
     # a repeat of a kept request with its Idempotency-Key: the same
     # answer, replayed
-    if (@{ $S{idem} } && chance(0.03)) {
+    my $again = chance(0.03);
+    if (@{ $S{idem} } && $again) {
         my $old = from($S{idem});
         my $s = connect_to() or die "connect: $!";
         send_bytes($s, $old->{bytes});
@@ -1147,7 +1156,11 @@ sub request {
         }
         return;
     }
-    one($i, $r);
+    my $a = one($i, $r);
+    printf STDERR "fuzz-http: %d %s %s %s: %s\n", $i, $r->{ep}, $r->{delivery},
+                  join(',', @{ $r->{tags} }) || '-',
+                  join(',', map { $_->{status} } @$a) || 'none'
+        if $O{verbose};
 }
 
 # a valid request, sent whole; dies on anything but $want
@@ -1236,7 +1249,7 @@ sub client {
             push @{ $St{findings} }, "generator error at request $i: $@";
             print STDERR "fuzz-http: generator error at request $i: $@";
         };
-        if ($O{verbose} || Time::HiRes::time() > $next) {
+        if (Time::HiRes::time() > $next) {
             printf STDERR "fuzz-http: client %d: %d iterations, %d requests,"
                           . " %.0f s, %d findings\n", $k, $i, $St{sent},
                           Time::HiRes::time() - $t0,

@@ -29,6 +29,8 @@
 #   FUZZ_HTTP_ASAN     1: the sanitizer build (configured if need be),
 #                      0: the normal build; default: the sanitizer build
 #                      when build/asan/ has one
+#   FUZZ_HTTP_VERBOSE  1: a line per request (endpoint, delivery,
+#                      mutations, statuses)
 #   FUZZ_HTTP_PORT     nginx's port (default: a free one, from BENCH_PORTS)
 #   FUZZ_HTTP_REPLAY   a file of findings/: its bytes (the key replaced
 #                      by this run's) sent on one connection to a fresh
@@ -151,7 +153,8 @@ EOF
     perl "$ROOT/util/fuzz-http.pl" --port "$PORT" --seed "$SEED" \
         --seconds "$SECONDS_RUN" --key "$KEY" --key2 "$KEY2" \
         --gone "$GONE" --error-log "$W/error.log" \
-        --findings "$W/findings" --clients "${FUZZ_HTTP_CLIENTS:-2}" || rc=1
+        --findings "$W/findings" --clients "${FUZZ_HTTP_CLIENTS:-2}" \
+        ${FUZZ_HTTP_VERBOSE:+--verbose} || rc=1
 
     # nginx answers within a second
     curl -s -m 1 -o /dev/null "http://127.0.0.1:$PORT/ok" \
