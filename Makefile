@@ -23,6 +23,11 @@
 #                   clean Debian 13 root (needs root; util/debroot.sh)
 #   make fuzz       libFuzzer harnesses of src/core, ASan + UBSan, bounded
 #                   (FUZZ_SECONDS=60 each); not part of make test
+#   make fuzz-http  whole HTTP requests mutated from valid ones against
+#                   nginx (2 workers, the ASan build when build/asan/ has
+#                   one) and a throw-away PostgreSQL on loopback
+#                   (util/fuzz-http.sh): FUZZ_HTTP_SECONDS=180,
+#                   FUZZ_HTTP_SEED=N repeats a run; not part of make test
 #   make asan       unit tests, nginx and the module under ASan + UBSan +
 #                   LeakSanitizer, every Test::Nginx script (~15 min)
 #   make sweep      raw-socket bad-input sweep (util/sweep.pl) against an
@@ -209,6 +214,10 @@ sanitizer-deps:
 
 fuzz: sanitizer-deps
 	@bash fuzz/run.sh
+
+.PHONY: fuzz-http
+fuzz-http: deps build
+	@bash util/fuzz-http.sh
 
 asan: deps sanitizer-deps
 	@$(MAKE) --no-print-directory $(BUILD)/sessionctl

@@ -13,6 +13,7 @@
 #   3. every Test::Nginx script but t/019-openapi.t (which starts no
 #      nginx) against that nginx, through util/test.sh with its own
 #      throw-away PostgreSQL (ASAN_TESTS="t/001-auth.t ..." for some);
+#      (ASAN_BUILD_ONLY=1 stops here: make fuzz-http builds this way);
 #   4. a summary: scripts run, tests passed, sanitizer reports found
 #      (ASan, UBSan, LeakSanitizer; each process writes its reports to
 #      build/asan/reports/).
@@ -143,6 +144,12 @@ make -C "$NGX" -f objs/Makefile -j2 >"$OUT/build.log" 2>&1 \
 # a new file, not an overwrite: a running nginx maps the old one
 cp "$NGX/objs/ngx_http_session_module.so" "$OUT/ngx_http_session_module.so.tmp"
 mv -f "$OUT/ngx_http_session_module.so.tmp" "$OUT/ngx_http_session_module.so"
+
+# ASAN_BUILD_ONLY=1: nginx and the module built, nothing run (util/fuzz-http.sh)
+if [ "${ASAN_BUILD_ONLY:-0}" = 1 ]; then
+    echo "asan: built $NGX/objs/nginx and $OUT/ngx_http_session_module.so"
+    exit 0
+fi
 
 # 3. Test::Nginx
 
