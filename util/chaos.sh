@@ -204,9 +204,12 @@ report() {
 inside() {
     local i pids=() mode project account fail=0
 
+    pg_cluster_up
     DB=$(pg_virtualenv_conninfo)
     W=$(mktemp -d /tmp/chaos.XXXXXX)
     trap scratch_cleanup EXIT
+    # nginx's workers (nobody, when run as root) write request bodies here
+    chmod 755 "$W"
     PORT=${CHAOS_PORT:-$(free_port)}
 
     "$SESSIONCTL" -d "$DB" migrate > /dev/null || die "migrate failed"
@@ -357,4 +360,8 @@ fi
 
 [ -x "$MODULE" ] || [ -f "$MODULE" ] || die "no $MODULE: make build first"
 
-exec pg_virtualenv -t -- bash "$ROOT/util/chaos.sh" --inside-pg-virtualenv
+# a free port of its own for the cluster (pg_virtualenv would take 5432
+# when that is free, which another run may want at the same time)
+pg_env_clear
+pg_cluster_tries 3 "" pg_virtualenv -t -- \
+    bash "$ROOT/util/chaos.sh" --inside-pg-virtualenv
