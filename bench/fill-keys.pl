@@ -1,19 +1,24 @@
 #!/usr/bin/perl
 # The zone-capacity part of util/bench.sh: sends one request per key, in
 # the order of KEYS_FILE, to 127.0.0.1:PORT, and after every round of
-# requests looks into ERROR_LOG for the first
+# requests reads the zone's evictions from /status (session_status) and
+# looks into ERROR_LOG for the first
 #
 #     session_limit_zone "NAME" is full: evicted the counters of ...
 #
-# ALERT.  Prints one line of JSON:
+# ALERT.  Stops at the round after which the zone has evicted a counter.
+# Prints one line of JSON:
 #
-#     {"sent": N, "alert_after": M, "round": R, "statuses": {...},
-#      "seconds": S, "start": T0, "end": T1}
+#     {"sent": N, "evicted_after": M, "alert_after": A, "round": R,
+#      "statuses": {...}, "seconds": S, "start": T0, "end": T1}
 #
-# alert_after is the number of keys sent when the ALERT was first seen
-# (null if never); it is exact to within one round (R keys): the ALERT is
-# written by the worker before it answers, so it is in the log once every
-# answer of the round has been read.  start and end are epoch seconds:
+# evicted_after is the number of keys sent when the zone had first
+# evicted a counter (null if never), exact to within one round (R keys):
+# the counter is evicted before the request is answered.  alert_after is
+# the same for the ALERT, when it came by then (null if not): one ALERT a
+# second per zone says the evictions and forgotten keys since the last,
+# so with keys seen valid being forgotten it may come up to a second
+# later, many rounds on.  start and end are epoch seconds:
 # counters of a minute that is over are dropped as new ones come, so a
 # fill that crosses a minute boundary overstates the capacity.
 #
@@ -27,6 +32,7 @@ use strict;
 use warnings;
 
 use IO::Select ();
+use JSON::PP ();
 use IO::Socket::INET ();
 use Time::HiRes ();
 
@@ -49,7 +55,7 @@ close $kf;
 
 my @conns = map { connect_one() } 1 .. $nconns;
 
-my (%statuses, $sent, $alert_after, $log_pos);
+my (%statuses, $sent, $alert_after, $evicted_after, $log_pos);
 
 $sent = 0;
 $log_pos = 0;
@@ -115,21 +121,54 @@ KEYS: while ($sent < @keys) {
 
         # the counters' ALERT only: "forgot N keys found valid" comes
         # once a quarter of the zone holds keys seen valid
-        if ($new =~ /session_limit_zone "[^"]*" is full: evicted the counters/)
+        if (!defined $alert_after
+            && $new =~ /session_limit_zone "[^"]*" is full: evicted the counters/)
         {
             $alert_after = $sent;
-            last KEYS;
         }
+    }
+
+    if (zone_evictions() > 0) {
+        $evicted_after = $sent;
+        last KEYS;
     }
 }
 
 my $t1 = Time::HiRes::time();
 
-printf qq({"sent": %d, "alert_after": %s, "round": %d, "statuses": {%s},)
-       . qq( "seconds": %.2f, "start": %.3f, "end": %.3f}\n),
-       $sent, defined $alert_after ? $alert_after : 'null', $round_size,
+printf qq({"sent": %d, "evicted_after": %s, "alert_after": %s, "round": %d,)
+       . qq( "statuses": {%s}, "seconds": %.2f, "start": %.3f, "end": %.3f}\n),
+       $sent, defined $evicted_after ? $evicted_after : 'null',
+       defined $alert_after ? $alert_after : 'null', $round_size,
        join(', ', map { qq("$_": $statuses{$_}) } sort keys %statuses),
        $t1 - $t0, $t0, $t1;
+
+
+# the zone's evictions so far, from session_status's JSON
+sub zone_evictions {
+    my $s = connect_one()->{sock};
+    write_all($s, "GET /status HTTP/1.0\r\nHost: bench\r\n\r\n");
+
+    my $answer = '';
+    my $sel = IO::Select->new($s);
+
+    while ($sel->can_read(10)) {
+        my $got = sysread $s, my $chunk, 65536;
+        die "fill-keys: read /status: $!\n" unless defined $got;
+        last unless $got;
+        $answer .= $chunk;
+    }
+
+    close $s;
+
+    $answer =~ m{\A HTTP/1\.\d \s 200 .*? \r\n\r\n (.*) \z}xs
+        or die "fill-keys: /status did not answer 200\n";
+    my $json = JSON::PP::decode_json($1);
+    my $n = $json->{zone}{evictions};
+    die "fill-keys: no zone.evictions in /status\n" unless defined $n;
+
+    return $n;
+}
 
 
 sub connect_one {

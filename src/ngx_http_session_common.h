@@ -192,8 +192,13 @@ typedef struct {
      */
     ngx_int_t                   rc;
     ngx_uint_t                  remaining;
-    /* counters of other keys evicted to make room: the ALERT's count */
+    /*
+     * the zone-full ALERT this take is to write once the mutex is
+     * released: counters of other keys evicted to make room and keys seen
+     * valid forgotten since the last ALERT (0 and 0: none)
+     */
     ngx_uint_t                  evicted;
+    ngx_uint_t                  forgotten;
 
     /*
      * Cluster scope (src/zone/ngx_http_session_zone_lease.c): a lease to

@@ -214,6 +214,68 @@ $checks{budget} = sub {
     is(status($MANY[0]), 429, "$name - the oldest, forgotten: 429");
 };
 
+# A 32k zone holds about a hundred keys' counters and 64 keys seen valid.
+# 200 new valid keys, one request each: each new key forgets the oldest
+# key seen valid and evicts the coldest counters.  One ALERT a second says
+# both, whichever of the two finds the second free, and an admitted
+# request in a later second says what is left: the ALERTs add up to the
+# status counts.  (Before, each said only its own: when the same one came
+# first in every second, the other was never said.)
+$checks{both_full} = sub {
+    my ($name) = @_;
+
+    my @keys = map { random_key('sess') } 1 .. 200;
+
+    psql('INSERT INTO api_keys (project_id, key_hash, prefix, hint) '
+         . 'SELECT project_id, '
+         . q{sha256(convert_to(k, 'UTF8')), 'sess', right(k, 4) }
+         . 'FROM api_keys, unnest(ARRAY['
+         . join(',', map { sql_quote($_) } @keys) . ']) AS k '
+         . 'WHERE key_hash = ' . q{sha256(convert_to(}
+         . sql_quote(lc $KEY{SEEN}) . q{, 'UTF8'))});
+
+    fresh_minute();
+    listening();
+
+    my %st;
+    $st{ status($_) }++ for @keys;
+    is_deeply(\%st, { 404 => 200 }, "$name - 200 valid keys: 404");
+
+    # the next second on the clock, then a request that changes nothing
+    # in the zone (its key's answer and counter are there)
+    my $next = int(Time::HiRes::time()) + 1;
+    Time::HiRes::sleep($next - Time::HiRes::time() + 0.05);
+    is(status($keys[-1]), 404, "$name - the newest key again: 404");
+
+    my $z = status_json();
+    my $evicted = $z->{zone}{evictions};
+    my $forgotten = $z->{auth_cache}{seen_forgotten};
+    ok($evicted > 0 && $forgotten > 0,
+       "$name - counters evicted ($evicted), keys forgotten ($forgotten)");
+
+    my @alerts = error_log() =~ /(\[alert\][^\n]*)/g;
+    my ($e, $f) = (0, 0);
+    for (@alerts) {
+        $e += $1 if /evicted the counters of (\d+) least recently used keys/;
+        $f += $1 if /forgot (\d+) keys found valid within the last hour/;
+    }
+    is("$e $f", "$evicted $forgotten",
+       "$name - the ALERTs say every eviction and every key forgotten")
+        or diag(join "\n", @alerts);
+    ok(!(grep { !/session_limit_zone "tiny" is full: .*make the zone larger/ }
+         @alerts), "$name - no other ALERT") or diag(join "\n", @alerts);
+
+    my %per_sec;
+    $per_sec{$_}++ for error_log()
+        =~ m{^(\d{4}/\d\d/\d\d \d\d:\d\d:\d\d) \[alert\] .*is full}mg;
+    ok(!(grep { $_ > 1 } values %per_sec), "$name - one ALERT a second")
+        or diag(Test::More::explain(\%per_sec));
+
+    psql('DELETE FROM api_keys WHERE key_hash IN (SELECT '
+         . q{sha256(convert_to(k, 'UTF8')) FROM unnest(ARRAY[}
+         . join(',', map { sql_quote($_) } @keys) . ']) AS k)');
+};
+
 add_block_preprocessor(sub {
     my $block = shift;
 
@@ -284,3 +346,17 @@ GET /status
 --- error_code: 200
 --- no_error_log
 [error]
+
+
+
+=== TEST 4: a zone full of counters and of keys seen valid says both
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_limit_zone tiny:32k;
+--- check: both_full
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+[crit]

@@ -348,6 +348,11 @@ bench_server() {
 
 EOF
     bench_api_server "" '
+        # the zone figures (the zone-capacity run reads its evictions)
+        location = /status {
+            session_status;
+        }
+
         # the 429 path: class other (an unknown route), limit 1
         location /sl/ {
             session_api;

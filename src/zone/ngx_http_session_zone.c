@@ -435,25 +435,79 @@ ngx_http_session_zone_coldest(ngx_http_session_zone_tree_t *t)
 }
 
 
-/*
- * The evictions of a take, under the mutex: counted, and handed to the
- * take for one ALERT a second that counts every eviction since the last
- */
+/* the evictions of a take, under the mutex: counted, and said */
 
 void
 ngx_http_session_zone_evicted(ngx_http_session_zone_sh_t *sh,
     ngx_http_session_take_t *take, ngx_uint_t evicted)
 {
-    if (evicted == 0) {
+    sh->evictions += evicted;
+
+    ngx_http_session_zone_full(sh, &take->evicted, &take->forgotten);
+}
+
+
+/*
+ * One ALERT a second says that the zone is full, with every counter
+ * evicted and every key seen valid forgotten since the last one, under
+ * the mutex: whichever of the two finds the second free says both.  Each
+ * on its own would starve the other: a fill in which the same one comes
+ * first in every second would never say the other.  Sets evicted and
+ * forgotten, 0 and 0 when nothing is to be said.
+ */
+
+void
+ngx_http_session_zone_full(ngx_http_session_zone_sh_t *sh,
+    ngx_uint_t *evicted, ngx_uint_t *forgotten)
+{
+    time_t  now;
+
+    *evicted = 0;
+    *forgotten = 0;
+
+    now = ngx_time();
+
+    if (sh->last_full_alert == now
+        || (sh->evictions == sh->evictions_alerted
+            && sh->seen_forgotten == sh->seen_alerted))
+    {
         return;
     }
 
-    sh->evictions += evicted;
+    sh->last_full_alert = now;
 
-    if (sh->last_full_alert != take->now) {
-        sh->last_full_alert = take->now;
-        take->evicted = sh->evictions - sh->evictions_alerted;
-        sh->evictions_alerted = sh->evictions;
+    *evicted = sh->evictions - sh->evictions_alerted;
+    *forgotten = sh->seen_forgotten - sh->seen_alerted;
+
+    sh->evictions_alerted = sh->evictions;
+    sh->seen_alerted = sh->seen_forgotten;
+}
+
+
+/* the ALERT that ngx_http_session_zone_full() asked for, after the mutex */
+
+void
+ngx_http_session_zone_full_alert(ngx_shm_zone_t *zone, ngx_uint_t evicted,
+    ngx_uint_t forgotten)
+{
+    if (evicted && forgotten) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: evicted the "
+                      "counters of %ui least recently used keys and forgot "
+                      "%ui keys found valid within the last hour, make the "
+                      "zone larger", &zone->shm.name, evicted, forgotten);
+
+    } else if (evicted) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: evicted the "
+                      "counters of %ui least recently used keys, make the "
+                      "zone larger", &zone->shm.name, evicted);
+
+    } else if (forgotten) {
+        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
+                      "session_limit_zone \"%V\" is full: forgot %ui keys "
+                      "found valid within the last hour, make the zone "
+                      "larger", &zone->shm.name, forgotten);
     }
 }
 

@@ -101,7 +101,7 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_http_session_principal_t *p, ngx_uint_t status, ngx_msec_t ttl,
     ngx_uint_t generation)
 {
-    ngx_uint_t                     forgotten;
+    ngx_uint_t                     evicted, forgotten;
     ngx_http_session_zone_sh_t    *sh;
     ngx_http_session_neg_node_t   *nn;
     ngx_http_session_zone_ctx_t   *ctx;
@@ -109,7 +109,6 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 
     ctx = zone->data;
     sh = ctx->sh;
-    forgotten = 0;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
@@ -167,28 +166,11 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
 
 done:
 
-    /*
-     * One ALERT a second, counting every key forgotten since the last;
-     * the second is shared with the counters' ALERT: one line a second
-     * says the zone is full.
-     */
-
-    if (sh->seen_forgotten != sh->seen_alerted
-        && sh->last_full_alert != ngx_time())
-    {
-        sh->last_full_alert = ngx_time();
-        forgotten = sh->seen_forgotten - sh->seen_alerted;
-        sh->seen_alerted = sh->seen_forgotten;
-    }
+    ngx_http_session_zone_full(sh, &evicted, &forgotten);
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
 
-    if (forgotten) {
-        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                      "session_limit_zone \"%V\" is full: forgot %ui keys "
-                      "found valid within the last hour, make the zone "
-                      "larger", &zone->shm.name, forgotten);
-    }
+    ngx_http_session_zone_full_alert(zone, evicted, forgotten);
 }
 
 

@@ -72,6 +72,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     now = (uint32_t) ngx_current_msec;
 
     take->evicted = 0;
+    take->forgotten = 0;
     take->lease = 0;
     take->asked = 0;
     take->next = 0;
@@ -83,6 +84,9 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     ln = ngx_http_session_lease_node_get(ctx, hash, &evicted);
 
     if (ln == NULL) {
+        /* said with the next take that finds room */
+        sh->evictions += evicted;
+
         /* never let a key through unlimited */
         take->remaining = 0;
         take->rc = NGX_ERROR;

@@ -52,6 +52,7 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
     minute = (uint32_t) ngx_http_session_window_minute(take->now);
     evicted = 0;
     take->evicted = 0;
+    take->forgotten = 0;
 
     ngx_http_session_rate_expire(ctx, minute);
 
@@ -83,6 +84,9 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         }
 
         if (rn == NULL) {
+            /* said with the next take that finds room */
+            sh->evictions += evicted;
+
             /* never let a key through unlimited */
             take->remaining = 0;
             take->rc = NGX_ERROR;
@@ -133,12 +137,7 @@ ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
         return;
     }
 
-    if (take->evicted) {
-        ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
-                      "session_limit_zone \"%V\" is full: evicted the "
-                      "counters of %ui least recently used keys, make the "
-                      "zone larger", &zone->shm.name, take->evicted);
-    }
+    ngx_http_session_zone_full_alert(zone, take->evicted, take->forgotten);
 }
 
 

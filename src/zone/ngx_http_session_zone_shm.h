@@ -217,6 +217,11 @@ ngx_http_session_zone_node_t *ngx_http_session_zone_coldest(
     ngx_http_session_zone_tree_t *t);
 void ngx_http_session_zone_evicted(ngx_http_session_zone_sh_t *sh,
     ngx_http_session_take_t *take, ngx_uint_t evicted);
+/* the zone-full ALERT's figures, under the mutex, and the ALERT after it */
+void ngx_http_session_zone_full(ngx_http_session_zone_sh_t *sh,
+    ngx_uint_t *evicted, ngx_uint_t *forgotten);
+void ngx_http_session_zone_full_alert(ngx_shm_zone_t *zone,
+    ngx_uint_t evicted, ngx_uint_t forgotten);
 
 /*
  * zone_rate.c's step for zone_auth.c, which admits a cached key in the
