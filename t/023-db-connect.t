@@ -494,6 +494,9 @@ sub black_hole {
     my $again = qr/session db: connected again/;
     my $again_before = error_log_count($again);
 
+    # where the log stands when the silence is lifted (for the diag below)
+    my $lifted = length SessionTest::error_log();
+
     kill 'USR2', $HOLE_PID;
 
     my @st = map { [ poll_status($_, 30) ] } @polls;
@@ -516,7 +519,13 @@ sub black_hole {
                      . "poll's answer", $name, $back ? 'all three' : 'not all',
                      $back_in);
     my @gets = map { get_status() } 1 .. 10;
-    is_deeply(\@gets, [ (200) x 10 ], "$name - no 503 after the reconnect");
+    my @lines = grep { /session (?:db|listen|relay)|\[(?:error|warn)\]/ }
+                split /\n/, substr(SessionTest::error_log(), $lifted);
+    is_deeply(\@gets, [ (200) x 10 ], "$name - no 503 after the reconnect")
+        or Test::More::diag(join "\n",
+               "the workers' database lines since the silence was lifted"
+               . " (the last 300):", @lines[-(@lines < 300 ? @lines : 300)
+                                            .. -1]);
 
     # a new upload wakes a new poll: LISTEN is in effect again
     $sid = sql_session();
