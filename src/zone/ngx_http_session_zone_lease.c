@@ -84,8 +84,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     ln = ngx_http_session_lease_node_get(ctx, hash, &evicted);
 
     if (ln == NULL) {
-        /* said with the next take that finds room */
-        sh->evictions += evicted;
+        ngx_http_session_zone_evicted(sh, take, evicted);
 
         /* never let a key through unlimited */
         take->remaining = 0;

@@ -84,8 +84,7 @@ ngx_http_session_rate_take_locked(ngx_http_session_zone_ctx_t *ctx,
         }
 
         if (rn == NULL) {
-            /* said with the next take that finds room */
-            sh->evictions += evicted;
+            ngx_http_session_zone_evicted(sh, take, evicted);
 
             /* never let a key through unlimited */
             take->remaining = 0;
@@ -134,7 +133,6 @@ ngx_http_session_rate_alert(ngx_shm_zone_t *zone,
         ngx_log_error(NGX_LOG_ALERT, ngx_cycle->log, 0,
                       "session_limit_zone \"%V\" is too small to hold "
                       "one rate counter", &zone->shm.name);
-        return;
     }
 
     ngx_http_session_zone_full_alert(zone, take->evicted, take->forgotten);
