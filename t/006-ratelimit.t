@@ -24,7 +24,7 @@ use POSIX ();
 use Time::HiRes ();
 use Session;
 use SessionTest qw(:DEFAULT error_body burst check_init db_http_config
-                    add_no_error_log);
+                    add_no_error_log reset_of fresh_window);
 
 our ($PROJECT, @KEYS, $SUSPENDED);
 
@@ -60,26 +60,6 @@ my @RL = qw(x-ratelimit-limit x-ratelimit-remaining x-ratelimit-reset);
 
 
 # --- helpers for the checks ---------------------------------------------
-
-# The X-RateLimit-Reset of an instant: the next UTC minute boundary.
-sub reset_of {
-    my ($t) = @_;
-    return (POSIX::floor($t / 60) + 1) * 60;
-}
-
-# Waits, when fewer than $need seconds of the current minute are left,
-# until just after the next minute starts.  Bounded by 61 s.
-sub fresh_window {
-    my ($need) = @_;
-
-    my $now = Time::HiRes::time();
-    my $left = reset_of($now) - $now;
-
-    if ($left < $need) {
-        Test::More::note(sprintf 'waiting %.1f s for the next minute', $left);
-        Time::HiRes::sleep($left + 0.05);
-    }
-}
 
 # One request on a new connection; adds t0 and t1 (the clock before and
 # after) to HTTP::Tiny's answer.

@@ -23,11 +23,11 @@ use warnings;
 use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use IO::Socket::INET ();
-use POSIX ();
 use Time::HiRes ();
 use Session;
 use SessionTest qw(:DEFAULT api_request send_get answered answer burst
-                    status_json error_log check_init db_http_config);
+                    status_json error_log check_init db_http_config
+                    reset_of fresh_window);
 
 our $TAG = sprintf 't037-%d-%d', $$, time;
 
@@ -37,26 +37,6 @@ our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
 
 # --- helpers -------------------------------------------------------------
-
-# the next UTC minute boundary after $t
-sub reset_of {
-    my ($t) = @_;
-    return (POSIX::floor($t / 60) + 1) * 60;
-}
-
-# waits for the next minute when fewer than $need seconds of this one
-# are left (bounded by 61 s)
-sub fresh_window {
-    my ($need) = @_;
-
-    my $now = Time::HiRes::time();
-    my $left = reset_of($now) - $now;
-
-    if ($left < $need) {
-        Test::More::note(sprintf 'waiting %.1f s for the next minute', $left);
-        Time::HiRes::sleep($left + 0.05);
-    }
-}
 
 sub nope {
     my ($key) = @_;

@@ -28,10 +28,9 @@ use warnings;
 use lib 't/lib';
 use Test::More;
 use File::Temp ();
-use POSIX ();
 use Time::HiRes ();
 use Session;
-use SessionTest qw(:DEFAULT api_request send_get answer);
+use SessionTest qw(:DEFAULT reset_of fresh_window api_request send_get answer);
 use Webhook;
 use Cluster;
 
@@ -57,26 +56,6 @@ $C->start;
 
 
 # --- helpers ---------------------------------------------------------------
-
-sub reset_of {
-    my ($t) = @_;
-    return (POSIX::floor($t / 60) + 1) * 60;
-}
-
-# waits for the next minute when fewer than $need seconds are left
-sub fresh_window {
-    my ($need) = @_;
-
-    my $now = Time::HiRes::time();
-    my $left = reset_of($now) - $now;
-
-    if ($left < $need) {
-        note(sprintf 'waiting %.1f s for the next minute', $left);
-        Time::HiRes::sleep($left + 0.05);
-    }
-
-    return reset_of(Time::HiRes::time());
-}
 
 # one request of class $cls with $key to node $i
 sub call {

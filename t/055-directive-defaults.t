@@ -34,7 +34,8 @@ use File::Temp ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT error_body api_request send_get answer
-                    check_init listening long_poll_session error_log);
+                    check_init listening long_poll_session error_log
+                    fresh_window);
 use Webhook;
 
 our $TAG = sprintf 't055-%d-%d', $$, time;
@@ -72,13 +73,6 @@ our $TOO_MANY = error_body(429, 'Too Many Requests',
 # --- helpers -------------------------------------------------------------
 
 sub api { return api_request(@_[0 .. 4], { timeout => 30 }) }
-
-# Failures count per UTC minute: a check that counts some must not see
-# the minute change under it.  Late in a minute, wait for the next one.
-sub fresh_minute {
-    my $s = Time::HiRes::time() - 60 * int(time / 60);
-    Time::HiRes::sleep(60.2 - $s) if $s > 40;
-}
 
 # a webhook session of the MAIN project aimed at URL, completed: its
 # session.completed event is queued; returns its id
@@ -191,7 +185,7 @@ my %checks;
 $checks{fail_limit} = sub {
     my ($name) = @_;
 
-    fresh_minute();
+    fresh_window(20);
 
     listening();
 

@@ -52,7 +52,8 @@ our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
                     burst status_json listening listen_cut error_log
                     access_log long_poll_session png_upload
                     check_init run_check run_action db_http_config api_config
-                    ping_request key_headers add_no_error_log todo_block);
+                    ping_request key_headers add_no_error_log todo_block
+                    reset_of fresh_window);
 
 
 sub nginx_quote {
@@ -237,6 +238,30 @@ sub worker_pids {
 
 
 # A well-formed key that no fixture has: <prefix>_<32 random hex>.
+# The X-RateLimit-Reset of an instant: the next UTC minute boundary.
+sub reset_of {
+    my ($t) = @_;
+    return (POSIX::floor($t / 60) + 1) * 60;
+}
+
+# Waits, when fewer than $need seconds of the current minute are left,
+# until just after the next minute starts (bounded by 61 s); returns the
+# reset of the window it is in then.
+sub fresh_window {
+    my ($need) = @_;
+
+    my $now = Time::HiRes::time();
+    my $left = reset_of($now) - $now;
+
+    if ($left < $need) {
+        Test::More::note(sprintf 'waiting %.1f s for the next minute', $left);
+        Time::HiRes::sleep($left + 0.05);
+    }
+
+    return reset_of(Time::HiRes::time());
+}
+
+
 sub random_key {
     my ($prefix) = @_;
 
