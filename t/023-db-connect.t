@@ -26,6 +26,10 @@
 # (a migration's ACCESS EXCLUSIVE) with the server's statement_timeout
 # off: given up after session_db_timeout, the connection made again,
 # requests answered 503 meanwhile, served once the lock is gone.
+# TEST 14: a connection that has connected and waits for its first
+# statement's answer is not taken for an attempt lost with the link when
+# another one connects (ngx_http_session_db_kick_one() gives up only
+# connections still CONNECTING; the first statement runs BUSY).
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -645,6 +649,133 @@ sub prepare_held {
     ok($back, "$name - served once the lock is gone");
 }
 
+# --- a connection in its first statement is not given up by another's
+
+# held(): a stand-in that relays to the real server, but the first
+# attempt of the LISTEN connection has the first message after its
+# authentication (the probe) held for 2 s, and the pool's first attempts
+# (one per worker) are closed after 0.3 s without an answer.  Each
+# accept's role goes into $Dir/held/accepts.
+mkdir "$Dir/held" or die "mkdir: $!";
+
+sub held_first {
+    my ($kind, $n) = @_;
+    for my $i (1 .. $n) {
+        my $fh;
+        return 1 if sysopen $fh, "$Dir/held/$kind-$i",
+                            POSIX::O_WRONLY | POSIX::O_CREAT | POSIX::O_EXCL;
+    }
+    return 0;
+}
+
+sub held {
+    my ($c) = @_;
+
+    my $head = read_n($c, 8) // return;
+
+    while ((unpack 'NN', $head)[1] == 80877103
+           || (unpack 'NN', $head)[1] == 80877104)
+    {
+        syswrite $c, 'N';
+        $head = read_n($c, 8) // return;
+    }
+
+    my $rest = read_n($c, (unpack 'N', $head) - 8) // return;
+    my %p = split /\0/, $rest;
+    my $listen = ($p{application_name} // '') =~ /listen/ ? 1 : 0;
+
+    open my $log, '>>', "$Dir/held/accepts" or return;
+    syswrite $log, ($listen ? "listen\n" : "pool\n");
+    close $log;
+
+    if (!$listen && held_first('pool', 2)) {
+        Time::HiRes::sleep(0.3);
+        return;
+    }
+
+    my $pg = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                   PeerPort => $LIVE, Proto => 'tcp')
+        or return;
+    syswrite $pg, $head . $rest;
+
+    return relay($c, $pg) unless $listen && held_first('listen', 1);
+
+    # the client's messages, one at a time, until the first that is not a
+    # password message ('p'): held, then sent on
+    my $sel = IO::Select->new($c, $pg);
+    my $in = '';
+
+    while (1) {
+        for my $from ($sel->can_read(30)) {
+            my $got = sysread $from, my $buf, 65536;
+            return unless $got;
+
+            if ($from == $pg) {
+                syswrite $c, $buf;
+                next;
+            }
+
+            $in .= $buf;
+
+            while (length $in >= 5) {
+                my ($type, $len) = unpack 'a N', $in;
+                last if length $in < 1 + $len;
+
+                my $msg = substr $in, 0, 1 + $len, '';
+
+                if ($type ne 'p') {
+                    Time::HiRes::sleep(2);
+                    my $fh;
+                    open $fh, '>', "$Dir/held/released" and close $fh;
+                    syswrite $pg, $msg . $in;
+                    return relay($c, $pg);
+                }
+
+                syswrite $pg, $msg;
+            }
+        }
+    }
+}
+
+our $HELD = stand_in(\&held);
+
+$ENV{TEST_NGINX_SESSION_DB_HELD} = nginx_quote(
+    "host=127.0.0.1 port=$HELD $REST");
+
+# The LISTEN connection has connected and waits 2 s for its probe's
+# answer; its worker's pool connection, refused once, connects 0.3 s
+# later and tells the worker that the server is back.  The LISTEN
+# connection is not an attempt lost with a link: it must stay, and be the
+# only LISTEN connection the server ever sees.  (A build that also gives
+# up connections in their probe failed both checks: two LISTEN
+# connections, and the "given up" line.)
+sub probe_held {
+    my ($name) = @_;
+
+    my ($released) = wait_until(10, 0.05, sub { -e "$Dir/held/released" });
+    ok($released, "$name - the LISTEN connection's probe was held");
+
+    # LISTEN is in effect: an upload wakes a poll
+    my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
+    ok($up, "$name - nginx serves");
+
+    my $sid = sql_session();
+    my $p = poll_send($sid, 20);
+    Time::HiRes::sleep(0.5);
+    sql_upload($sid);
+    my ($st, $t) = poll_status($p, 20);
+    is($st, 200, "$name - a poll is woken");
+    cmp_ok($t, '<', 5, "$name - by the notification");
+
+    open my $fh, '<', "$Dir/held/accepts" or die "accepts: $!";
+    my @roles = map { chomp; $_ } <$fh>;
+    is(scalar(grep { $_ eq 'listen' } @roles), 1,
+       "$name - one LISTEN connection, never given up")
+        or Test::More::diag("accepts: @roles");
+    cmp_ok(scalar(grep { $_ eq 'pool' } @roles), '>=', 4,
+           "$name - the pool's first attempts were refused and made again");
+}
+
 master_on();
 workers(2);
 no_shuffle();
@@ -893,3 +1024,17 @@ GET /api/v1/sessions?limit=1
 qr/no answer to the statements' PREPARE within 1000 ms, connecting again/
 --- no_error_log
 [alert]
+
+
+
+=== TEST 14: a connection in its first statement is not given up when another connects
+--- db: HELD
+--- check: probe_held
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]
+an older connection attempt is given up
