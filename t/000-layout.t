@@ -173,4 +173,31 @@ for my $name (@hand) {
 is_deeply(\@placed, \@calls,
           'benchmarks.md has the parts kept by hand in util/bench.sh\'s order');
 
+
+# Every citation points at a file a clone has: none names the shared
+# contract or design notes the project was started from, which are not
+# in the repository (docs/api.md and docs/decisions.md hold what they
+# say), nor an issue by its number.  Read: every file under the repository's own
+# folders that is text, but util/openapi's installed packages.
+my @cited;
+
+File::Find::find({ no_chdir => 1, wanted => sub {
+    if (-d $_) {
+        $File::Find::prune = 1
+            if m{/(?:\.git|node_modules|build|servroot)$};
+        return;
+    }
+    return unless -f $_ && -T $_;
+    my $rel = substr $_, length($root) + 1;
+    open my $fh, '<', $_ or return;
+    while (my $line = <$fh>) {
+        push @cited, "$rel:$.: $line"
+            if $line =~ /\b(?:API|DESIGN)\.md\b|\b[Ii]ssues? #?\d+\b/;
+    }
+} }, map { "$root/$_" } grep { -e "$root/$_" }
+     qw(src t util docs bench debian README.md Makefile config .ci));
+
+is(scalar @cited, 0, 'no citation of a file or issue a clone does not have')
+    or diag(join '', @cited[0 .. (@cited < 20 ? $#cited : 19)]);
+
 done_testing();

@@ -1,4 +1,4 @@
-# Statements of the contract (docs/api.md, the shared API.md) that no
+# Statements of the contract (docs/api.md) that no
 # other script checked, found by an audit of the contract line by line
 # against t/*.t:
 #
