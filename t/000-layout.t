@@ -200,4 +200,18 @@ File::Find::find({ no_chdir => 1, wanted => sub {
 is(scalar @cited, 0, 'no citation of a file or issue a clone does not have')
     or diag(join '', @cited[0 .. (@cited < 20 ? $#cited : 19)]);
 
+
+# A C file of over 1,000 lines says why at its top (in its first
+# comment: how long it is, and the reason it is not split)
+File::Find::find({ no_chdir => 1, wanted => sub {
+    return unless /\.c$/ && -f $_;
+    my $rel = substr $_, length($root) + 1;
+    open my $fh, '<', $_ or return;
+    my @lines = <$fh>;
+    return if @lines <= 1000;
+    my $top = join '', @lines[0 .. 79];
+    ok($top =~ /\b(?:[\d,]+|a thousand) lines\b/i,
+       "$rel (" . @lines . " lines) says at its top why it is that long");
+} }, "$root/src");
+
 done_testing();
