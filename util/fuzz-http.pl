@@ -5,7 +5,8 @@
 #
 #   perl util/fuzz-http.pl --port N --key K --key2 K2 --gone-key K3
 #                          [--seed N] [--seconds S] [--error-log FILE]
-#                          --findings DIR [--clients N] [--verbose]
+#                          --findings DIR [--clients N] [--outage FILE]
+#                          [--verbose]
 #   perl util/fuzz-http.pl --port N --key K --replay FILE
 #
 # Every iteration takes the valid request of one endpoint (create in
@@ -34,6 +35,13 @@
 # upload and a poll must work, each within a second, and the error log
 # must show no [alert], [crit], [emerg] nor "exited on signal".  Prints
 # a summary; exits 1 on any finding.
+#
+# --outage FILE: while FILE exists the database is stopped or has come
+# back within the last seconds (util/fuzz-http.sh stops and starts it
+# while the clients run).  A request sent or answered then may get a 503,
+# which must be the JSON error like any other, may go unanswered within
+# the wait (a query waits up to session_db_timeout), and a replay may be
+# a 503 instead of the first answer; everything else is checked as ever.
 
 package FuzzHttp;
 
@@ -725,6 +733,12 @@ sub printable {
     return $s =~ s/([^ -~])/sprintf '\\x%02x', ord $1/ger;
 }
 
+# the database is stopped, or has been within the last seconds (the
+# file --outage names exists: util/fuzz-http.sh makes it)
+sub outage {
+    return $O{outage} && -e $O{outage} ? 1 : 0;
+}
+
 # undef when the answer is one the contract allows, else why not
 sub judge {
     my ($a, $r, $head, $loose) = @_;
@@ -754,7 +768,8 @@ sub judge {
 
     if ($s >= 500) {
         return "status $s" unless ($s == 501 && $r->{badframe})
-                                  || ($s == 505 && $r->{tags_v});
+                                  || ($s == 505 && $r->{tags_v})
+                                  || ($s == 503 && $r->{outage});
     }
     my $ct = $h->{'content-type'} // '';
     return "status $s: Content-Type '$ct'" if $ct ne 'application/json';
@@ -931,6 +946,7 @@ sub one {
         }
     }
     my $all = join '', @wire;
+    my $down = outage();
     my $s = connect_to() or die "connect: $!";
     $St{sent} += @reqs;
     $St{delivery}{$d}++;
@@ -973,8 +989,16 @@ sub one {
                      $poll ? 4 : 1.5);
     close $s;
 
+    # the database was stopped when the request went or when its answers
+    # came: a 503 may be one, and answers may take longer than we wait
+    if ($down ||= outage()) {
+        $_->{outage} = 1 for @reqs;
+        $St{outage}{sent} += @reqs;
+    }
+
     my @final = grep { $_->{status} >= 200 } @$answers;
     $St{answers} += @final;
+    $St{outage}{503} += grep { $_->{status} == 503 } @final;
     if (!@{ $r->{tags} } && @final && $d ne 'half') {
         my $st = $final[0]{status};
         $St{valid}{"$r->{ep} $st"}++;
@@ -989,7 +1013,8 @@ sub one {
     }
     # a HEAD of the content: the headers of the GET (§10.5)
     if (!@{ $r->{tags} } && $r->{method} eq 'HEAD' && $d eq 'whole'
-        && $r->{ep} eq 'content' && @final && $final[0]{status} == 200)
+        && $r->{ep} eq 'content' && @final && $final[0]{status} == 200
+        && !$down)
     {
         my $g = connect_to() or die "connect: $!";
         send_bytes($g, $bytes =~ s/^HEAD /GET /r);
@@ -1013,7 +1038,7 @@ sub one {
     # framing gone wrong on purpose: any number of answers, each valid
     my $loose = $cut || grep { $_->{badframe} || $_->{v09} } @reqs;
     # (then the 501 and 505 that one of the requests may have earned)
-    my $any = { %$r, badframe => 1,
+    my $any = { %$r, badframe => 1, outage => $down,
                 tags_v => scalar grep { $_->{tags_v} } @reqs };
     for my $k (0 .. $#final) {
         my $x = $loose ? $any : ($reqs[$k] // $r);
@@ -1035,7 +1060,7 @@ sub one {
                             scalar @reqs, $eof ? ' (after end of input)'
                                                 : ''),
                 $r, $all, $answers)
-            unless $closes;
+            unless $closes || $down;
     }
     return \@final;
 }
@@ -1061,7 +1086,7 @@ sub parked {
             $St{sent}++;
             $St{delivery}{parked}++;
             push @Parked, { s => $s, sid => $sid, r => $r, bytes => $head,
-                            until => $now + $t + 2 };
+                            until => $now + $t + 2, down => outage() };
         }
     }
     # a request that stops halfway and stays open: nginx's client
@@ -1098,6 +1123,8 @@ sub parked {
         my $x = $a->[0];
         $St{status}{ $x->{status} }++ if $x;
         # (an endpoint that reads no body may answer at once)
+        $p->{r}{outage} = outage();
+        $St{outage}{503}++ if $p->{r}{outage} && $x && $x->{status} == 503;
         my $why = $state ? $state
                 : !$x && !$closed ? 'still open 8 s after it stopped'
                 : $x ? judge($x, $p->{r}, 0) : undef;
@@ -1116,8 +1143,13 @@ sub parked {
         my $x = $a->[0];
         $St{answers}++ if $x;
         $St{status}{ $x->{status} }++ if $x;
-        my $why = !$x ? 'no answer' . ($state ? ": $state" : '')
+        my $down = $p->{down} || outage();
+        $p->{r}{outage} = $down;
+        $St{outage}{503}++ if $down && $x && $x->{status} == 503;
+        my $why = !$x ? ($down ? undef
+                               : 'no answer' . ($state ? ": $state" : ''))
                 : $x->{status} != 200 && $x->{status} != 410
+                  && !($x->{status} == 503 && $down)
                   ? "status $x->{status}" : judge($x, $p->{r}, $head);
         $p->{r}{delivery} = 'parked';
         finding($i, "parked poll: $why", $p->{r}, $p->{bytes}, $a) if $why;
@@ -1139,6 +1171,7 @@ sub request {
     my $again = chance(0.03);
     if (@{ $S{idem} } && $again) {
         my $old = from($S{idem});
+        my $down = outage();
         my $s = connect_to() or die "connect: $!";
         send_bytes($s, $old->{bytes});
         my ($a, $state) = read_answers($s, 1, [0], 0, 1.5);
@@ -1146,6 +1179,17 @@ sub request {
         $St{sent}++;
         $St{delivery}{replay}++;
         my $x = $a->[-1];
+        $down ||= outage();
+        $St{outage}{sent}++ if $down;
+        if ($down && (!$x || $x->{status} == 503)) {
+            # the database was stopped: no answer in time, or a 503
+            return if !$x;
+            my $why = judge($x, { ep => 'replay', outage => 1 }, 0);
+            finding($i, "replay in an outage: $why",
+                    { ep => 'replay', delivery => 'whole', tags => [] },
+                    $old->{bytes}, $a) if $why;
+            return;
+        }
         if (!$x || $x->{status} != $old->{status} || $x->{body} ne $old->{body}
             || ($x->{headers}{'idempotent-replayed'} // '') ne 'true')
         {
@@ -1303,7 +1347,7 @@ sub main {
     Getopt::Long::GetOptions(\%O, 'port=i', 'seed=i', 'seconds=f', 'key=s',
                              'key2=s', 'gone=s', 'error-log=s',
                              'findings=s', 'clients=i', 'replay=s',
-                             'verbose')
+                             'outage=s', 'verbose')
         or die "usage: perl util/fuzz-http.pl --port N --key K ...\n";
     return replay($O{replay}) if $O{replay};
     die "fuzz-http: --port, --key, --key2, --gone and --findings are"
@@ -1366,6 +1410,9 @@ sub main {
     $applied += $_ for values %{ $St{tags} };
     printf "fuzz-http: mutations: %d kinds, %d applied\n",
            scalar keys %{ $St{tags} }, $applied;
+    printf "fuzz-http: while the database was stopped or coming back:"
+           . " %d requests, %d answered 503\n", $St{outage}{sent} // 0,
+           $St{outage}{503} // 0 if $O{outage};
     print "fuzz-http: at the end: $final\n" if defined $final;
     print "fuzz-http: $_\n" for @{ $St{findings} };
     printf "fuzz-http: %d findings\n", scalar @{ $St{findings} };

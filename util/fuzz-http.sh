@@ -29,6 +29,12 @@
 #   FUZZ_HTTP_ASAN     1: the sanitizer build (configured if need be),
 #                      0: the normal build; default: the sanitizer build
 #                      when build/asan/ has one
+#   FUZZ_HTTP_OUTAGES  1 (default when the run is 60 s or longer): stop
+#                      PostgreSQL while the clients run (by turns "fast"
+#                      and "immediate"), 3 s each time, every 30 s; a
+#                      request sent or answered within 12 s of an outage
+#                      may get a 503 (a JSON error still) or no answer in
+#                      time; 0: never
 #   FUZZ_HTTP_VERBOSE  1: a line per request (endpoint, delivery,
 #                      mutations, statuses)
 #   FUZZ_HTTP_PORT     nginx's port (default: a free one, from BENCH_PORTS)
@@ -46,6 +52,7 @@ ROOT=$PWD
 SESSIONCTL=$ROOT/build/sessionctl
 SECONDS_RUN=${FUZZ_HTTP_SECONDS:-180}
 SEED=${FUZZ_HTTP_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000 ))}
+OUTAGES=${FUZZ_HTTP_OUTAGES:-$([ "$SECONDS_RUN" -ge 60 ] && echo 1 || echo 0)}
 ASAN_DIR=$ROOT/build/asan
 
 W=
@@ -69,9 +76,39 @@ workers() {
     pgrep -P "$(cat "$W/nginx.pid")" | sort | paste -sd' '
 }
 
+pg() {
+    pg_ctlcluster "$PGVERSION" regress "$@"
+}
+
+# While the clients run: PostgreSQL stopped for 3 s every 30 s, until 25 s
+# before their end.  $W/outage exists from just before a stop to 12 s
+# after the server is back (more than session_db_timeout, 10 s here, so
+# that what waited through the outage has been answered); the number of
+# outages goes to $W/outages.
+outages() {
+    local n=0 mode end=$((SECONDS + SECONDS_RUN - 25))
+
+    sleep 15
+    while [ "$SECONDS" -lt "$end" ]; do
+        n=$((n + 1))
+        mode=$([ $((n % 2)) -eq 1 ] && echo fast || echo immediate)
+        touch "$W/outage"
+        log "outage $n: PostgreSQL stops ($mode)"
+        pg stop -m "$mode"
+        sleep 3
+        pg start
+        log "outage $n: PostgreSQL is back"
+        echo "$n" > "$W/outages"
+        sleep 12
+        rm -f "$W/outage"
+        sleep 15
+    done
+}
+
 
 inside() {
     local account project project2 gone_id rc=0 before after reports
+    local outages_pid
 
     NGINX=$FZ_NGINX
     MODULE=$FZ_MODULE
@@ -150,11 +187,25 @@ EOF
         return
     fi
 
+    outages_pid=
+    if [ "$OUTAGES" = 1 ]; then
+        outages &
+        outages_pid=$!
+    fi
+
     perl "$ROOT/util/fuzz-http.pl" --port "$PORT" --seed "$SEED" \
         --seconds "$SECONDS_RUN" --key "$KEY" --key2 "$KEY2" \
         --gone "$GONE" --error-log "$W/error.log" \
         --findings "$W/findings" --clients "${FUZZ_HTTP_CLIENTS:-2}" \
+        ${outages_pid:+--outage "$W/outage"} \
         ${FUZZ_HTTP_VERBOSE:+--verbose} || rc=1
+
+    if [ -n "$outages_pid" ]; then
+        wait "$outages_pid" || { log "the outages failed"; rc=1; }
+        pg status > /dev/null || { log "PostgreSQL is not running"; rc=1; }
+        log "PostgreSQL was stopped $(cat "$W/outages" 2>/dev/null \
+              || echo 0) times"
+    fi
 
     # nginx answers within a second
     curl -s -m 1 -o /dev/null "http://127.0.0.1:$PORT/ok" \
@@ -211,7 +262,7 @@ else
     [ -f "$FZ_MODULE" ] || die "no $FZ_MODULE: make build first"
 fi
 # not NGINX in the environment: nginx reads that as inherited sockets
-export SEED SECONDS_RUN FZ_NGINX FZ_MODULE
+export SEED SECONDS_RUN OUTAGES FZ_NGINX FZ_MODULE
 
 pg_env_clear
 PGPORT=$(free_port) || die "no free port for PostgreSQL"
