@@ -129,10 +129,6 @@ static void ngx_http_session_poll_answer(ngx_http_session_poll_node_t *node,
 static void ngx_http_session_poll_expired(ngx_event_t *ev);
 static ngx_http_session_poll_node_t *ngx_http_session_poll_node_alloc(
     ngx_log_t *log);
-static ngx_int_t ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a,
-    uint32_t hash, u_char *sid, u_char *project);
-static void ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
-    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel);
 
 
 static ngx_http_session_poll_table_t  ngx_http_session_poll_table;
@@ -143,26 +139,27 @@ static ngx_http_session_poll_table_t  ngx_http_session_poll_table;
 ngx_http_session_poll_node_t *
 ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
 {
+    u_char                        *p, text[NGX_HTTP_SESSION_POLL_KEY_LEN];
     uint32_t                       hash;
-    ngx_int_t                      rc;
-    ngx_rbtree_node_t             *n, *sentinel;
+    ngx_str_t                      key;
     ngx_http_session_poll_node_t  *node;
+
+    /* the node's key: sid, a NUL and project, as the node holds them */
+
+    p = ngx_cpymem(text, sid, NGX_HTTP_SESSION_UUID_LEN);
+    *p++ = '\0';
+    ngx_memcpy(p, project, NGX_HTTP_SESSION_UUID_LEN);
+
+    key.len = NGX_HTTP_SESSION_POLL_KEY_LEN;
+    key.data = text;
 
     hash = ngx_crc32_short(sid, NGX_HTTP_SESSION_UUID_LEN);
 
-    n = ngx_http_session_poll_table.tree.root;
-    sentinel = ngx_http_session_poll_table.tree.sentinel;
-
-    while (n != sentinel) {
-        node = (ngx_http_session_poll_node_t *) n;
-
-        rc = ngx_http_session_poll_cmp(node, hash, sid, project);
-
-        if (rc == 0) {
-            return node;
-        }
-
-        n = (rc < 0) ? n->left : n->right;
+    node = (ngx_http_session_poll_node_t *)
+               ngx_str_rbtree_lookup(&ngx_http_session_poll_table.tree,
+                                     &key, hash);
+    if (node) {
+        return node;
     }
 
     node = ngx_http_session_poll_node_alloc(log);
@@ -172,7 +169,9 @@ ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
 
     ngx_memzero(node, sizeof(ngx_http_session_poll_node_t));
 
-    node->node.key = hash;
+    node->key.node.key = hash;
+    node->key.str.len = NGX_HTTP_SESSION_POLL_KEY_LEN;
+    node->key.str.data = node->sid;
     ngx_memcpy(node->sid, sid, NGX_HTTP_SESSION_UUID_LEN);
     ngx_memcpy(node->project, project, NGX_HTTP_SESSION_UUID_LEN);
     ngx_queue_init(&node->waiters);
@@ -181,7 +180,7 @@ ngx_http_session_poll_node(u_char *sid, u_char *project, ngx_log_t *log)
     node->expiry.data = node;
     node->expiry.log = ngx_cycle->log;
 
-    ngx_rbtree_insert(&ngx_http_session_poll_table.tree, &node->node);
+    ngx_rbtree_insert(&ngx_http_session_poll_table.tree, &node->key.node);
     ngx_queue_insert_tail(&ngx_http_session_poll_table.nodes, &node->all);
 
     /* counted before its first read: the session's events come here */
@@ -916,7 +915,7 @@ ngx_http_session_poll_release(ngx_http_session_poll_node_t *node)
         ngx_del_timer(&node->expiry);
     }
 
-    ngx_rbtree_delete(&ngx_http_session_poll_table.tree, &node->node);
+    ngx_rbtree_delete(&ngx_http_session_poll_table.tree, &node->key.node);
     ngx_queue_remove(&node->all);
 
     ngx_http_session_relay_nodes(-1);
@@ -1098,59 +1097,6 @@ ngx_http_session_poll_want_all(ngx_uint_t final)
 }
 
 
-/* by hash, then session id, then project */
-
-static ngx_int_t
-ngx_http_session_poll_cmp(ngx_http_session_poll_node_t *a, uint32_t hash,
-    u_char *sid, u_char *project)
-{
-    ngx_int_t  rc;
-
-    if (hash != a->node.key) {
-        return (hash < a->node.key) ? -1 : 1;
-    }
-
-    rc = ngx_memcmp(sid, a->sid, NGX_HTTP_SESSION_UUID_LEN);
-
-    if (rc == 0) {
-        rc = ngx_memcmp(project, a->project, NGX_HTTP_SESSION_UUID_LEN);
-    }
-
-    return rc;
-}
-
-
-static void
-ngx_http_session_poll_insert_value(ngx_rbtree_node_t *temp,
-    ngx_rbtree_node_t *node, ngx_rbtree_node_t *sentinel)
-{
-    ngx_rbtree_node_t             **p;
-    ngx_http_session_poll_node_t   *n;
-
-    n = (ngx_http_session_poll_node_t *) node;
-
-    for ( ;; ) {
-
-        p = (ngx_http_session_poll_cmp((ngx_http_session_poll_node_t *) temp,
-                                       n->node.key, n->sid, n->project)
-             < 0)
-            ? &temp->left : &temp->right;
-
-        if (*p == sentinel) {
-            break;
-        }
-
-        temp = *p;
-    }
-
-    *p = node;
-    node->parent = temp;
-    node->left = sentinel;
-    node->right = sentinel;
-    ngx_rbt_red(node);
-}
-
-
 ngx_int_t
 ngx_http_session_poll_table_init(ngx_cycle_t *cycle,
     ngx_http_session_poll_deliver_pt deliver,
@@ -1160,8 +1106,7 @@ ngx_http_session_poll_table_init(ngx_cycle_t *cycle,
 
     t = &ngx_http_session_poll_table;
 
-    ngx_rbtree_init(&t->tree, &t->sentinel,
-                    ngx_http_session_poll_insert_value);
+    ngx_rbtree_init(&t->tree, &t->sentinel, ngx_str_rbtree_insert_value);
 
     ngx_queue_init(&t->nodes);
     ngx_queue_init(&t->free);

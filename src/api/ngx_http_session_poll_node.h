@@ -16,10 +16,14 @@
 #include "ngx_http_session_park.h"
 
 
+/* a node's key: sid, its NUL and project, which follows it */
+#define NGX_HTTP_SESSION_POLL_KEY_LEN  (2 * NGX_HTTP_SESSION_UUID_LEN + 1)
+
+
 /* the waiters of one session and project */
 typedef struct {
-    /* key: CRC32 of the session id's text; then sid, then project */
-    ngx_rbtree_node_t              node;
+    /* CRC32 of the session id's text; str: sid to the end of project */
+    ngx_str_node_t                 key;
     /* in the worker's list of every node */
     ngx_queue_t                    all;
     ngx_queue_t                    waiters;
@@ -29,7 +33,10 @@ typedef struct {
     void                          *batch;
     /* in the worker's list of nodes whose read waits to be sent */
     ngx_queue_t                    pending;
-    /* NUL-terminated: they are the statement's parameters */
+    /*
+     * NUL-terminated: they are the statement's parameters; one after the
+     * other (arrays of bytes), they are key.str
+     */
     u_char                         sid[NGX_HTTP_SESSION_UUID_LEN + 1];
     u_char                         project[NGX_HTTP_SESSION_UUID_LEN + 1];
     /*
