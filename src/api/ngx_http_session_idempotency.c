@@ -90,14 +90,12 @@ static ngx_table_elt_t *ngx_http_session_idem_find(ngx_list_t *headers,
 static void ngx_http_session_idem_body(ngx_http_request_t *r);
 static ngx_int_t ngx_http_session_idem_start(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx);
-static void ngx_http_session_idem_read(ngx_http_session_db_query_t *q,
+static void ngx_http_session_idem_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_idem_replay(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res);
 static ngx_int_t ngx_http_session_idem_answer(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t status, ngx_buf_t *b);
-static void ngx_http_session_idem_settled(ngx_http_session_db_query_t *q,
-    PGresult *res);
 static ngx_int_t ngx_http_session_idem_settle(ngx_http_request_t *r,
     ngx_http_session_db_query_t *q, PGresult *res);
 
@@ -397,7 +395,7 @@ ngx_http_session_idem_outcome(ngx_http_request_t *r,
      */
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_READ,
-                                       ngx_http_session_idem_read);
+                                       ngx_http_session_idem_done);
     if (q == NULL) {
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
@@ -409,14 +407,18 @@ ngx_http_session_idem_outcome(ngx_http_request_t *r,
 }
 
 
+/* either statement's handler: the kept answer read, or this one kept */
+
 static void
-ngx_http_session_idem_read(ngx_http_session_db_query_t *q, PGresult *res)
+ngx_http_session_idem_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
     ngx_http_request_t  *r;
 
     r = q->request;
 
-    ngx_http_finalize_request(r, ngx_http_session_idem_replay(r, q, res));
+    ngx_http_finalize_request(r, (q->stmt == NGX_HTTP_SESSION_STMT_IDEM_READ)
+                                 ? ngx_http_session_idem_replay(r, q, res)
+                                 : ngx_http_session_idem_settle(r, q, res));
 }
 
 
@@ -559,7 +561,7 @@ ngx_http_session_idem_answer(ngx_http_request_t *r,
     idem->answer = b;
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IDEM_STORE,
-                                       ngx_http_session_idem_settled);
+                                       ngx_http_session_idem_done);
     st = ngx_pnalloc(r->pool, NGX_INT_T_LEN + 1);
 
     if (q == NULL || st == NULL) {
@@ -600,17 +602,6 @@ ngx_http_session_idem_answer(ngx_http_request_t *r,
     r->main->count++;
 
     return NGX_DONE;
-}
-
-
-static void
-ngx_http_session_idem_settled(ngx_http_session_db_query_t *q, PGresult *res)
-{
-    ngx_http_request_t  *r;
-
-    r = q->request;
-
-    ngx_http_finalize_request(r, ngx_http_session_idem_settle(r, q, res));
 }
 
 
