@@ -96,7 +96,6 @@ static void ngx_http_session_lease_failed(
     ngx_http_session_lease_answer_t *a);
 static void ngx_http_session_lease_failed_take(u_char *hash,
     ngx_http_session_take_t *take);
-static void ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a);
 static void ngx_http_session_lease_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 static ngx_int_t ngx_http_session_lease_read(PGresult *res,
@@ -349,7 +348,6 @@ ngx_http_session_lease_failed(ngx_http_session_lease_answer_t *a)
     ngx_http_session_stat(lease_failures, 1);
 
     ngx_http_session_lease_answer(smcf->shm_zone, a);
-    ngx_http_session_lease_log(a);
 }
 
 
@@ -370,24 +368,6 @@ ngx_http_session_lease_failed_take(u_char *hash,
     a.asked = take->asked;
 
     ngx_http_session_lease_failed(&a);
-}
-
-
-/* the database's state for leases, logged once per change for the node */
-
-static void
-ngx_http_session_lease_log(ngx_http_session_lease_answer_t *a)
-{
-    if (a->changed == 1) {
-        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
-                      "session limit: no lease from the database "
-                      "(session_limit_scope cluster): a key this node "
-                      "holds no budget of gets 503 until one succeeds");
-
-    } else if (a->changed == 2) {
-        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
-                      "session limit: leases from the database again");
-    }
 }
 
 
@@ -447,7 +427,6 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
         }
 
         ngx_http_session_lease_answer(smcf->shm_zone, &a);
-        ngx_http_session_lease_log(&a);
 
     } else {
         ngx_http_session_lease_failed(&a);
@@ -776,7 +755,6 @@ ngx_http_session_lease_batch_done(ngx_http_session_db_query_t *q,
         }
 
         ngx_http_session_lease_answer(smcf->shm_zone, &as[i]);
-        ngx_http_session_lease_log(&as[i]);
     }
 
     ngx_destroy_pool(b->pool);
@@ -863,7 +841,6 @@ ngx_http_session_lease_batch_failed(ngx_http_session_lease_batch_t *b)
         a.failed = 1;
 
         ngx_http_session_lease_answer(smcf->shm_zone, &a);
-        ngx_http_session_lease_log(&a);
     }
 
     ngx_destroy_pool(b->pool);

@@ -188,7 +188,7 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
 {
     uint32_t                        now, cap, want;
     uint64_t                        rate;
-    ngx_uint_t                      evicted;
+    ngx_uint_t                      evicted, changed;
     ngx_http_session_lease_t       *l;
     ngx_http_session_zone_sh_t     *sh;
     ngx_http_session_zone_ctx_t    *ctx;
@@ -197,13 +197,15 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     ctx = zone->data;
     sh = ctx->sh;
     now = (uint32_t) ngx_current_msec;
-    a->changed = 0;
+    changed = 0;
 
     ngx_shmtx_lock(&ctx->shpool->mutex);
 
+    /* the first failure (1), or the first answer after failures (2) */
+
     if (a->failed != sh->lease_failing) {
         sh->lease_failing = a->failed;
-        a->changed = a->failed ? 1 : 2;
+        changed = a->failed ? 1 : 2;
     }
 
     if (a->failed || a->given == 0) {
@@ -306,6 +308,17 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
 done:
 
     ngx_shmtx_unlock(&ctx->shpool->mutex);
+
+    if (changed == 1) {
+        ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
+                      "session limit: no lease from the database "
+                      "(session_limit_scope cluster): a key this node "
+                      "holds no budget of gets 503 until one succeeds");
+
+    } else if (changed == 2) {
+        ngx_log_error(NGX_LOG_NOTICE, ngx_cycle->log, 0,
+                      "session limit: leases from the database again");
+    }
 }
 
 

@@ -35,16 +35,14 @@ typedef struct {
     uint32_t                    waiters;
     /* no answer: the database is unavailable, or the statement failed */
     unsigned                    failed:1;
-    /* set by the call: the first failure (1) or the first answer (2) */
-    ngx_uint_t                  changed;
 } ngx_http_session_lease_answer_t;
 
 
 /*
  * Adds a lease's answer to what the node holds (or its failure: the mark
  * of a lease in flight is cleared either way); a lease for a window that
- * is over counts as unused.  a->changed tells when to log the database's
- * state, once per change for the node.
+ * is over counts as unused.  The database's state for leases is logged
+ * once per change for the node.
  */
 void ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     ngx_http_session_lease_answer_t *a);
