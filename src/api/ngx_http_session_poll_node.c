@@ -40,7 +40,7 @@
  * one statement (up to NGX_HTTP_SESSION_POLL_BATCH sessions), sent from a
  * posted event.
  *
- * About 1,250 lines, on purpose: the table, its reads, its arms and
+ * About 1,200 lines, on purpose: the table, its reads, its arms and
  * their answers are one state machine (a node's reading, queued, again,
  * armed, settled and busy), and each half of a split would call the
  * other.
