@@ -97,7 +97,6 @@ int sessionctl_usage(const char *fmt, ...);
 int sessionctl_refuse(const char *fmt, ...);
 int sessionctl_parse_args(int argc, char **argv, const char **pos,
     int npos, sessionctl_opt_t *opts, int nopts);
-int sessionctl_connect(sessionctl_ctx_t *ctx);
 int sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
     const char *what, const char **id);
 int sessionctl_id_row(sessionctl_ctx_t *ctx, int argc, char **argv,

@@ -228,11 +228,6 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
         return rc;
     }
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
     /*
      * The advisory lock is a session's: through a pooler that pools
      * transactions it would be taken on one server connection, left
@@ -383,11 +378,6 @@ sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
         }
     }
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
     /* a schema before version 20 has no such setting: say so plainly */
 
     res = sessionctl_exec(ctx, SESSIONCTL_SQL_WAKEUPS_TABLE, 0, NULL, NULL,
@@ -470,11 +460,6 @@ sessionctl_plan_set(sessionctl_ctx_t *ctx, int argc, char **argv)
     values[3] = opts[1].value ? "true" : "false";
     values[4] = features_text;
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
     res = sessionctl_exec(ctx, SESSIONCTL_SQL_PLAN_SET, 5, values, NULL,
                           NULL);
     if (res == NULL) {
@@ -551,11 +536,6 @@ sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     if (!sessionctl_plan_name_valid(opts[0].value)) {
         return sessionctl_refuse("plan not found");
-    }
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
     }
 
     values[0] = pos[0];
@@ -652,12 +632,6 @@ sessionctl_project_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     OPENSSL_cleanse(raw, sizeof(raw));
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        OPENSSL_cleanse(secret, sizeof(secret));
-        return rc;
-    }
-
     values[0] = pos[0];
     values[1] = pos[1];
     values[2] = secret;
@@ -734,12 +708,6 @@ sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
     if (ngx_http_session_key_hash((const unsigned char *) key, hash) != 0) {
         OPENSSL_cleanse(key, sizeof(key));
         return sessionctl_refuse("cannot hash the key");
-    }
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        OPENSSL_cleanse(key, sizeof(key));
-        return rc;
     }
 
     values[0] = pos[0];
@@ -872,11 +840,6 @@ sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc, char **argv)
     }
 
     snprintf(lim, sizeof(lim), "%d", limit);
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
 
     values[0] = opts[0].value;
     values[1] = opts[1].value;
