@@ -118,6 +118,8 @@ int sessionctl_print_fields(sessionctl_ctx_t *ctx, const char *name1,
 int sessionctl_print_rows(sessionctl_ctx_t *ctx, PGresult *res, int n,
     const sessionctl_col_t *text, const sessionctl_col_t *json,
     const char *name);
+int sessionctl_print_value(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found, const char *name);
 int sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
     const char *not_found, const char *id_name, const char *secret_name,
     char *secret, size_t size);

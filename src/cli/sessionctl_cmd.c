@@ -360,7 +360,6 @@ int
 sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int          rc;
-    char         mode[8];
     PGresult    *res;
     const char  *pos[1];
 
@@ -394,18 +393,11 @@ sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
                                  "20: run sessionctl migrate");
     }
 
-    res = sessionctl_exec_row(ctx, pos[0] ? SESSIONCTL_SQL_WAKEUPS_SET
-                                          : SESSIONCTL_SQL_WAKEUPS,
-                              pos[0] ? 1 : 0, pos,
-                              "no wakeups setting: run sessionctl migrate");
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    snprintf(mode, sizeof(mode), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    return sessionctl_print_fields(ctx, "wakeups", mode, NULL, NULL);
+    return sessionctl_print_value(ctx, pos[0] ? SESSIONCTL_SQL_WAKEUPS_SET
+                                              : SESSIONCTL_SQL_WAKEUPS,
+                                  pos[0] ? 1 : 0, pos,
+                                  "no wakeups setting: run sessionctl migrate",
+                                  "wakeups");
 }
 
 
@@ -516,8 +508,6 @@ int
 sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int                rc;
-    char               id[SESSIONCTL_UUID_LEN + 1];
-    PGresult          *res;
     const char        *pos[1], *values[2];
     sessionctl_opt_t   opts[1] = { { "--plan", NULL } };
 
@@ -541,16 +531,8 @@ sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
     values[0] = pos[0];
     values[1] = opts[0].value;
 
-    res = sessionctl_exec_row(ctx, SESSIONCTL_SQL_ACCOUNT_CREATE, 2, values,
-                              "plan not found");
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    return sessionctl_print_fields(ctx, "account_id", id, NULL, NULL);
+    return sessionctl_print_value(ctx, SESSIONCTL_SQL_ACCOUNT_CREATE, 2,
+                                  values, "plan not found", "account_id");
 }
 
 

@@ -413,6 +413,31 @@ sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res)
 
 
 /*
+ * A statement that names a row and returns one value: printed as "name
+ * value", or with --json an object; no row is "<not_found>"
+ */
+
+int
+sessionctl_print_value(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found, const char *name)
+{
+    int        rc;
+    PGresult  *res;
+
+    res = sessionctl_exec_row(ctx, sql, n, values, not_found);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    rc = sessionctl_print_fields(ctx, name, PQgetvalue(res, 0, 0), NULL,
+                                 NULL);
+    PQclear(res);
+
+    return rc;
+}
+
+
+/*
  * The answer of a create that returns the new row's id and shows a secret
  * (a key, a webhook secret) this once: both printed, the secret wiped on
  * every path.
