@@ -588,18 +588,15 @@ ngx_http_session_db_query_create_pool(ngx_pool_t *pool, ngx_log_t *log,
     ngx_pool_cleanup_t           *cln;
     ngx_http_session_db_query_t  *q;
 
-    q = ngx_pcalloc(pool, sizeof(ngx_http_session_db_query_t));
-    if (q == NULL) {
-        return NULL;
-    }
-
-    cln = ngx_pool_cleanup_add(pool, 0);
+    cln = ngx_pool_cleanup_add(pool, sizeof(ngx_http_session_db_query_t));
     if (cln == NULL) {
         return NULL;
     }
 
+    q = cln->data;
+    ngx_memzero(q, sizeof(ngx_http_session_db_query_t));
+
     cln->handler = ngx_http_session_db_query_cleanup;
-    cln->data = q;
 
     q->sql = sql;
     q->handler = handler;
