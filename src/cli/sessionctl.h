@@ -97,7 +97,6 @@ int sessionctl_usage(const char *fmt, ...);
 int sessionctl_refuse(const char *fmt, ...);
 int sessionctl_parse_args(int argc, char **argv, const char **pos,
     int npos, sessionctl_opt_t *opts, int nopts);
-int sessionctl_connect(sessionctl_ctx_t *ctx);
 int sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
     const char *what, const char **id);
 int sessionctl_id_row(sessionctl_ctx_t *ctx, int argc, char **argv,
@@ -119,6 +118,8 @@ int sessionctl_print_fields(sessionctl_ctx_t *ctx, const char *name1,
 int sessionctl_print_rows(sessionctl_ctx_t *ctx, PGresult *res, int n,
     const sessionctl_col_t *text, const sessionctl_col_t *json,
     const char *name);
+int sessionctl_print_value(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found, const char *name);
 int sessionctl_print_created(sessionctl_ctx_t *ctx, PGresult *res,
     const char *not_found, const char *id_name, const char *secret_name,
     char *secret, size_t size);

@@ -228,11 +228,6 @@ sessionctl_migrate(sessionctl_ctx_t *ctx, int argc, char **argv)
         return rc;
     }
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
     /*
      * The advisory lock is a session's: through a pooler that pools
      * transactions it would be taken on one server connection, left
@@ -365,7 +360,6 @@ int
 sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int          rc;
-    char         mode[8];
     PGresult    *res;
     const char  *pos[1];
 
@@ -381,11 +375,6 @@ sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
             return sessionctl_usage("the mode is all or polled, not \"%s\"",
                                     pos[0]);
         }
-    }
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
     }
 
     /* a schema before version 20 has no such setting: say so plainly */
@@ -404,18 +393,11 @@ sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
                                  "20: run sessionctl migrate");
     }
 
-    res = sessionctl_exec_row(ctx, pos[0] ? SESSIONCTL_SQL_WAKEUPS_SET
-                                          : SESSIONCTL_SQL_WAKEUPS,
-                              pos[0] ? 1 : 0, pos,
-                              "no wakeups setting: run sessionctl migrate");
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    snprintf(mode, sizeof(mode), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    return sessionctl_print_fields(ctx, "wakeups", mode, NULL, NULL);
+    return sessionctl_print_value(ctx, pos[0] ? SESSIONCTL_SQL_WAKEUPS_SET
+                                              : SESSIONCTL_SQL_WAKEUPS,
+                                  pos[0] ? 1 : 0, pos,
+                                  "no wakeups setting: run sessionctl migrate",
+                                  "wakeups");
 }
 
 
@@ -469,11 +451,6 @@ sessionctl_plan_set(sessionctl_ctx_t *ctx, int argc, char **argv)
     values[2] = (quota >= 0) ? quota_text : NULL;
     values[3] = opts[1].value ? "true" : "false";
     values[4] = features_text;
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
 
     res = sessionctl_exec(ctx, SESSIONCTL_SQL_PLAN_SET, 5, values, NULL,
                           NULL);
@@ -531,8 +508,6 @@ int
 sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 {
     int                rc;
-    char               id[SESSIONCTL_UUID_LEN + 1];
-    PGresult          *res;
     const char        *pos[1], *values[2];
     sessionctl_opt_t   opts[1] = { { "--plan", NULL } };
 
@@ -553,24 +528,11 @@ sessionctl_account_create(sessionctl_ctx_t *ctx, int argc, char **argv)
         return sessionctl_refuse("plan not found");
     }
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
-
     values[0] = pos[0];
     values[1] = opts[0].value;
 
-    res = sessionctl_exec_row(ctx, SESSIONCTL_SQL_ACCOUNT_CREATE, 2, values,
-                              "plan not found");
-    if (res == NULL) {
-        return SESSIONCTL_REFUSED;
-    }
-
-    snprintf(id, sizeof(id), "%s", PQgetvalue(res, 0, 0));
-    PQclear(res);
-
-    return sessionctl_print_fields(ctx, "account_id", id, NULL, NULL);
+    return sessionctl_print_value(ctx, SESSIONCTL_SQL_ACCOUNT_CREATE, 2,
+                                  values, "plan not found", "account_id");
 }
 
 
@@ -652,12 +614,6 @@ sessionctl_project_create(sessionctl_ctx_t *ctx, int argc, char **argv)
 
     OPENSSL_cleanse(raw, sizeof(raw));
 
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        OPENSSL_cleanse(secret, sizeof(secret));
-        return rc;
-    }
-
     values[0] = pos[0];
     values[1] = pos[1];
     values[2] = secret;
@@ -734,12 +690,6 @@ sessionctl_key_create(sessionctl_ctx_t *ctx, int argc, char **argv)
     if (ngx_http_session_key_hash((const unsigned char *) key, hash) != 0) {
         OPENSSL_cleanse(key, sizeof(key));
         return sessionctl_refuse("cannot hash the key");
-    }
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        OPENSSL_cleanse(key, sizeof(key));
-        return rc;
     }
 
     values[0] = pos[0];
@@ -872,11 +822,6 @@ sessionctl_webhook_list(sessionctl_ctx_t *ctx, int argc, char **argv)
     }
 
     snprintf(lim, sizeof(lim), "%d", limit);
-
-    rc = sessionctl_connect(ctx);
-    if (rc != SESSIONCTL_OK) {
-        return rc;
-    }
 
     values[0] = opts[0].value;
     values[1] = opts[1].value;

@@ -6,6 +6,7 @@
 #include "sessionctl.h"
 
 
+static int sessionctl_connect(sessionctl_ctx_t *ctx);
 static void sessionctl_notice(void *arg, const char *message);
 static void sessionctl_say(const char *fmt, va_list args);
 
@@ -159,7 +160,7 @@ sessionctl_parse_args(int argc, char **argv, const char **pos, int npos,
 /*
  * The opening of every "COMMAND ID" command: exactly one argument, a
  * UUID (anything else cannot name a row: "<what> not found", exit 1,
- * without a connection), then the connection.
+ * without a connection).
  */
 
 int
@@ -177,7 +178,7 @@ sessionctl_id_command(sessionctl_ctx_t *ctx, int argc, char **argv,
         return sessionctl_refuse("%s not found", what);
     }
 
-    return sessionctl_connect(ctx);
+    return SESSIONCTL_OK;
 }
 
 
@@ -208,7 +209,7 @@ sessionctl_id_row(sessionctl_ctx_t *ctx, int argc, char **argv,
 }
 
 
-int
+static int
 sessionctl_connect(sessionctl_ctx_t *ctx)
 {
     const char  *keys[3], *values[3];
@@ -247,7 +248,11 @@ sessionctl_notice(void *arg, const char *message)
 }
 
 
-/* one statement; on failure prints the reason and returns NULL */
+/*
+ * One statement, the command's first on a new connection (a command
+ * connects once its arguments are found valid); on failure prints the
+ * reason and returns NULL
+ */
 
 PGresult *
 sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql, int n,
@@ -255,6 +260,10 @@ sessionctl_exec(sessionctl_ctx_t *ctx, const char *sql, int n,
 {
     PGresult        *res;
     ExecStatusType   status;
+
+    if (ctx->conn == NULL && sessionctl_connect(ctx) != SESSIONCTL_OK) {
+        return NULL;
+    }
 
     res = PQexecParams(ctx->conn, sql, n, NULL, values, lengths, formats, 0);
 
@@ -400,6 +409,31 @@ sessionctl_db_error(sessionctl_ctx_t *ctx, PGresult *res)
     len = strcspn(msg, "\n");
 
     fprintf(stderr, "%.*s\n", (int) len, msg);
+}
+
+
+/*
+ * A statement that names a row and returns one value: printed as "name
+ * value", or with --json an object; no row is "<not_found>"
+ */
+
+int
+sessionctl_print_value(sessionctl_ctx_t *ctx, const char *sql, int n,
+    const char *const *values, const char *not_found, const char *name)
+{
+    int        rc;
+    PGresult  *res;
+
+    res = sessionctl_exec_row(ctx, sql, n, values, not_found);
+    if (res == NULL) {
+        return SESSIONCTL_REFUSED;
+    }
+
+    rc = sessionctl_print_fields(ctx, name, PQgetvalue(res, 0, 0), NULL,
+                                 NULL);
+    PQclear(res);
+
+    return rc;
 }
 
 

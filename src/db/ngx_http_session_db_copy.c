@@ -188,18 +188,15 @@ ngx_http_session_db_copy_create(ngx_http_request_t *r, size_t size)
     ngx_pool_cleanup_t          *cln;
     ngx_http_session_db_copy_t  *cp;
 
-    cp = ngx_pcalloc(r->pool, sizeof(ngx_http_session_db_copy_t));
-    if (cp == NULL) {
-        return NULL;
-    }
-
-    cln = ngx_pool_cleanup_add(r->pool, 0);
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_session_db_copy_t));
     if (cln == NULL) {
         return NULL;
     }
 
+    cp = cln->data;
+    ngx_memzero(cp, sizeof(ngx_http_session_db_copy_t));
+
     cln->handler = ngx_http_session_db_copy_cleanup;
-    cln->data = cp;
 
     cp->request = r;
     cp->log = r->connection->log;

@@ -582,44 +582,21 @@ ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
 
 
 ngx_http_session_db_query_t *
-ngx_http_session_db_query_stmt(ngx_http_request_t *r,
-    ngx_http_session_stmt_e stmt, ngx_http_session_db_handler_pt handler)
-{
-    ngx_http_session_db_query_t  *q;
-
-    q = ngx_http_session_db_query_create(r,
-                                      ngx_http_session_db_stmt_sql(stmt),
-                                      handler);
-    if (q == NULL) {
-        return NULL;
-    }
-
-    q->stmt = stmt;
-    q->result_format = 1;
-
-    return q;
-}
-
-
-ngx_http_session_db_query_t *
 ngx_http_session_db_query_create_pool(ngx_pool_t *pool, ngx_log_t *log,
     const char *sql, ngx_http_session_db_handler_pt handler)
 {
     ngx_pool_cleanup_t           *cln;
     ngx_http_session_db_query_t  *q;
 
-    q = ngx_pcalloc(pool, sizeof(ngx_http_session_db_query_t));
-    if (q == NULL) {
-        return NULL;
-    }
-
-    cln = ngx_pool_cleanup_add(pool, 0);
+    cln = ngx_pool_cleanup_add(pool, sizeof(ngx_http_session_db_query_t));
     if (cln == NULL) {
         return NULL;
     }
 
+    q = cln->data;
+    ngx_memzero(q, sizeof(ngx_http_session_db_query_t));
+
     cln->handler = ngx_http_session_db_query_cleanup;
-    cln->data = q;
 
     q->sql = sql;
     q->handler = handler;

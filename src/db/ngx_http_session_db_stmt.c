@@ -1,8 +1,8 @@
 /*
  * The statements every pool connection prepares when it connects
- * (db_query.c sends the PREPARE text built here): a query of one of them
- * goes by name, with no parse and no plan, or as its text on a
- * connection where preparing failed.
+ * (db_query.c sends the PREPARE text built here), and the query of one
+ * of them: it goes by name, with no parse and no plan, or as its text on
+ * a connection where preparing failed.
  */
 
 #include "ngx_http_session_db_stmt.h"
@@ -81,10 +81,22 @@ ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
 }
 
 
-const char *
-ngx_http_session_db_stmt_sql(ngx_http_session_stmt_e stmt)
+ngx_http_session_db_query_t *
+ngx_http_session_db_query_stmt(ngx_http_request_t *r,
+    ngx_http_session_stmt_e stmt, ngx_http_session_db_handler_pt handler)
 {
-    return ngx_http_session_db_stmts[stmt];
+    ngx_http_session_db_query_t  *q;
+
+    q = ngx_http_session_db_query_create(r, ngx_http_session_db_stmts[stmt],
+                                         handler);
+    if (q == NULL) {
+        return NULL;
+    }
+
+    q->stmt = stmt;
+    q->result_format = 1;
+
+    return q;
 }
 
 

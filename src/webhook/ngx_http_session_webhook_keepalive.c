@@ -26,6 +26,8 @@ typedef struct {
 } ngx_http_session_webhook_keepalive_t;
 
 
+static void ngx_http_session_webhook_idle_close(
+    ngx_http_session_webhook_conn_t *conn);
 static void ngx_http_session_webhook_idle_handler(ngx_event_t *ev);
 static void ngx_http_session_webhook_idle_write(ngx_event_t *ev);
 
@@ -49,20 +51,16 @@ ngx_http_session_webhook_keepalive_init(ngx_uint_t max)
 void
 ngx_http_session_webhook_keepalive_exit(void)
 {
-    ngx_queue_t                           *q;
     ngx_http_session_webhook_conn_t       *conn;
     ngx_http_session_webhook_keepalive_t  *ka;
 
     ka = &ngx_http_session_webhook_keepalive;
 
     while (!ngx_queue_empty(&ka->idle)) {
-        q = ngx_queue_head(&ka->idle);
-        ngx_queue_remove(q);
-        conn = ngx_queue_data(q, ngx_http_session_webhook_conn_t, queue);
-        ngx_http_session_webhook_conn_close(conn->connection);
+        conn = ngx_queue_data(ngx_queue_head(&ka->idle),
+                              ngx_http_session_webhook_conn_t, queue);
+        ngx_http_session_webhook_idle_close(conn);
     }
-
-    ka->nidle = 0;
 }
 
 
@@ -207,7 +205,6 @@ ngx_http_session_webhook_keepalive_allowed(ngx_http_status_t *status,
 ngx_int_t
 ngx_http_session_webhook_keepalive_put(ngx_http_session_webhook_conn_t *conn)
 {
-    ngx_queue_t                           *q;
     ngx_connection_t                      *c;
     ngx_http_session_webhook_keepalive_t  *ka;
 
@@ -230,15 +227,24 @@ ngx_http_session_webhook_keepalive_put(ngx_http_session_webhook_conn_t *conn)
     /* no more idle connections than deliveries may be in flight */
 
     if (++ka->nidle > ka->max) {
-        q = ngx_queue_last(&ka->idle);
-        ngx_queue_remove(q);
-        ka->nidle--;
-
-        conn = ngx_queue_data(q, ngx_http_session_webhook_conn_t, queue);
-        ngx_http_session_webhook_conn_close(conn->connection);
+        conn = ngx_queue_data(ngx_queue_last(&ka->idle),
+                              ngx_http_session_webhook_conn_t, queue);
+        ngx_http_session_webhook_idle_close(conn);
     }
 
     return NGX_OK;
+}
+
+
+/* an idle connection leaves the idle ones, and is closed */
+
+static void
+ngx_http_session_webhook_idle_close(ngx_http_session_webhook_conn_t *conn)
+{
+    ngx_queue_remove(&conn->queue);
+    ngx_http_session_webhook_keepalive.nidle--;
+
+    ngx_http_session_webhook_conn_close(conn->connection);
 }
 
 
@@ -247,16 +253,11 @@ ngx_http_session_webhook_keepalive_put(ngx_http_session_webhook_conn_t *conn)
 static void
 ngx_http_session_webhook_idle_handler(ngx_event_t *ev)
 {
-    ngx_connection_t                 *c;
-    ngx_http_session_webhook_conn_t  *conn;
+    ngx_connection_t  *c;
 
     c = ev->data;
-    conn = c->data;
 
-    ngx_queue_remove(&conn->queue);
-    ngx_http_session_webhook_keepalive.nidle--;
-
-    ngx_http_session_webhook_conn_close(c);
+    ngx_http_session_webhook_idle_close(c->data);
 }
 
 
