@@ -16,7 +16,9 @@
 #     its socket queues: once it runs again it says so and reads every
 #     session again, and each poll gets its image;
 #   - webhooks queued while the dispatcher of either worker may be the
-#     one to send them: each is delivered.
+#     one to send them: each is delivered;
+#   - a reload whose relay cannot be made (the master out of
+#     descriptors): nginx runs on without it (decisions.md (yi)).
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -334,6 +336,73 @@ $checks{webhooks} = sub {
 };
 
 
+# A reload whose relay cannot be made (socketpair() fails: the master is
+# out of descriptors) goes on without it, every worker with a LISTEN
+# connection of its own: nginx exits when a module's init fails, on a
+# reload too, so the relay's failure must not be one.  (What nginx itself
+# then does short of descriptors, workers it cannot start, is its own.)
+sub set_workers {
+    my ($n) = @_;
+    my $conf = $Test::Nginx::Util::ConfFile;
+    open my $in, '<', $conf or die "$conf: $!";
+    my $text = do { local $/; <$in> };
+    close $in;
+    $text =~ s/\bworker_processes\s+\d+;/worker_processes $n;/
+        or die "no worker_processes in $conf";
+    open my $out, '>', $conf or die "$conf: $!";
+    print $out $text;
+    close $out;
+}
+
+sub master_state {
+    my ($master) = @_;
+    open my $fh, '<', "/proc/$master/stat" or return 'gone';
+    my $stat = <$fh>;
+    close $fh;
+    return $stat =~ /^\d+ \(.*\) (\S)/ ? $1 : '?';
+}
+
+$checks{relay_unmade} = sub {
+    my ($name) = @_;
+
+    my $master = master_pid();
+    opendir my $d, "/proc/$master/fd" or die "/proc/$master/fd: $!";
+    my $fds = grep { /^\d+$/ } readdir $d;
+    closedir $d;
+    my $limits = `prlimit --pid=$master --nofile --noheadings --raw --output=SOFT,HARD`;
+    my ($soft, $hard) = $limits =~ /(\d+)\s+(\d+)/
+        or die "prlimit: '$limits'";
+
+    # 12 workers: the spreading server's reuseport takes a socket for
+    # each (10 more), before the modules' init; then room for 5 of the
+    # relay's 12 pairs.  The soft limit only: it is raised back below
+    # without a capability.
+    my $limit = $fds + 20;
+    system('prlimit', "--pid=$master", "--nofile=$limit:$hard") == 0
+        or die "prlimit: $?";
+    set_workers(12);
+    kill 'HUP', $master;
+
+    my ($unmade) = wait_until(10, 0.05, sub {
+        error_log() =~ /session relay: not made, every worker has a LISTEN/;
+    });
+    ok($unmade, "$name - the relay is not made");
+    like(error_log(), qr/session relay: socketpair\(\) failed/,
+         "$name - for want of descriptors");
+
+    system('prlimit', "--pid=$master", "--nofile=$soft:$hard") == 0
+        or die "prlimit: $?";
+
+    # the master has taken the configuration (the reload is not refused)
+    # and runs on
+    my ($took) = wait_until(10, 0.05, sub {
+        error_log() =~ /start worker process/ && grep { 1 } worker_pids();
+    });
+    ok($took, "$name - workers of the new configuration start");
+    like(master_state($master), qr/^[RS]$/, "$name - the master runs on");
+};
+
+
 our $CONFIG = <<'EOF';
     location /api/ {
         session_api;
@@ -449,3 +518,15 @@ GET /api/v1/sessions?limit=1
 --- error_code: 200
 --- no_error_log
 [emerg]
+
+
+
+=== TEST 8: a reload that cannot make the relay goes on without it
+--- check: relay_unmade
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log eval
+# (nginx's own [emerg] and [alert] lines of the workers started with too
+# few descriptors are expected)
+qr/exited on signal (?!9\b)/

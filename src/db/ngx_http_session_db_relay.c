@@ -19,7 +19,8 @@
  *
  * A worker's messages come over a datagram socket pair of its own, made
  * by the master for each configuration (init_module) and inherited at
- * fork; worker 0 writes, the worker reads.  Events that arrive in one
+ * fork; worker 0 writes, the worker reads.  Pairs the master cannot make
+ * leave the configuration without a relay: each worker listens itself.  Events that arrive in one
  * pass of worker 0's event loop leave together, a datagram per worker
  * (from a posted event).  A datagram the socket does not take (the
  * worker is behind by as many as its send buffer holds, some hundreds)
@@ -137,6 +138,9 @@ ngx_http_session_relay_init_module(ngx_cycle_t *cycle,
         rc->pairs[i][1] = (ngx_socket_t) -1;
     }
 
+    /* the cleanup closes every pair made, however far this gets */
+    rc->workers = n;
+
     cln = ngx_pool_cleanup_add(cycle->pool, 0);
     if (cln == NULL) {
         return NGX_ERROR;
@@ -145,13 +149,20 @@ ngx_http_session_relay_init_module(ngx_cycle_t *cycle,
     cln->handler = ngx_http_session_relay_cleanup;
     cln->data = rc;
 
+    /*
+     * What fails from here on (the master out of descriptors or shared
+     * memory) must not fail the module's init: nginx exits on that, on a
+     * reload too.  The node goes on without the relay, each worker with a
+     * LISTEN connection of its own, as a single worker has.
+     */
+
     rc->shm.size = n * sizeof(ngx_http_session_relay_slot_t);
     rc->shm.name.len = sizeof("session_relay") - 1;
     rc->shm.name.data = (u_char *) "session_relay";
     rc->shm.log = cycle->log;
 
     if (ngx_shm_alloc(&rc->shm) != NGX_OK) {
-        return NGX_ERROR;
+        goto failed;
     }
 
     rc->slots = (ngx_http_session_relay_slot_t *) rc->shm.addr;
@@ -159,9 +170,9 @@ ngx_http_session_relay_init_module(ngx_cycle_t *cycle,
 
     for (i = 0; i < n; i++) {
         if (socketpair(AF_UNIX, SOCK_DGRAM, 0, rc->pairs[i]) == -1) {
-            ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_socket_errno,
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_socket_errno,
                           "session relay: socketpair() failed");
-            return NGX_ERROR;
+            goto failed;
         }
 
         if (ngx_nonblocking(rc->pairs[i][0]) == -1
@@ -169,14 +180,24 @@ ngx_http_session_relay_init_module(ngx_cycle_t *cycle,
             || fcntl(rc->pairs[i][0], F_SETFD, FD_CLOEXEC) == -1
             || fcntl(rc->pairs[i][1], F_SETFD, FD_CLOEXEC) == -1)
         {
-            ngx_log_error(NGX_LOG_EMERG, cycle->log, ngx_socket_errno,
+            ngx_log_error(NGX_LOG_ALERT, cycle->log, ngx_socket_errno,
                           "session relay: setting the sockets failed");
-            return NGX_ERROR;
+            goto failed;
         }
     }
 
-    rc->workers = n;
     smcf->relay = rc;
+
+    return NGX_OK;
+
+failed:
+
+    ngx_http_session_relay_cleanup(rc);
+    rc->workers = 0;
+
+    ngx_log_error(NGX_LOG_ALERT, cycle->log, 0,
+                  "session relay: not made, every worker has a LISTEN "
+                  "connection of its own until the next reload");
 
     return NGX_OK;
 }
