@@ -115,15 +115,26 @@ $checks{shared} = sub {
     my $before = long_poll();
     is($before->{waiting}, 0, "$name - nobody waits before");
 
+    # where the log stands: the node's arm and its read after the arm
+    # are looked for from here
+    my $mark = length error_log();
+
     my $other = poll_send($sid, '?timeout=30', $KEY{OTHER});
     my @polls = map { poll_send($sid, '?timeout=30') } 1 .. $n;
 
     my $o = answer($other, 10);
     is($o->{status}, 403, "$name - another project's poll: 403");
 
+    # a poll is counted as waiting when it joins its node, before the
+    # node's first read, its arm and the read after it are done: wait for
+    # that read (counted when it is sent, as its debug line is written),
+    # or the wake-up below would count it too
     my ($lp) = wait_until(10, 0.05, sub {
         my $s = long_poll();
-        $s->{waiting} == $n ? $s : undef;
+        $s->{waiting} == $n
+            && substr(error_log(), $mark)
+               =~ /poll: one arm of \d+ sessions.*poll: one read of \d+ /s
+            ? $s : undef;
     });
 
     ok($lp, "$name - $n polls wait");
