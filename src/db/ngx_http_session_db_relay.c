@@ -20,13 +20,14 @@
  * A worker's messages come over a datagram socket pair of its own, made
  * by the master for each configuration (init_module) and inherited at
  * fork; worker 0 writes, the worker reads.  Pairs the master cannot make
- * leave the configuration without a relay: each worker listens itself.  Events that arrive in one
- * pass of worker 0's event loop leave together, a datagram per worker
- * (from a posted event).  A datagram the socket does not take (the
- * worker is behind by as many as its send buffer holds, some hundreds)
- * is made good as a lost LISTEN connection is: the worker's "lost" flag is
- * set before a last try, and a worker that finds it set once it has read
- * its socket wakes every poll to read its session again.
+ * leave the configuration without a relay: each worker listens itself.
+ * Events that arrive in one pass of worker 0's event loop leave
+ * together, a datagram per worker (from a posted event).  A datagram
+ * the socket does not take (the worker is behind by as many as its send
+ * buffer holds, some hundreds) is made good as a lost LISTEN connection
+ * is: the worker's "lost" flag is set before a last try, and a worker
+ * that finds it set once it has read its socket wakes every poll to read
+ * its session again.
  *
  * Why a count of poll nodes suffices: a node is made before its first
  * read is sent, and counted then.  A change that read did not see is
