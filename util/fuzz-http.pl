@@ -6,7 +6,7 @@
 #   perl util/fuzz-http.pl --port N --key K --key2 K2 --gone-key K3
 #                          [--seed N] [--seconds S] [--error-log FILE]
 #                          --findings DIR [--clients N] [--outage FILE]
-#                          [--verbose]
+#                          [--port2 N] [--verbose]
 #   perl util/fuzz-http.pl --port N --key K --replay FILE
 #
 # Every iteration takes the valid request of one endpoint (create in
@@ -42,6 +42,13 @@
 # which must be the JSON error like any other, may go unanswered within
 # the wait (a query waits up to session_db_timeout), and a replay may be
 # a 503 instead of the first answer; everything else is checked as ever.
+#
+# --port2 N: a server with small limits (the same key's counters): one
+# request in ten goes there, and gets 429 once the window's count is
+# past them.  Every error's headers are checked by its message: 503 with
+# Retry-After: 1; 429 "rate limit exceeded" with Retry-After (1 to 60)
+# and X-RateLimit-* (Remaining 0); the failed-authentication 429 with
+# Retry-After and no X-RateLimit-*; the quota's 429 without Retry-After.
 
 package FuzzHttp;
 
@@ -785,15 +792,44 @@ sub judge {
     return "status $s: error '$j->{error}'"
         if $Reason{$s} && $j->{error} ne $Reason{$s};
     return "status $s: empty message" if !length($j->{message} // '');
+    return headers_of_error($s, $j->{message}, $h);
+}
+
+# the headers an error carries, by its message (docs/api.md's table of
+# statuses): Retry-After and X-RateLimit-*
+sub headers_of_error {
+    my ($s, $message, $h) = @_;
+    my $ra = $h->{'retry-after'};
+    my @rl = grep { defined $h->{"x-ratelimit-$_"} } qw(limit remaining reset);
+
+    if ($s == 503) {
+        return "503 '$message' with Retry-After '" . ($ra // '') . "'"
+            unless ($ra // '') eq '1';
+    } elsif ($s == 429 && $message eq 'rate limit exceeded') {
+        return "429 '$message' with Retry-After '" . ($ra // '') . "'"
+            unless ($ra // '') =~ /^[1-9]\d*$/ && $ra <= 60;
+        return "429 '$message' without X-RateLimit-*" if @rl != 3;
+        return "429 '$message' with X-RateLimit-Remaining"
+               . " '$h->{'x-ratelimit-remaining'}'"
+            if $h->{'x-ratelimit-remaining'} ne '0';
+    } elsif ($s == 429 && $message eq 'too many failed authentication'
+                                      . ' attempts') {
+        return "429 '$message' without Retry-After"
+            unless ($ra // '') =~ /^[1-9]\d*$/;
+        return "429 '$message' with X-RateLimit-*" if @rl;
+    } elsif ($s == 429 && $message eq 'monthly session quota exceeded') {
+        return "429 '$message' with Retry-After" if defined $ra;
+    }
     return undef;
 }
 
 # --- sending
 
 sub connect_to {
+    my ($port) = @_;
     return IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                 PeerPort => $O{port}, Proto => 'tcp',
-                                 Timeout => 5);
+                                 PeerPort => $port // $O{port},
+                                 Proto => 'tcp', Timeout => 5);
 }
 
 sub send_bytes {
@@ -947,7 +983,11 @@ sub one {
     }
     my $all = join '', @wire;
     my $down = outage();
-    my $s = connect_to() or die "connect: $!";
+    # one request in ten to the server with small limits (--port2): the
+    # key's counters are the same, its limits are soon reached there
+    $r->{tight} = 1 if $O{port2} && !$r->{sure} && chance(0.1);
+    my $s = connect_to($r->{tight} ? $O{port2} : undef)
+        or die "connect: $!";
     $St{sent} += @reqs;
     $St{delivery}{$d}++;
     $St{tags}{$_}++ for @{ $r->{tags} };
@@ -1007,6 +1047,7 @@ sub one {
                       . "    request: %s\n", $i, $r->{ep},
                       printable("$st $final[0]{body}"), printable($bytes)
             unless $st =~ /^20[01]$/ || $st == 304
+                   || $st == 429 && $r->{tight}
                    || $st == 409 && $r->{ep} =~ /^(upload|ack)$/
                    || $st == 410 && $r->{ep} eq 'poll'
                    || $final[0]{body} =~ /"session has expired"/;
@@ -1211,6 +1252,7 @@ sub request {
 sub must {
     my ($r, $want, $what) = @_;
     $r->{delivery} = 'whole';
+    $r->{sure} = 1;
     my $t0 = Time::HiRes::time();
     my $a = one(0, $r);
     my $t = Time::HiRes::time() - $t0;
@@ -1347,7 +1389,7 @@ sub main {
     Getopt::Long::GetOptions(\%O, 'port=i', 'seed=i', 'seconds=f', 'key=s',
                              'key2=s', 'gone=s', 'error-log=s',
                              'findings=s', 'clients=i', 'replay=s',
-                             'outage=s', 'verbose')
+                             'outage=s', 'port2=i', 'verbose')
         or die "usage: perl util/fuzz-http.pl --port N --key K ...\n";
     return replay($O{replay}) if $O{replay};
     die "fuzz-http: --port, --key, --key2, --gone and --findings are"

@@ -5,7 +5,8 @@
 # A throw-away PostgreSQL (pg_virtualenv), migrated with sessionctl; an
 # account on plan "unlimited" with a project and a key, a second project
 # and its key (another project's sessions: 403), a deleted key; nginx with
-# 2 workers and the module; then util/fuzz-http.pl for FUZZ_HTTP_SECONDS,
+# 2 workers and the module (and a second server with small limits, where
+# one request in ten goes); then util/fuzz-http.pl for FUZZ_HTTP_SECONDS,
 # which mutates a valid request of every endpoint of docs/api.md (method,
 # path, query, headers, body, framing; sent whole, slowly, pipelined,
 # cut short, abandoned) and checks every answer (see its head).  Then:
@@ -116,6 +117,8 @@ inside() {
     W=$(mktemp -d /tmp/fuzz-http.XXXXXX)
     trap scratch_cleanup EXIT
     PORT=${FUZZ_HTTP_PORT:-$(free_port)}
+    PORT2=$(free_port)
+    while [ "$PORT2" = "$PORT" ]; do PORT2=$(free_port); done
     mkdir -p "$W/findings" "$W/reports"
     # nginx's workers (nobody, when started as root) keep request bodies
     # in $W/body
@@ -166,6 +169,17 @@ inside() {
                            other=1000000000;
         }
     }
+
+    # the same API with small limits (the key's counters are the same):
+    # one request in ten comes here and gets 429 once they are reached
+    server {
+        listen 127.0.0.1:$PORT2;
+
+        location / {
+            session_api;
+            session_limits create=20 list=40 other=40;
+        }
+    }
 }
 EOF
     } > "$W/nginx.conf"
@@ -197,7 +211,7 @@ EOF
         --seconds "$SECONDS_RUN" --key "$KEY" --key2 "$KEY2" \
         --gone "$GONE" --error-log "$W/error.log" \
         --findings "$W/findings" --clients "${FUZZ_HTTP_CLIENTS:-2}" \
-        ${outages_pid:+--outage "$W/outage"} \
+        --port2 "$PORT2" ${outages_pid:+--outage "$W/outage"} \
         ${FUZZ_HTTP_VERBOSE:+--verbose} || rc=1
 
     if [ -n "$outages_pid" ]; then
