@@ -199,7 +199,9 @@ $ENV{TEST_NGINX_SESSION_DB_TLS} = nginx_quote(
 # of $Dir/startup, and relays the connection to the real server
 mkdir "$Dir/startup" or die "mkdir: $!";
 
-sub record {
+# startup(C): a client's startup packet, TLS and GSS encryption refused
+# before it; (the packet, its parameters), or () when the client goes
+sub startup {
     my ($c) = @_;
 
     my $head = read_n($c, 8) // return;
@@ -212,17 +214,33 @@ sub record {
     }
 
     my $rest = read_n($c, (unpack 'N', $head) - 8) // return;
-    my %p = split /\0/, $rest;
 
-    open my $fh, '>', "$Dir/startup/$$.tmp" or return;
-    print $fh map { "$_=$p{$_}\n" } sort keys %p;
-    close $fh;
-    rename "$Dir/startup/$$.tmp", "$Dir/startup/$$";
+    return ($head . $rest, { split /\0/, $rest });
+}
+
+# to_live(PACKET): a connection to the real server, PACKET sent on it
+sub to_live {
+    my ($packet) = @_;
 
     my $pg = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
                                    PeerPort => $LIVE, Proto => 'tcp')
         or return;
-    syswrite $pg, $head . $rest;
+    syswrite $pg, $packet;
+
+    return $pg;
+}
+
+sub record {
+    my ($c) = @_;
+
+    my ($packet, $p) = startup($c) or return;
+
+    open my $fh, '>', "$Dir/startup/$$.tmp" or return;
+    print $fh map { "$_=$p->{$_}\n" } sort keys %$p;
+    close $fh;
+    rename "$Dir/startup/$$.tmp", "$Dir/startup/$$";
+
+    my $pg = to_live($packet) or return;
     relay($c, $pg);
 }
 
@@ -444,6 +462,20 @@ sub poll_status {
             Time::HiRes::time() - $p->{t0});
 }
 
+# a poll waits, an upload into its session by SQL wakes it within 5 s:
+# the node's LISTEN connection is in effect
+sub woken_by_upload {
+    my ($name, $woken, $soon) = @_;
+
+    my $sid = sql_session();
+    my $p = poll_send($sid, 20);
+    Time::HiRes::sleep(0.5);
+    sql_upload($sid);
+    my ($st, $t) = poll_status($p, 20);
+    is($st, 200, "$name - $woken");
+    cmp_ok($t, '<', 5, "$name - $soon");
+}
+
 sub get_status {
     return http_request('GET', '/api/v1/sessions?limit=1',
                         auth_header($F->{key}), 5)->{status};
@@ -461,13 +493,7 @@ sub black_hole {
     my ($up) = wait_until(10, 0.1, sub { get_status() == 200 });
     ok($up, "$name - nginx serves");
 
-    my $sid = sql_session();
-    my $p = poll_send($sid, 20);
-    Time::HiRes::sleep(0.5);
-    sql_upload($sid);
-    my ($st, $t) = poll_status($p, 20);
-    is($st, 200, "$name - woken before the silence");
-    cmp_ok($t, '<', 5, "$name - by the notification");
+    woken_by_upload($name, 'woken before the silence', 'by the notification');
 
     # polls in both workers (the spreading server's reuseport): the one
     # that does not listen hears from worker 0 that the database is back,
@@ -532,13 +558,7 @@ sub black_hole {
                                             .. -1]);
 
     # a new upload wakes a new poll: LISTEN is in effect again
-    $sid = sql_session();
-    $p = poll_send($sid, 20);
-    Time::HiRes::sleep(0.5);
-    sql_upload($sid);
-    ($st, $t) = poll_status($p, 20);
-    is($st, 200, "$name - wake-ups resume");
-    cmp_ok($t, '<', 5, "$name - at once");
+    woken_by_upload($name, 'wake-ups resume', 'at once');
 }
 
 
@@ -671,18 +691,8 @@ sub held_first {
 sub held {
     my ($c) = @_;
 
-    my $head = read_n($c, 8) // return;
-
-    while ((unpack 'NN', $head)[1] == 80877103
-           || (unpack 'NN', $head)[1] == 80877104)
-    {
-        syswrite $c, 'N';
-        $head = read_n($c, 8) // return;
-    }
-
-    my $rest = read_n($c, (unpack 'N', $head) - 8) // return;
-    my %p = split /\0/, $rest;
-    my $listen = ($p{application_name} // '') =~ /listen/ ? 1 : 0;
+    my ($packet, $p) = startup($c) or return;
+    my $listen = ($p->{application_name} // '') =~ /listen/ ? 1 : 0;
 
     open my $log, '>>', "$Dir/held/accepts" or return;
     syswrite $log, ($listen ? "listen\n" : "pool\n");
@@ -693,10 +703,7 @@ sub held {
         return;
     }
 
-    my $pg = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
-                                   PeerPort => $LIVE, Proto => 'tcp')
-        or return;
-    syswrite $pg, $head . $rest;
+    my $pg = to_live($packet) or return;
 
     return relay($c, $pg) unless $listen && held_first('listen', 1);
 
@@ -759,13 +766,7 @@ sub probe_held {
     my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
     ok($up, "$name - nginx serves");
 
-    my $sid = sql_session();
-    my $p = poll_send($sid, 20);
-    Time::HiRes::sleep(0.5);
-    sql_upload($sid);
-    my ($st, $t) = poll_status($p, 20);
-    is($st, 200, "$name - a poll is woken");
-    cmp_ok($t, '<', 5, "$name - by the notification");
+    woken_by_upload($name, 'a poll is woken', 'by the notification');
 
     open my $fh, '<', "$Dir/held/accepts" or die "accepts: $!";
     my @roles = map { chomp; $_ } <$fh>;
