@@ -30,7 +30,7 @@ use Digest::SHA ();
 use POSIX ();
 use Time::HiRes ();
 use Session;
-use SessionTest qw(:DEFAULT api_request);
+use SessionTest qw(:DEFAULT api_request reset_of fresh_window);
 use Cluster;
 
 my $TAG = sprintf 't046-%d-%d', $$, time;
@@ -41,25 +41,6 @@ my $HTTP = "session_limit_scope cluster;\n"
            . "    session_db_timeout 1s;\n"
            . "    session_auth_cache_ttl 60s;";
 
-
-sub reset_of {
-    my ($t) = @_;
-    return (POSIX::floor($t / 60) + 1) * 60;
-}
-
-sub fresh_window {
-    my ($need) = @_;
-
-    my $now = Time::HiRes::time();
-    my $left = reset_of($now) - $now;
-
-    if ($left < $need) {
-        note(sprintf 'waiting %.1f s for the next minute', $left);
-        Time::HiRes::sleep($left + 0.05);
-    }
-
-    return reset_of(Time::HiRes::time());
-}
 
 sub nope {
     my ($c, $key) = @_;

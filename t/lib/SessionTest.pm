@@ -237,7 +237,6 @@ sub worker_pids {
 }
 
 
-# A well-formed key that no fixture has: <prefix>_<32 random hex>.
 # The X-RateLimit-Reset of an instant: the next UTC minute boundary.
 sub reset_of {
     my ($t) = @_;
@@ -262,6 +261,7 @@ sub fresh_window {
 }
 
 
+# A well-formed key that no fixture has: <prefix>_<32 random hex>.
 sub random_key {
     my ($prefix) = @_;
 
