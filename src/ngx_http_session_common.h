@@ -211,6 +211,12 @@ typedef struct {
     uint32_t                    asked;
     /* a lease in flight longer than this is taken for lost */
     uint32_t                    stale;
+    /*
+     * what the node was leased in the window, told to the database when
+     * known is set (it agreed with the row at an answer, decision (qk))
+     */
+    uint32_t                    took;
+    unsigned                    known:1;
     unsigned                    cluster:1;
     /* the lease is the next window's first block, asked for near the end */
     unsigned                    next:1;

@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
 """A simulation of session_limit_scope cluster's leases (docs/decisions.md
-(qb), (qj)): nodes with their workers' leases in flight, the zone's block
-per key (zone_lease.c) and the window's row (src/sql/015 and 019), for
-one key, one class and one window.  Nothing of nginx runs here: it is for
-weighing a rule before it is written in C and SQL.
+(qb), (qj), (qk)): nodes with their workers' leases in flight, the zone's
+block per key (zone_lease.c) and the window's row (src/sql/015, 019 and
+021), for one key, one class and one window.  Nothing of nginx runs
+here: it is for weighing a rule before it is written in C and SQL.
 
-    python3 util/lease-sim.py            both rules, every client below
-    python3 util/lease-sim.py qj         one rule
+    python3 util/lease-sim.py              every rule, every client below
+    python3 util/lease-sim.py qj qk        some rules
+    python3 util/lease-sim.py --slow qk    leases answered 0.5 to 50 ms late
+
+Rules: "qb", blocks of a tenth of the limit, the end in shares of what is
+left; "qj", each node's equal part first; "qk", qj with the node telling
+what it took as far as it knows, so that a lease in flight to another
+worker of the node is counted instead of leased again.
 
 Clients: "seq", one sequential client round-robin over the nodes (t/045:
 the first 429 must come at the limit + 1); "conc", 16 connections per
@@ -16,7 +22,9 @@ for 30 requests, then one node only; "2:1:1", each request to node 0
 with odds 1/2, else node 1 or 2.  A lease is answered 0.5 to 2 ms after
 it is sent; a client's next request comes 0.5 to 1.5 ms after an answer.
 With rule qb, conc gives 17, 20 and 21 statements at 100, 200 and 300,
-the figures util/bench-cluster.sh measured for it.
+the figures util/bench-cluster.sh measured for it.  --slow makes each
+half of a lease's round trip 0.25 to 25 ms (a loaded machine): there qj's
+first 429 comes early in up to 28 % of the seq runs, qk's in none.
 """
 
 import heapq
@@ -24,6 +32,9 @@ import random
 import sys
 
 LEASE_MIN = 10
+
+# each half of a lease's round trip, ms (--slow: up to 25)
+HALF = [0.25, 1]
 
 
 class Row:
@@ -34,14 +45,17 @@ class Row:
         self.nodes = []
         self.took = {}
 
-    def lease(self, rule, node, want, limit):
+    def lease(self, rule, node, want, limit, known=None):
+        had = self.took.get(node, 0)
+        if rule == 'qk' and known is not None and had > known:
+            # budget in flight to the node already: none more (021)
+            return 0
         left = limit - self.granted
         if left <= 0:
             return None
         n = len(self.nodes) + (node not in self.nodes)
-        had = self.took.get(node, 0)
         share = max(1, -(-left // n))
-        if rule == 'qj' and had < limit // n:
+        if rule != 'qb' and had < limit // n:
             give = min(want, left, limit // n - had)
         else:
             give = min(want, left, share)
@@ -56,7 +70,7 @@ class Sim:
     def __init__(self, rule, nodes, workers, limit, seed):
         self.rule = rule
         self.limit = limit
-        self.cap = max(LEASE_MIN, limit // (4 if rule == 'qj' else 10))
+        self.cap = max(LEASE_MIN, limit // (10 if rule == 'qb' else 4))
         self.rng = random.Random(seed)
         self.row = Row()
         self.stmts = 0
@@ -65,7 +79,8 @@ class Sim:
         self.seq = 0
         self.workers = workers
         self.zone = [dict(held=0, used=0, want=0, last=0.0, granted=0,
-                          nodes=0, asked=False, took=0, block=0)
+                          nodes=0, asked=False, took=0, block=0,
+                          synced=False)
                      for _ in range(nodes)]
         self.flights = [[None] * workers for _ in range(nodes)]
 
@@ -93,7 +108,7 @@ class Sim:
         if l['asked']:
             return 'ok', 0
         size = self.size(l)
-        if self.rule == 'qj':
+        if self.rule != 'qb':
             ahead = (l['held'] * 2 < l['block'] and left > 0
                      and l['took'] < self.limit // max(l['nodes'], 1))
         else:
@@ -104,16 +119,21 @@ class Sim:
         l['asked'] = True
         return 'ok', size
 
-    def answer(self, n, given, granted, nodes, waiters, asked):
+    def answer(self, n, given, granted, nodes, took, waiters, asked):
         l = self.zone[n]
         if asked:
             l['asked'] = False
         if given is None:
             l['granted'] = self.limit
             return
+        if self.rule == 'qk' and l['synced']:
+            # what the row says the node took, less what it has had
+            given = max(0, took - l['took'])
         l['held'] += given
         l['took'] += given
-        l['block'] = given
+        if given:
+            l['block'] = given
+        l['synced'] = l['synced'] or l['took'] == took
         l['granted'] = max(l['granted'], granted)
         l['nodes'] = max(l['nodes'], nodes)
         want = max(l['want'], LEASE_MIN)
@@ -135,17 +155,21 @@ class Sim:
     # the statements (lease.c): one flight per key and worker
 
     def send(self, n, w, want, asked):
-        f = {'waiters': [], 'asked': asked, 'want': want}
+        l = self.zone[n]
+        f = {'waiters': [], 'asked': asked, 'want': want,
+             'known': l['took'] if l['synced'] else None}
         self.flights[n][w] = f
         self.stmts += 1
-        self.at(self.now + self.rng.uniform(0.25, 1), self.execute, n, w, f)
+        self.at(self.now + self.rng.uniform(*HALF), self.execute, n, w, f)
         return f
 
     def execute(self, n, w, f):
         # the answer: (leased, total, nodes) as the row had them then
-        given = self.row.lease(self.rule, n, f['want'], self.limit)
-        self.at(self.now + self.rng.uniform(0.25, 1), self.done, n, w, f,
-                (given, self.row.granted, len(self.row.nodes)))
+        given = self.row.lease(self.rule, n, f['want'], self.limit,
+                               f['known'])
+        self.at(self.now + self.rng.uniform(*HALF), self.done, n, w, f,
+                (given, self.row.granted, len(self.row.nodes),
+                 self.row.took.get(n, 0)))
 
     def done(self, n, w, f, res):
         self.flights[n][w] = None
@@ -258,5 +282,9 @@ def report(rule):
 
 
 if __name__ == '__main__':
-    for r in sys.argv[1:] or ['qb', 'qj']:
+    args = sys.argv[1:]
+    if args[:1] == ['--slow']:
+        HALF[1] = 25
+        args = args[1:]
+    for r in args or ['qb', 'qj', 'qk']:
         report(r)

@@ -39,6 +39,10 @@
 # or to test another pair, UPGRADE_OLD_REF=<commit> names OLD.
 #
 # UPGRADE_RUNS="skew load" (the default) picks the runs.
+# UPGRADE_SCOPE=cluster runs both nodes with session_limit_scope cluster
+# (node by default): the leases of OLD and NEW on one database while the
+# migration runs, for a migration of the leases (21: its new function,
+# which a NEW node on OLD's schema finds missing and does without).
 #
 # Hidden subcommand, for upgrade-skew.pl: util/upgrade.sh usr2 DIR MODULE
 # upgrades the nginx of DIR to MODULE by USR2 and QUIT.
@@ -67,6 +71,11 @@ SKEW_ORDER=${UPGRADE_SKEW:-rolling}
 case $SKEW_ORDER in
     rolling|new-first) ;;
     *) echo "upgrade: UPGRADE_SKEW is rolling or new-first" >&2; exit 1 ;;
+esac
+SCOPE=${UPGRADE_SCOPE:-node}
+case $SCOPE in
+    node|cluster) ;;
+    *) echo "upgrade: UPGRADE_SCOPE is node or cluster" >&2; exit 1 ;;
 esac
 T_START=$(date +%s)
 
@@ -278,6 +287,7 @@ http {
 
     session_db "$DB";
     session_limits create=1000000 list=1000000 other=1000000;
+    session_limit_scope $SCOPE;
     session_webhook_allow_private on;
     session_poll_max_timeout 60;
 

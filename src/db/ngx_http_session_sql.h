@@ -444,15 +444,29 @@
 
 
 /*
- * session_limit_scope cluster, see src/sql/015_rate_leases.sql: $1 SHA-256
- * of the key (bytea, binary), $2 class, $3 window (epoch minute), $4 the
- * lease wanted, $5 the limit, $6 the node's id: (leased, total, nodes),
- * or no row when the window's budget is leased out.  Sent as text with its
- * parameters: it runs at most once per NGX_HTTP_SESSION_LEASE_MIN
- * requests of a key, and db_stmt.c's prepared list is left to the
- * statements of every request.
+ * session_limit_scope cluster, see src/sql/015_rate_leases.sql and
+ * 021_rate_lease_known.sql: $1 SHA-256 of the key (bytea, binary), $2
+ * class, $3 window (epoch minute), $4 the lease wanted, $5 the limit, $6
+ * the node's id, $7 what the node was leased in the window as far as it
+ * knows (NULL: it does not know): (leased, total, nodes, took), took NULL
+ * when the row does not list the node; leased 0 when the window's budget
+ * is leased out or budget is on its way to the node (took > $7); no row
+ * when the window's row is gone.  Sent as text with its parameters: it
+ * runs at most once per NGX_HTTP_SESSION_LEASE_MIN requests of a key,
+ * and db_stmt.c's prepared list is left to the statements of every
+ * request.
  */
 #define NGX_HTTP_SESSION_SQL_LEASE                                            \
+    "SELECT leased, total, nodes, took FROM session_rate_lease($1,"           \
+    " $2::integer, $3::integer, $4::integer, $5::integer, $6::bigint,"        \
+    " $7::integer)"
+
+/*
+ * The same on a schema before 21 (src/sql/019_rate_lease_parts.sql), for a
+ * node upgraded before its database: $1 to $6 as above, (leased, total,
+ * nodes) or no row when the window's budget is leased out
+ */
+#define NGX_HTTP_SESSION_SQL_LEASE_V19                                        \
     "SELECT leased, total, nodes FROM session_rate_lease($1, $2::integer,"    \
     " $3::integer, $4::integer, $5::integer, $6::bigint)"
 

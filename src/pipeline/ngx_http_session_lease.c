@@ -40,7 +40,7 @@
 /* buckets of the per-worker table of leases in flight */
 #define NGX_HTTP_SESSION_LEASE_FLIGHTS  64     /* a power of two */
 
-/* the text parameters: class, window, lease, limit, node */
+/* the text parameters of both statements: class, window, lease, limit, node */
 #define NGX_HTTP_SESSION_LEASE_TEXTS    5
 
 /* the next window's leases sent in one statement, at most */
@@ -64,6 +64,10 @@ typedef struct {
     u_char                        hash[NGX_HTTP_SESSION_KEY_HASH_LEN];
     u_char                        text[NGX_HTTP_SESSION_LEASE_TEXTS][
                                                         NGX_INT64_LEN + 1];
+    /* what the node took in the window, "": the zone does not know (qk) */
+    u_char                        took[NGX_INT64_LEN + 1];
+    /* sent as a schema before 21 takes it (six arguments) */
+    unsigned                      v19:1;
 } ngx_http_session_lease_flight_t;
 
 
@@ -92,6 +96,10 @@ static ngx_http_session_lease_flight_t *ngx_http_session_lease_find(
     u_char *hash, ngx_uint_t cls);
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
     u_char *hash, ngx_http_session_take_t *take, ngx_uint_t *err);
+static ngx_int_t ngx_http_session_lease_send(
+    ngx_http_session_lease_flight_t *f);
+static ngx_int_t ngx_http_session_lease_before_21(
+    ngx_http_session_lease_flight_t *f, PGresult *res);
 static void ngx_http_session_lease_failed(
     ngx_http_session_lease_answer_t *a);
 static void ngx_http_session_lease_failed_take(u_char *hash,
@@ -123,9 +131,22 @@ static void ngx_http_session_lease_batch_item(
 static ngx_queue_t  ngx_http_session_lease_flights[
                                             NGX_HTTP_SESSION_LEASE_FLIGHTS];
 
-/* the next window's leases not sent yet, NULL: none; and their timer */
+/*
+ * the next window's leases not sent yet, NULL: none; and their timer,
+ * whose data is a connection of no descriptor, as nginx's debug log of
+ * timers reads one from every event's data
+ */
 static ngx_http_session_lease_batch_t  *ngx_http_session_lease_pending;
 static ngx_event_t                      ngx_http_session_lease_batch_ev;
+static ngx_connection_t                 ngx_http_session_lease_dummy;
+
+/*
+ * The window (epoch minute) in which the database had no lease statement
+ * of schema 21 (the node upgraded before "sessionctl migrate" ran): the
+ * worker leases as schema 19 takes it until the window ends, then tries
+ * again; 0: not found so
+ */
+static uint32_t                         ngx_http_session_lease_v19;
 
 
 void
@@ -138,8 +159,12 @@ ngx_http_session_lease_init_process(void)
     }
 
     ngx_http_session_lease_pending = NULL;
+    ngx_http_session_lease_v19 = 0;
 
     ngx_memzero(&ngx_http_session_lease_batch_ev, sizeof(ngx_event_t));
+    ngx_memzero(&ngx_http_session_lease_dummy, sizeof(ngx_connection_t));
+    ngx_http_session_lease_dummy.fd = (ngx_socket_t) -1;
+    ngx_http_session_lease_batch_ev.data = &ngx_http_session_lease_dummy;
     ngx_http_session_lease_batch_ev.handler =
                                         ngx_http_session_lease_batch_timer;
     ngx_http_session_lease_batch_ev.log = ngx_cycle->log;
@@ -255,10 +280,8 @@ static ngx_http_session_lease_flight_t *
 ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
     ngx_uint_t *err)
 {
-    u_char                           *p;
-    ngx_uint_t                        i;
+    ngx_int_t                         rc;
     ngx_pool_t                       *pool;
-    ngx_http_session_db_query_t      *q;
     ngx_http_session_main_conf_t     *smcf;
     ngx_http_session_lease_flight_t  *f;
 
@@ -268,7 +291,6 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
     *err = NGX_HTTP_SESSION_ERR_INTERNAL;
 
     f = NULL;
-    q = NULL;
 
     pool = ngx_create_pool(1024, ngx_cycle->log);
 
@@ -277,17 +299,12 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
     }
 
     if (f) {
-        q = ngx_http_session_db_query_create_pool(pool, ngx_cycle->log,
-                                                  NGX_HTTP_SESSION_SQL_LEASE,
-                                                  ngx_http_session_lease_done);
-    }
-
-    if (q) {
         f->pool = pool;
         f->cls = take->cls;
         f->limit = take->limit;
         f->minute = take->minute;
         f->asked = take->asked;
+        f->v19 = (take->minute == ngx_http_session_lease_v19);
         ngx_memcpy(f->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
         ngx_queue_init(&f->waiters);
 
@@ -298,19 +315,13 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
         ngx_sprintf(f->text[4], "%uL%Z",
                     ngx_http_session_lease_node(smcf->shm_zone));
 
-        ngx_http_session_db_param(q, f->hash, NGX_HTTP_SESSION_KEY_HASH_LEN,
-                                  1);
-
-        for (i = 0; i < NGX_HTTP_SESSION_LEASE_TEXTS; i++) {
-            p = f->text[i];
-            ngx_http_session_db_param(q, p, ngx_strlen(p), 0);
+        if (take->known) {
+            ngx_sprintf(f->took, "%uD%Z", take->took);
         }
 
-        /* waiting requests depend on it: it takes turns with the others */
-        q->first = 1;
-        q->data = f;
+        rc = ngx_http_session_lease_send(f);
 
-        if (ngx_http_session_db_query_run(q) == NGX_OK) {
+        if (rc == NGX_OK) {
             ngx_queue_insert_tail(&ngx_http_session_lease_flights[hash[4]
                                      & (NGX_HTTP_SESSION_LEASE_FLIGHTS - 1)],
                                   &f->queue);
@@ -320,7 +331,9 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
             return f;
         }
 
-        *err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+        if (rc == NGX_DECLINED) {
+            *err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+        }
     }
 
     if (pool) {
@@ -330,6 +343,98 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
     ngx_http_session_lease_failed_take(hash, take);
 
     return NULL;
+}
+
+
+/*
+ * The flight's statement, sent: NGX_OK; NGX_DECLINED when the database
+ * cannot be reached, NGX_ERROR when it cannot be made
+ */
+
+static ngx_int_t
+ngx_http_session_lease_send(ngx_http_session_lease_flight_t *f)
+{
+    u_char                       *p;
+    ngx_uint_t                    i;
+    ngx_http_session_db_query_t  *q;
+
+    q = ngx_http_session_db_query_create_pool(f->pool, ngx_cycle->log,
+                                              f->v19
+                                              ? NGX_HTTP_SESSION_SQL_LEASE_V19
+                                              : NGX_HTTP_SESSION_SQL_LEASE,
+                                              ngx_http_session_lease_done);
+    if (q == NULL) {
+        return NGX_ERROR;
+    }
+
+    ngx_http_session_db_param(q, f->hash, NGX_HTTP_SESSION_KEY_HASH_LEN, 1);
+
+    for (i = 0; i < NGX_HTTP_SESSION_LEASE_TEXTS; i++) {
+        p = f->text[i];
+        ngx_http_session_db_param(q, p, ngx_strlen(p), 0);
+    }
+
+    /* what the node took, NULL when the zone does not know it */
+
+    if (!f->v19) {
+        p = f->took[0] ? f->took : NULL;
+        ngx_http_session_db_param(q, p, p ? ngx_strlen(p) : 0, 0);
+    }
+
+    /* waiting requests depend on it: it takes turns with the others */
+    q->first = 1;
+    q->data = f;
+
+    if (ngx_http_session_db_query_run(q) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    return NGX_OK;
+}
+
+
+/*
+ * A schema before 21 (no session_rate_lease() of seven arguments): the
+ * flight is sent again as schema 19 takes it, and so are the worker's
+ * leases until the window ends (logged once a window).  NGX_OK: sent.
+ */
+
+static ngx_int_t
+ngx_http_session_lease_before_21(ngx_http_session_lease_flight_t *f,
+    PGresult *res)
+{
+    char  *state;
+
+    if (f->v19 || res == NULL || PQresultStatus(res) != PGRES_FATAL_ERROR) {
+        return NGX_DECLINED;
+    }
+
+    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+    /* undefined_function */
+
+    if (state == NULL || ngx_strcmp(state, "42883") != 0) {
+        return NGX_DECLINED;
+    }
+
+    if (ngx_http_session_lease_v19 != f->minute) {
+        ngx_http_session_lease_v19 = f->minute;
+
+        ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
+                      "session limit: the database has no lease statement "
+                      "of schema 21 (run \"sessionctl migrate\"): leasing "
+                      "as schema 19 does until the minute ends");
+    }
+
+    f->v19 = 1;
+
+    if (ngx_http_session_lease_send(f) != NGX_OK) {
+        return NGX_DECLINED;
+    }
+
+    ngx_http_session_stat(leases, 1);
+
+    return NGX_OK;
 }
 
 
@@ -387,6 +492,11 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
 
     f = q->data;
 
+    if (ngx_http_session_lease_before_21(f, res) == NGX_OK) {
+        /* the same flight, its waiters with it, sent again */
+        return;
+    }
+
     ngx_queue_remove(&f->queue);
 
     smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
@@ -416,9 +526,11 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
     }
 
     if (rc == NGX_OK) {
-        ngx_log_debug3(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
-                       "session limit: leased %uD, %uD of %ui in the window",
-                       a.given, a.granted, f->limit);
+        ngx_log_debug5(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                       "session limit: leased %uD, %uD of %ui in the window, "
+                       "the node's %uD%s",
+                       a.given, a.granted, f->limit, a.took,
+                       a.known ? "" : " (not listed)");
 
         ngx_http_session_stat(lease_granted, a.given);
 
@@ -482,27 +594,47 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
 }
 
 
-/* (leased, total, nodes), or no row: the window's budget is leased out */
+/*
+ * (leased, total, nodes, took), took NULL when the row does not list the
+ * node; no row: the window's row is gone, its budget taken as leased out
+ */
 
 static ngx_int_t
 ngx_http_session_lease_read(PGresult *res,
     ngx_http_session_lease_answer_t *a)
 {
+    ngx_int_t  took;
+
     if (PQntuples(res) == 0) {
         a->given = 0;
         a->granted = (uint32_t) a->limit;
         return NGX_OK;
     }
 
-    if (PQntuples(res) == 1 && PQnfields(res) == 3
+    if (PQntuples(res) == 1 && PQnfields(res) >= 3 && PQnfields(res) <= 4
         && ngx_http_session_lease_figures(res, 0, 0, a) == NGX_OK)
     {
-        return NGX_OK;
+        /* schema 19's answer, or the row does not list the node */
+
+        if (PQnfields(res) == 3 || PQgetisnull(res, 0, 3)) {
+            return NGX_OK;
+        }
+
+        took = ngx_atoi((u_char *) PQgetvalue(res, 0, 3),
+                        PQgetlength(res, 0, 3));
+
+        if (took != NGX_ERROR && took >= (ngx_int_t) a->given
+            && took <= (ngx_int_t) a->granted)
+        {
+            a->took = (uint32_t) took;
+            a->known = 1;
+            return NGX_OK;
+        }
     }
 
     ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,
                   "session limit: the lease statement's answer is not "
-                  "(leased, total, nodes)");
+                  "(leased, total, nodes, took)");
 
     return NGX_ERROR;
 }

@@ -106,6 +106,10 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
     take->minute = minute;
 
+    /* for a lease of this window (the next window's batch sends none) */
+    take->took = l->took;
+    take->known = l->known ? 1 : 0;
+
     left = (l->granted < take->limit) ? take->limit - l->granted : 0;
 
     if (l->held) {
@@ -186,7 +190,7 @@ void
 ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     ngx_http_session_lease_answer_t *a)
 {
-    uint32_t                        now, cap, want;
+    uint32_t                        now, cap, want, given;
     uint64_t                        rate;
     ngx_uint_t                      evicted, changed;
     ngx_http_session_lease_t       *l;
@@ -255,10 +259,31 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
         goto done;
     }
 
-    l->held += a->given;
-    l->took += a->given;
-    l->block = a->given;
-    sh->lease_held += a->given;
+    /*
+     * What this answer adds: what the row says the node was leased beyond
+     * what the node counted, once the two agreed (a lease another worker
+     * still waits for the answer of counts now, and its answer adds
+     * nothing then; decision (qk)); until then, the lease itself.
+     */
+
+    if (l->known && a->known) {
+        given = (a->took > l->took) ? a->took - l->took : 0;
+
+    } else {
+        given = a->given;
+    }
+
+    l->held += given;
+    l->took += given;
+    sh->lease_held += given;
+
+    if (given) {
+        l->block = given;
+    }
+
+    if (a->known && a->took == l->took) {
+        l->known = 1;
+    }
 
     if (a->granted > l->granted) {
         l->granted = a->granted;
@@ -429,6 +454,9 @@ ngx_http_session_lease_roll(ngx_http_session_zone_sh_t *sh,
     l->next = 0;
     l->next_granted = 0;
     l->asked = 0;
+
+    /* until an answer of the new window agrees with the row */
+    l->known = 0;
 }
 
 

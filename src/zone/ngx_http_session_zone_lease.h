@@ -29,6 +29,9 @@ typedef struct {
     uint32_t                    granted;
     /* the nodes that leased in the window */
     uint32_t                    nodes;
+    /* what the row says the node was leased in the window, if known */
+    uint32_t                    took;
+    unsigned                    known:1;
     /* the mark of a lease asked for ahead of need, 0: none */
     uint32_t                    asked;
     /* the requests of this worker that waited for it */

@@ -32,7 +32,7 @@
  * new binary only when their layouts are equal (see
  * ngx_http_session_zone_layout() and ngx_http_session_handover.c).
  */
-#define NGX_HTTP_SESSION_ZONE_LAYOUT  3
+#define NGX_HTTP_SESSION_ZONE_LAYOUT  4
 
 
 /* what both trees store first */
@@ -129,10 +129,16 @@ typedef struct {
     uint32_t                      block;
     /* the nodes of the window before, until an answer says this one's */
     uint32_t                      nodes_before;
+    /*
+     * 1: took is what the row says this node was leased in the window (an
+     * answer said so), and a lease's answer then counts what the row says
+     * beyond it, budget on its way to another worker included (qk)
+     */
+    uint32_t                      known;
 } ngx_http_session_lease_t;
 
 
-/* 208 bytes: a 256-byte slab chunk per key, all classes together */
+/* 256 bytes: a 256-byte slab chunk per key, all classes together */
 typedef struct {
     ngx_http_session_zone_node_t  sn;
     ngx_http_session_lease_t      leases[NGX_HTTP_SESSION_NCLASSES];

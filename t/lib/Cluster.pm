@@ -18,7 +18,8 @@ package Cluster;
 #
 # Options: nodes (3), workers (2 per node), http and location (text added
 # to the configuration, see below), db (the conninfo, by default the
-# lane's), port_offset (5).  $c->test_conf(0) is "nginx -t" of node 0's
+# lane's), port_offset (5), log (the error log's level, info).
+# $c->test_conf(0) is "nginx -t" of node 0's
 # configuration: (exit code, what it printed).
 #
 # Ports: TEST_NGINX_PORT (the lane's, default 1984) + 5, + 6, ... so that
@@ -56,6 +57,7 @@ sub new {
         workers  => $opt{workers} // 2,
         http     => $opt{http} // '',
         location => $opt{location} // '',
+        log      => $opt{log} // 'info',
         db       => $opt{db},
         base     => $base,
         dir      => File::Spec->catdir($root, 't',
@@ -132,7 +134,7 @@ worker_processes $self->{workers};
 daemon on;
 master_process on;
 pid $p/logs/nginx.pid;
-error_log $p/logs/error.log info;
+error_log $p/logs/error.log $self->{log};
 events { worker_connections 1024; }
 http {
     access_log off;
