@@ -170,7 +170,7 @@ weight() {
         016-webhook-wakeup.t) echo 1 ;;
         037-upgrade.t)      echo 20 ;;
         045-cluster.t)      echo 45 ;;
-        046-lease.t)        echo 15 ;;
+        046-lease.t)        echo 40 ;;
         038-db-gss.t)       echo 3 ;;
         030-http2.t)        echo 20 ;;
         031-http3.t)        echo 15 ;;
