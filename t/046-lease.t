@@ -403,6 +403,75 @@ my $NODE;
 $C->stop;
 
 
+# --- two locations, two limits (decisions (l) and (ql)) ---------------------
+#
+# A key's budget is leased for the key and the class, whichever location
+# asked, and each request is checked against its own location's limit,
+# as node-local counters are: a block leased under the high limit of one
+# location does not let the key past the low limit of another.
+
+{
+    my $c = Cluster->new(nodes => 1, workers => 1, http => $HTTP,
+                         location => 'session_limits other=1000;');
+
+    my $low = $c->port(1);
+
+    $c->{http} .= "\n    server {\n        listen 127.0.0.1:$low;\n"
+                  . "        location /api/v1/ {\n"
+                  . "            session_api;\n"
+                  . "            session_limits other=5;\n"
+                  . "        }\n    }";
+    $c->start;
+
+    my $at = sub {
+        my ($port, $key) = @_;
+        return api_request('GET', '/api/v1/nope', $key, undef, undef,
+                           { port => $port });
+    };
+
+    my $key = fixture(plan => 'unlimited', name => "$TAG-two-limits")->{key};
+
+    fresh_window(15);
+
+    my @high = map { $at->($c->port(0), $key)->{status} } 1 .. 7;
+
+    is("@high", join(' ', (404) x 7), 'two limits: 7 admitted under 1000');
+
+    my $r = $at->($low, $key);
+
+    is($r->{status}, 429,
+       'two limits: the location of limit 5 refuses the 8th request')
+        or diag("X-RateLimit-Remaining: "
+                . ($r->{headers}{'x-ratelimit-remaining'} // '-'));
+    is($r->{headers}{'x-ratelimit-limit'}, 5, 'two limits: its limit');
+    is($r->{headers}{'x-ratelimit-remaining'}, 0,
+       'two limits: nothing remaining there');
+
+    $r = $at->($c->port(0), $key);
+
+    is($r->{status}, 404, 'two limits: the other location admits on');
+    is($r->{headers}{'x-ratelimit-remaining'}, 1000 - 8,
+       'two limits: its X-RateLimit-Remaining counts every admission');
+
+    # a fresh key at the low limit first: 5 there, then the high one
+    my $key2 = fixture(plan => 'unlimited', name => "$TAG-low-first")->{key};
+
+    fresh_window(15);
+
+    my @low = map { $at->($low, $key2)->{status} } 1 .. 6;
+
+    is("@low", join(' ', (404) x 5, 429),
+       'two limits: exactly 5 at the low limit, then 429');
+    is($at->($c->port(0), $key2)->{status}, 404,
+       'two limits: the high limit admits the 6th');
+
+    unlike($c->error_log(0), qr/\[(?:alert|crit|emerg)\]/,
+           'two limits: no alert');
+
+    $c->stop;
+}
+
+
 # --- the next window's first blocks, leased together ----------------------
 
 {

@@ -1427,6 +1427,11 @@ sub main {
     my $final = eval { still_works() };
     push @{ $St{findings} }, $@ =~ s/\n$//r unless defined $final;
 
+    # a tenth of the requests, a minute or more: far past the small limits
+    push @{ $St{findings} }, "the server with small limits (--port2) never"
+                             . " answered 429 in $O{seconds} s"
+        if $O{port2} && $O{seconds} >= 60 && !$St{status}{429};
+
     if ($O{'error-log'}) {
         open my $fh, '<', $O{'error-log'} or die "$O{'error-log'}: $!";
         my $n = 0;

@@ -36,6 +36,9 @@
 #                      request sent or answered within 12 s of an outage
 #                      may get a 503 (a JSON error still) or no answer in
 #                      time; 0: never
+#   FUZZ_HTTP_SCOPE    node (default) or cluster: session_limit_scope,
+#                      so that with cluster the key's budget is leased
+#                      (and lost with the database in an outage)
 #   FUZZ_HTTP_VERBOSE  1: a line per request (endpoint, delivery,
 #                      mutations, statuses)
 #   FUZZ_HTTP_PORT     nginx's port (default: a free one, from BENCH_PORTS)
@@ -54,6 +57,11 @@ SESSIONCTL=$ROOT/build/sessionctl
 SECONDS_RUN=${FUZZ_HTTP_SECONDS:-180}
 SEED=${FUZZ_HTTP_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000 ))}
 OUTAGES=${FUZZ_HTTP_OUTAGES:-$([ "$SECONDS_RUN" -ge 60 ] && echo 1 || echo 0)}
+SCOPE=${FUZZ_HTTP_SCOPE:-node}
+case $SCOPE in
+    node|cluster) ;;
+    *) echo "fuzz-http: FUZZ_HTTP_SCOPE is node or cluster" >&2; exit 1 ;;
+esac
 ASAN_DIR=$ROOT/build/asan
 
 W=
@@ -139,6 +147,7 @@ inside() {
         nginx_conf_head "$MODULE" 2
         cat <<EOF
     session_db_timeout 10s;
+    session_limit_scope $SCOPE;
     session_auth_cache_ttl 60s;
     session_image_max_size 256k;
     session_image_chunk_size 4k;
@@ -191,7 +200,8 @@ EOF
     START_WAIT=200 start_nginx
     before=$(workers)
     log "nginx ($NGINX_KIND) on 127.0.0.1:$PORT, workers $before;" \
-        "PostgreSQL $PGVERSION on port $PGPORT; seed $SEED, $SECONDS_RUN s"
+        "PostgreSQL $PGVERSION on port $PGPORT; seed $SEED, $SECONDS_RUN s;" \
+        "limit scope $SCOPE"
 
     if [ -n "${FUZZ_HTTP_REPLAY:-}" ]; then
         perl "$ROOT/util/fuzz-http.pl" --port "$PORT" --key "$KEY" \

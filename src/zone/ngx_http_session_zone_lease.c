@@ -61,7 +61,7 @@ void
 ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
     u_char *hash, ngx_http_session_take_t *take)
 {
-    uint32_t                        minute, now, left, size, nodes;
+    uint32_t                        minute, now, left, spent, size, nodes;
     ngx_uint_t                      evicted;
     ngx_http_session_lease_t       *l;
     ngx_http_session_zone_sh_t     *sh;
@@ -112,13 +112,24 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
     left = (l->granted < take->limit) ? take->limit - l->granted : 0;
 
-    if (l->held) {
+    /*
+     * What the nodes may have admitted of the key in the window, at most:
+     * all that was leased, less what this node still holds.  Budget held
+     * is admitted only while that is below the limit of the request's
+     * location (decision (l)): a block leased under another location's
+     * higher limit, or before a reload lowered it, must not let a key
+     * past this one (decision (ql)).  With one limit it always is.
+     */
+
+    spent = (l->granted > l->held) ? l->granted - l->held : 0;
+
+    if (l->held && spent < take->limit) {
         l->held--;
         l->used++;
         sh->lease_held--;
 
         take->rc = NGX_OK;
-        take->remaining = l->held + left;
+        take->remaining = take->limit - spent - 1;
 
         /* one lease ahead of need at a time per node (see take->stale) */
 
@@ -170,7 +181,10 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
         take->asked = l->asked;
 
     } else if (left == 0) {
-        /* the window's budget is leased out and this node's is spent */
+        /*
+         * the window's budget is leased out, and this node's is spent or
+         * held beyond the location's limit
+         */
         take->rc = NGX_BUSY;
         take->remaining = 0;
 
