@@ -259,7 +259,8 @@ $ENV{TEST_NGINX_SESSION_DB_NOTIMEOUT} = nginx_quote(
     "$ENV{TEST_NGINX_SESSION_DB} options='-c statement_timeout=0'");
 
 # the options of the pool connections that the stand-in has seen (one
-# per worker), once there are two; the records are removed
+# per worker, and one more for a worker that connected again, as one did
+# once under make asan), once there are two; the records are removed
 sub pool_options {
     my ($got) = wait_until(10, 0.05, sub {
         my @o;
@@ -284,7 +285,7 @@ sub own_options {
     my ($name) = @_;
 
     my @o = pool_options();
-    is(scalar @o, 2, "$name - both workers' pool connections seen");
+    cmp_ok(scalar @o, '>=', 2, "$name - both workers' pool connections seen");
 
     for my $o (@o) {
         like($o, qr/(?:^| )-c statement_timeout=5000(?: |$)/,
@@ -299,7 +300,7 @@ sub operator_options {
     my ($name) = @_;
 
     my @o = pool_options();
-    is(scalar @o, 2, "$name - both workers' pool connections seen");
+    cmp_ok(scalar @o, '>=', 2, "$name - both workers' pool connections seen");
 
     for my $o (@o) {
         is($o, '-c plan_cache_mode=auto -c statement_timeout=7000',
