@@ -18,6 +18,9 @@ use JSON::PP ();
 use Digest::SHA qw(sha256_hex);
 use MIME::Base64 qw(decode_base64);
 
+use lib 't/lib';
+use Session qw(migrations schema_latest);
+
 my $BIN = File::Spec->rel2abs('build/sessionctl');
 my $TMP = tempdir(CLEANUP => 1);
 my $UUID = qr/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}/;
@@ -27,12 +30,8 @@ my $NO_SUCH = '00000000-0000-4000-8000-000000000000';
 delete @ENV{qw(SESSION_DB SESSION_KEY_PREFIX)};
 
 # migrations shipped in src/sql, and the highest version
-my @MIGRATIONS = glob 'src/sql/*.sql';
-my $NMIG = @MIGRATIONS;
-my $VERSION = 0;
-for my $f (@MIGRATIONS) {
-    $VERSION = $1 + 0 if $f =~ m{/0*(\d+)_[^/]*\.sql$} && $1 > $VERSION;
-}
+my $NMIG = () = migrations();
+my $VERSION = schema_latest();
 
 unless (-x $BIN) {
     fail("$BIN is built (make build first)");

@@ -42,10 +42,11 @@ my $HTTP = "session_limit_scope cluster;\n"
            . "    session_auth_cache_ttl 60s;";
 
 
+# a request of class "other" to node 0 of $c, or to $port
 sub nope {
-    my ($c, $key) = @_;
+    my ($c, $key, $port) = @_;
     return api_request('GET', '/api/v1/nope', $key, undef, undef,
-                       { port => $c->port(0) });
+                       { port => $port // $c->port(0) });
 }
 
 sub count_lines {
@@ -55,6 +56,13 @@ sub count_lines {
 
 sub key_hash_hex {
     return Digest::SHA::sha256_hex(lc $_[0]);
+}
+
+# the WHERE of $key's row of class "other" in window $minute
+sub lease_where {
+    my ($key, $minute) = @_;
+    return "minute = $minute AND key_hash = '\\x" . key_hash_hex($key)
+           . "'::bytea AND class = 2";
 }
 
 # $n requests of $key written at once on one connection (pipelined): nginx
@@ -206,7 +214,6 @@ $C->start;
 
 {
     my $key = fixture(plan => 'unlimited', name => "$TAG-slow")->{key};
-    my $hex = key_hash_hex($key);
 
     fresh_window(20);
 
@@ -217,9 +224,8 @@ $C->start;
     is(nope($C, $key)->{status}, 404, 'slow database: the first lease');
 
     my $minute = POSIX::floor(time() / 60);
-    my $lock = "SELECT 1 FROM rate_leases WHERE minute = $minute"
-               . " AND key_hash = '\\x$hex'::bytea AND class = 2"
-               . " FOR UPDATE";
+    my $lock = "SELECT 1 FROM rate_leases WHERE "
+               . lease_where($key, $minute) . " FOR UPDATE";
 
     my $locker = psql_begin($lock, "SELECT count(*) FROM pg_stat_activity"
                             . " WHERE state = 'idle in transaction'"
@@ -291,8 +297,7 @@ $C->start;
 sub lease_row {
     my ($key, $minute) = @_;
 
-    my $where = "minute = $minute AND key_hash = '\\x"
-                . key_hash_hex($key) . "'::bytea AND class = 2";
+    my $where = lease_where($key, $minute);
 
     return ($where, psql("SELECT granted || ' ' || coalesce(took[1], -1)"
                          . " || ' ' || nodes[1] FROM rate_leases"
@@ -423,21 +428,15 @@ $C->stop;
                   . "        }\n    }";
     $c->start;
 
-    my $at = sub {
-        my ($port, $key) = @_;
-        return api_request('GET', '/api/v1/nope', $key, undef, undef,
-                           { port => $port });
-    };
-
     my $key = fixture(plan => 'unlimited', name => "$TAG-two-limits")->{key};
 
     fresh_window(15);
 
-    my @high = map { $at->($c->port(0), $key)->{status} } 1 .. 7;
+    my @high = map { nope($c, $key)->{status} } 1 .. 7;
 
     is("@high", join(' ', (404) x 7), 'two limits: 7 admitted under 1000');
 
-    my $r = $at->($low, $key);
+    my $r = nope($c, $key, $low);
 
     is($r->{status}, 429,
        'two limits: the location of limit 5 refuses the 8th request')
@@ -447,7 +446,7 @@ $C->stop;
     is($r->{headers}{'x-ratelimit-remaining'}, 0,
        'two limits: nothing remaining there');
 
-    $r = $at->($c->port(0), $key);
+    $r = nope($c, $key);
 
     is($r->{status}, 404, 'two limits: the other location admits on');
     is($r->{headers}{'x-ratelimit-remaining'}, 1000 - 8,
@@ -458,11 +457,11 @@ $C->stop;
 
     fresh_window(15);
 
-    my @low = map { $at->($low, $key2)->{status} } 1 .. 6;
+    my @low = map { nope($c, $key2, $low)->{status} } 1 .. 6;
 
     is("@low", join(' ', (404) x 5, 429),
        'two limits: exactly 5 at the low limit, then 429');
-    is($at->($c->port(0), $key2)->{status}, 404,
+    is(nope($c, $key2)->{status}, 404,
        'two limits: the high limit admits the 6th');
 
     unlike($c->error_log(0), qr/\[(?:alert|crit|emerg)\]/,
@@ -589,9 +588,8 @@ $C->stop;
     my $in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" } @keys;
     my $rows = "FROM rate_leases WHERE minute = $next AND class = 2"
                . " AND key_hash IN ($in)";
-    my $fast_row_where = "FROM rate_leases WHERE minute = $next"
-                         . " AND class = 2 AND key_hash = '\\x"
-                         . key_hash_hex($fast) . "'::bytea";
+    my $fast_row_where = "FROM rate_leases WHERE "
+                         . lease_where($fast, $next);
     my $fast_row = "SELECT granted $fast_row_where";
 
     my $all_in = join ',', map { "'\\x" . key_hash_hex($_) . "'::bytea" }

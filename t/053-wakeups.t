@@ -28,7 +28,7 @@ use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use IO::Select ();
 use Time::HiRes ();
-use Session qw(:DEFAULT decode_json encode_json);
+use Session qw(:DEFAULT decode_json encode_json schema_latest);
 use SessionTest qw(:DEFAULT api_request send_get answer status_json
                     check_init listening long_poll_session png_upload);
 
@@ -254,10 +254,7 @@ $checks{sessionctl} = sub {
     }
 
     # the highest migration shipped: 20 or a later one
-    my $latest = 0;
-    for (glob 'src/sql/*.sql') {
-        $latest = $1 + 0 if m{/0*(\d+)_[^/]*\.sql$} && $1 > $latest;
-    }
+    my $latest = schema_latest();
 
     is($run->('migrate')->{version}, $latest,
        "$name - migrated again, to the latest ($latest)");

@@ -596,7 +596,8 @@ ngx_http_session_lease_done(ngx_http_session_db_query_t *q, PGresult *res)
 
 /*
  * (leased, total, nodes, took), took NULL when the row does not list the
- * node; no row: the window's row is gone, its budget taken as leased out
+ * node, or schema 19's (leased, total, nodes); no row: the window's
+ * budget is leased out (schema 19) or its row is gone, taken so too
  */
 
 static ngx_int_t

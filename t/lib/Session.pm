@@ -32,7 +32,8 @@ use Time::HiRes ();
 our @EXPORT = qw(fixture sessionctl sessionctl_ok db_conninfo psql
                  psql_begin psql_end notifications
                  sql_quote);
-our @EXPORT_OK = qw(repo_root sessionctl_path decode_json encode_json);
+our @EXPORT_OK = qw(repo_root sessionctl_path decode_json encode_json
+                    migrations schema_latest);
 
 my $Root = File::Spec->rel2abs(
     File::Spec->catdir(dirname(File::Spec->rel2abs(__FILE__)),
@@ -43,6 +44,21 @@ my $Seq = 0;
 
 
 sub repo_root { $Root }
+
+
+# The migrations shipped (src/sql/NNN_*.sql), and the highest number among
+# them: the schema version "sessionctl migrate" reaches.
+sub migrations { glob File::Spec->catfile($Root, 'src', 'sql', '*.sql') }
+
+sub schema_latest {
+    my $v = 0;
+
+    for (migrations()) {
+        $v = $1 + 0 if m{/0*(\d+)_[^/]*\.sql$} && $1 > $v;
+    }
+
+    return $v;
+}
 
 
 sub sessionctl_path {
