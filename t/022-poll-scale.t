@@ -127,13 +127,18 @@ $checks{shared} = sub {
 
     # a poll is counted as waiting when it joins its node, before the
     # node's first read, its arm and the read after it are done: wait for
-    # that read (counted when it is sent, as its debug line is written),
-    # or the wake-up below would count it too
+    # that read's answer, and for every read sent to be answered.  A
+    # wake-up while a read is out reads once more when it is answered
+    # (the read may have missed the image), so the upload below must come
+    # after, or it would count two
     my ($lp) = wait_until(10, 0.05, sub {
         my $s = long_poll();
+        my $log = substr(error_log(), $mark);
+        my $sent = () = $log =~ /poll: one read of \d+ /g;
+        my $answered = () = $log =~ /poll: the read of \d+ sessions answered/g;
         $s->{waiting} == $n
-            && substr(error_log(), $mark)
-               =~ /poll: one arm of \d+ sessions.*poll: one read of \d+ /s
+            && $log =~ /poll: one arm of \d+ sessions.*poll: one read of \d+ /s
+            && $answered == $sent
             ? $s : undef;
     });
 

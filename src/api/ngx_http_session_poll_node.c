@@ -486,6 +486,10 @@ ngx_http_session_poll_result(ngx_http_session_db_query_t *q, PGresult *res)
     batch = q->data;
     pool = batch->pool;
 
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, ngx_cycle->log, 0,
+                   "session poll: the read of %ui sessions answered",
+                   batch->n);
+
     for (i = 0; i < batch->n; i++) {
         batch->nodes[i]->batch = NULL;
         batch->nodes[i]->reading = 0;
