@@ -471,6 +471,84 @@ $C->stop;
 }
 
 
+# --- the nodes of the window before (decision (qm)) -------------------------
+#
+# Limit 20 over three nodes, below three blocks of 10: the first two
+# nodes to lease in a window take a block each, and the third finds the
+# budget leased out.  A window's row now starts with the nodes that took
+# budget of the key in the windows before, and the first leases are
+# parts of the limit among them (20 / 3 = 6): a round-robin client is
+# admitted exactly 20 with no 429 before.  The window before is played by
+# a row of the minute before, listing the three nodes; a key new to the
+# cluster still meets the first blocks, and its row lists the node that
+# found the budget leased out, for its next window.
+
+# $n requests of $key round-robin over the nodes of $c; the statuses
+sub round_robin {
+    my ($c, $key, $n) = @_;
+    return map { nope($c, $key, $c->port($_ % $c->nodes))->{status} }
+           0 .. $n - 1;
+}
+
+sub first_429 {
+    my @st = @_;
+    for my $k (0 .. $#st) {
+        return $k + 1 if $st[$k] == 429;
+    }
+    return 0;
+}
+
+{
+    my $limit = 20;
+    my $c = Cluster->new(nodes => 3, workers => 1, http => $HTTP,
+                         location => "session_limits other=$limit;");
+    $c->start;
+
+    my $new = fixture(plan => 'unlimited', name => "$TAG-qm-new")->{key};
+    my $key = fixture(plan => 'unlimited', name => "$TAG-qm-before")->{key};
+
+    fresh_window(20);
+
+    my $minute = POSIX::floor(time() / 60);
+
+    # a key new to the cluster: the first two nodes take a block each, and
+    # the third finds the window leased out.  It is listed all the same
+    # (took 0), for the key's next window
+    is(join(' ', round_robin($c, $new, 3)), '404 404 429',
+       'new key: the third node\'s first request finds the budget leased'
+       . ' out');
+    is(psql("SELECT array_to_string(took, ',') FROM rate_leases WHERE "
+            . lease_where($new, $minute)),
+       '10,10,0', 'new key: the row lists the three nodes, one with none');
+
+    my $nodes = psql("SELECT nodes FROM rate_leases WHERE "
+                     . lease_where($new, $minute));
+
+    # the window before of the other key, on the same three nodes
+    psql("INSERT INTO rate_leases (minute, key_hash, class, granted, given,"
+         . " nodes, took) VALUES (" . ($minute - 1) . ", '\\x"
+         . key_hash_hex($key) . "'::bytea, 2, 20, 6, '$nodes'::bigint[],"
+         . " ARRAY[7, 7, 6])");
+
+    my @st = round_robin($c, $key, $limit + 4);
+
+    is(scalar(grep { $_ == 404 } @st), $limit,
+       "window before: exactly the limit ($limit) admitted over three"
+       . " nodes") or diag("statuses: @st");
+    is(first_429(@st), $limit + 1,
+       'window before: no request refused before the limit')
+        or diag("statuses: @st");
+    is(psql("SELECT granted || ' ' || cardinality(nodes) FROM rate_leases"
+            . " WHERE " . lease_where($key, $minute)),
+       '20 3', 'window before: the row: 20 leased, three nodes');
+
+    unlike(join('', map { $c->error_log($_) } 0 .. 2),
+           qr/\[(?:error|alert|crit|emerg)\]/, 'window before: no error');
+
+    $c->stop;
+}
+
+
 # --- the next window's first blocks, leased together ----------------------
 
 {

@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """A simulation of session_limit_scope cluster's leases (docs/decisions.md
-(qb), (qj), (qk)): nodes with their workers' leases in flight, the zone's
-block per key (zone_lease.c) and the window's row (src/sql/015, 019 and
-021), for one key, one class and one window.  Nothing of nginx runs
+(qb), (qj), (qk), (qm)): nodes with their workers' leases in flight, the
+zone's block per key (zone_lease.c) and the window's row (src/sql/015,
+019, 021 and 022), for one key, one class and one window.  Nothing of nginx runs
 here: it is for weighing a rule before it is written in C and SQL.
 
     python3 util/lease-sim.py              every rule, every client below
     python3 util/lease-sim.py qj qk        some rules
-    python3 util/lease-sim.py --slow qk    leases answered 0.5 to 50 ms late
+    python3 util/lease-sim.py --slow qm    leases answered 0.5 to 50 ms late
 
 Rules: "qb", blocks of a tenth of the limit, the end in shares of what is
 left; "qj", each node's equal part first; "qk", qj with the node telling
 what it took as far as it knows, so that a lease in flight to another
-worker of the node is counted instead of leased again.
+worker of the node is counted instead of leased again; "qm", qk with the
+window's row listing the nodes of the windows before, so that the first
+leases are parts of the limit among them (played here as a key as busy
+in the window before, on every node: the steady state).
 
 Clients: "seq", one sequential client round-robin over the nodes (t/045:
 the first 429 must come at the limit + 1); "conc", 16 connections per
@@ -24,7 +27,9 @@ it is sent; a client's next request comes 0.5 to 1.5 ms after an answer.
 With rule qb, conc gives 17, 20 and 21 statements at 100, 200 and 300,
 the figures util/bench-cluster.sh measured for it.  --slow makes each
 half of a lease's round trip 0.25 to 25 ms (a loaded machine): there qj's
-first 429 comes early in up to 28 % of the seq runs, qk's in none.
+first 429 comes early in up to 28 % of the seq runs, qk's in none.  qk's
+comes early wherever the nodes outnumber limit / 10 (20 on three nodes,
+30 on four, 100 on twelve); qm's nowhere in the table.
 """
 
 import heapq
@@ -40,14 +45,20 @@ HALF = [0.25, 1]
 class Row:
     """the window's row: granted, the nodes in order, what each took"""
 
-    def __init__(self):
+    def __init__(self, expect=0):
         self.granted = 0
         self.nodes = []
         self.took = {}
+        # qm: the nodes that leased in the window before (022)
+        self.expect = expect
+
+    def count(self):
+        """the nodes the window counts on, as the answer says"""
+        return max(len(self.nodes), self.expect)
 
     def lease(self, rule, node, want, limit, known=None):
         had = self.took.get(node, 0)
-        if rule == 'qk' and known is not None and had > known:
+        if rule in ('qk', 'qm') and known is not None and had > known:
             # budget in flight to the node already: none more (021)
             return 0
         left = limit - self.granted
@@ -55,8 +66,14 @@ class Row:
             return None
         n = len(self.nodes) + (node not in self.nodes)
         share = max(1, -(-left // n))
-        if rule != 'qb' and had < limit // n:
-            give = min(want, left, limit // n - had)
+        part = limit // n
+        if rule == 'qm':
+            # parts of the limit among the nodes of the window before too,
+            # at least 1 each
+            n = max(n, self.expect)
+            part = max(1, limit // n)
+        if rule != 'qb' and had < part:
+            give = min(want, left, part - had)
         else:
             give = min(want, left, share)
         self.granted += give
@@ -67,12 +84,14 @@ class Row:
 
 
 class Sim:
-    def __init__(self, rule, nodes, workers, limit, seed):
+    def __init__(self, rule, nodes, workers, limit, seed, expect=None):
         self.rule = rule
         self.limit = limit
         self.cap = max(LEASE_MIN, limit // (10 if rule == 'qb' else 4))
         self.rng = random.Random(seed)
-        self.row = Row()
+        # qm: the window before had these nodes (by default all of them)
+        self.row = Row((nodes if expect is None else expect)
+                       if rule == 'qm' else 0)
         self.stmts = 0
         self.now = 0.0
         self.events = []
@@ -126,7 +145,7 @@ class Sim:
         if given is None:
             l['granted'] = self.limit
             return
-        if self.rule == 'qk' and l['synced']:
+        if self.rule in ('qk', 'qm') and l['synced']:
             # what the row says the node took, less what it has had
             given = max(0, took - l['took'])
         l['held'] += given
@@ -168,7 +187,7 @@ class Sim:
         given = self.row.lease(self.rule, n, f['want'], self.limit,
                                f['known'])
         self.at(self.now + self.rng.uniform(*HALF), self.done, n, w, f,
-                (given, self.row.granted, len(self.row.nodes),
+                (given, self.row.granted, self.row.count(),
                  self.row.took.get(n, 0)))
 
     def done(self, n, w, f, res):
@@ -197,9 +216,9 @@ class Sim:
             self.finish(n, w, rc, lease, cb)
 
 
-def sequential(rule, limit, pick, nodes=3, seed=0, total=None):
+def sequential(rule, limit, pick, nodes=3, seed=0, total=None, expect=None):
     """one client, a request after each answer; (statuses, statements)"""
-    s = Sim(rule, nodes, 2, limit, seed)
+    s = Sim(rule, nodes, 2, limit, seed, expect)
     st = []
     total = total or limit + 9
 
@@ -250,9 +269,9 @@ PICKS = {
 
 def report(rule):
     print('rule %s' % rule)
-    for nodes in (2, 3, 4, 6):
+    for nodes in (2, 3, 4, 6, 12):
         cells = []
-        for limit in (30, 40, 45, 100, 200, 300, 1000):
+        for limit in (20, 30, 40, 45, 100, 200, 300, 1000):
             late = early = stmts = 0
             for seed in range(100):
                 st, m = sequential(rule, limit, PICKS['round-robin'],
@@ -286,5 +305,5 @@ if __name__ == '__main__':
     if args[:1] == ['--slow']:
         HALF[1] = 25
         args = args[1:]
-    for r in args or ['qb', 'qj', 'qk']:
+    for r in args or ['qb', 'qj', 'qk', 'qm']:
         report(r)
