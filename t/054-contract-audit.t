@@ -20,7 +20,15 @@
 #     download and the image say;
 #   - a poll's images stay until acknowledged (at-least-once), also in a
 #     completed session, which answers 200 while one is left;
-#   - the monthly quota counts the current UTC calendar month only.
+#   - the monthly quota counts the current UTC calendar month only;
+#   - a 200 of the API is that 200 whatever conditional headers come
+#     with it (If-Match, If-Unmodified-Since, If-None-Match: *): nginx
+#     would answer 412 or 304 after an acknowledgement or a completion
+#     was done (found by a black-box audit); the image's content keeps
+#     its 304;
+#   - a query parameter's name or value with a malformed escape ("%" not
+#     followed by two hex digits) is taken as written and refused, not
+#     read with the "%" dropped ("li%mit" is no "limit").
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -449,6 +457,101 @@ $checks{etag_forms} = sub {
 };
 
 
+# every 200 of the API with conditional headers that its documents (no
+# ETag, no Last-Modified) cannot meet: still 200, the document, the
+# X-RateLimit-* headers; the acknowledgement and the completion done once
+$checks{conditional} = sub {
+    my ($name) = @_;
+
+    my @cond = (['If-Match', '"x"'],
+                ['If-Unmodified-Since', 'Sat, 28 Nov 2020 00:00:00 GMT'],
+                ['If-None-Match', '*']);
+
+    for my $c (@cond) {
+        my ($h, $v) = @$c;
+        my $sid = create();
+        my $img = upload($sid);
+        my $p = path_of($sid);
+
+        for my $req (['GET', '/api/v1/sessions?limit=1', 'list'],
+                     ['GET', $p, 'session'],
+                     ['GET', "$p/images", 'image list'],
+                     ['GET', "$p/images/$img->{id}", 'image'],
+                     ['GET', "$p/poll?timeout=0", 'poll'],
+                     ['POST', "$p/images/$img->{id}/ack", 'ack'],
+                     ['POST', "$p/complete", 'complete'])
+        {
+            my ($m, $path, $what) = @$req;
+            my $r = api($m, $path, $KEY{MAIN}, undef, { $h => $v });
+
+            is($r->{status}, 200, "$name - $h: $what: 200");
+            ok(ref $r->{json} eq 'HASH', "$name - $h: $what: the document");
+            ok(defined $r->{headers}{'x-ratelimit-limit'},
+               "$name - $h: $what: X-RateLimit-Limit");
+        }
+
+        my $r = api('GET', "$p/images/$img->{id}", $KEY{MAIN});
+        ok($r->{json}{acknowledged}, "$name - $h: the image acknowledged");
+        is(api('GET', $p, $KEY{MAIN})->{json}{status}, 'completed',
+           "$name - $h: the session completed");
+    }
+
+    # the content has its ETag: If-None-Match: * is a 304 there
+    my $sid = create();
+    my $img = upload($sid);
+    my $r = api('GET', path_of($sid) . "/images/$img->{id}/content",
+                $KEY{MAIN}, undef, { 'If-None-Match' => '*' });
+    is($r->{status}, 304, "$name - the content with If-None-Match: *: 304");
+};
+
+# a malformed escape in a query parameter's name or value: as written
+$checks{escapes} = sub {
+    my ($name) = @_;
+
+    my $sid = create();
+    my $p = path_of($sid);
+    my $cursor = '';
+
+    create() for 1 .. 2;
+    my $page = api('GET', '/api/v1/sessions?limit=1', $KEY{MAIN});
+    $cursor = $page->{json}{next_cursor} // '';
+    ok(length $cursor, "$name - a cursor to spoil");
+
+    my $limit = error_body(400, 'Bad Request',
+                           'limit must be an integer between 1 and 100');
+    my $unknown = sub {
+        error_body(400, 'Bad Request', "unknown query parameter: $_[0]");
+    };
+
+    for my $c (['/api/v1/sessions?li%mit=2', $unknown->('li%mit')],
+               ['/api/v1/sessions?limit=1%', $limit],
+               ['/api/v1/sessions?limit=1%4', $limit],
+               ['/api/v1/sessions?limit=%3', $limit],
+               ['/api/v1/sessions?limit=1%zz', $limit],
+               ['/api/v1/sessions?limit=2&x%=1', $unknown->('x%')],
+               ['/api/v1/sessions?status=op%en',
+                error_body(400, 'Bad Request',
+                           'status must be one of: open, completed, expired')],
+               ["/api/v1/sessions?cursor=$cursor%",
+                error_body(400, 'Bad Request', 'cursor is invalid')],
+               ["$p/images?acknowledged=tr%ue",
+                error_body(400, 'Bad Request',
+                           'acknowledged must be true or false')],
+               ["$p/poll?ti%meout=0", $unknown->('ti%meout')])
+    {
+        my $r = api('GET', $c->[0], $KEY{MAIN});
+        is($r->{status}, 400, "$name - $c->[0]: 400");
+        is($r->{content}, $c->[1], "$name - $c->[0]: the message");
+    }
+
+    # well-formed escapes are still decoded, the two hex digits any case
+    my $r = api('GET', '/api/v1/sessions?l%69mit=%31&status=op%65n',
+                $KEY{MAIN});
+    is($r->{status}, 200, "$name - well-formed escapes: 200");
+    $r = api('GET', "/api/v1/sessions?limit=1&cursor=$cursor", $KEY{MAIN});
+    is($r->{status}, 200, "$name - the cursor itself: 200");
+};
+
 # the image list's default limit, 100; the acknowledged filter with a
 # cursor
 $checks{image_pages} = sub {
@@ -702,5 +805,25 @@ GET /api/v1/sessions?limit=1
 GET /api/v1/sessions?limit=1
 --- error_code: 200
 --- timeout: 15
+--- no_error_log
+[error]
+
+
+
+=== TEST 12: conditional headers do not turn the API's 200s into 412 or 304
+--- check: conditional
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 13: a malformed percent-escape in the query: as written, refused
+--- check: escapes
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
 --- no_error_log
 [error]

@@ -16,6 +16,9 @@
 static void ngx_http_session_waiter_cleanup(void *data);
 static ngx_uint_t ngx_http_session_body_in_memory(ngx_http_request_t *r);
 static void ngx_http_session_body_gather(ngx_http_request_t *r);
+static void ngx_http_session_arg_unescape(u_char **dst, u_char *src,
+    size_t len);
+static ngx_uint_t ngx_http_session_arg_hex(u_char c);
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -458,19 +461,53 @@ ngx_http_session_arg_next(ngx_http_request_t *r, u_char **pos,
     }
 
     name->data = dst;
-    ngx_unescape_uri(&dst, &p, eq - p, 0);
+    ngx_http_session_arg_unescape(&dst, p, eq - p);
     name->len = dst - name->data;
 
     value->data = dst;
 
     if (eq < amp) {
-        p = eq + 1;
-        ngx_unescape_uri(&dst, &p, amp - eq - 1, 0);
+        ngx_http_session_arg_unescape(&dst, eq + 1, amp - eq - 1);
     }
 
     value->len = dst - value->data;
 
     return NGX_OK;
+}
+
+
+/*
+ * A name or a value percent-decoded into *dst, or as written when one of
+ * its escapes is malformed (a "%" not followed by two hex digits):
+ * nginx's decoder drops those, which would make "li%mit" the parameter
+ * "limit" and "1%" the value "1".  As written, each is refused as what
+ * it is: an unknown parameter, or a value that is not one.
+ */
+
+static void
+ngx_http_session_arg_unescape(u_char **dst, u_char *src, size_t len)
+{
+    size_t  i;
+
+    for (i = 0; i < len; i++) {
+        if (src[i] == '%'
+            && (i + 2 >= len || !ngx_http_session_arg_hex(src[i + 1])
+                || !ngx_http_session_arg_hex(src[i + 2])))
+        {
+            *dst = ngx_cpymem(*dst, src, len);
+            return;
+        }
+    }
+
+    ngx_unescape_uri(dst, &src, len, 0);
+}
+
+
+static ngx_uint_t
+ngx_http_session_arg_hex(u_char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')
+           || (c >= 'A' && c <= 'F');
 }
 
 

@@ -96,6 +96,15 @@ ngx_http_session_response_send(ngx_http_request_t *r, ngx_uint_t status,
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
 
+    /*
+     * The API's documents carry no validator: nginx's conditional checks
+     * would turn a 200 into 412 (If-Match, If-Unmodified-Since) or a 304
+     * (If-None-Match: *), after the work is done (an acknowledgement, a
+     * completion).  The image's content, with its ETag, answers those
+     * itself and is not sent from here.
+     */
+    r->disable_not_modified = 1;
+
     rc = ngx_http_send_header(r);
 
     if (rc == NGX_ERROR || rc > NGX_OK || r->header_only) {
