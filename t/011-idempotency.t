@@ -35,7 +35,7 @@ use IO::Socket::INET ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT error_body api_request burst check_init
-                    db_http_config key_headers);
+                    db_http_config key_headers png_upload);
 
 our (%KEY, %PROJECT);
 
@@ -485,6 +485,46 @@ $checks{too_large} = sub {
     like($raw, qr{^HTTP/1\.1 413 }, "$name - chunked: 413");
     like($raw, qr{\Q$msg\E}, "$name - chunked: message");
     is(key_row('A', $k, 'count(*)'), '0', "$name - nothing kept");
+
+    # the complete and the ack ignore their body, but with a key it is
+    # part of the fingerprint: announced over 65536 bytes, 413 before any
+    # work, nothing kept, and the same again (the key was not run without)
+    my $sid = api('POST', '/api/v1/sessions', $KEY{A}, $LP)->{json}{id};
+    my $img = png_upload($KEY{A}, $sid);
+    my $over = 'a' x 65537;
+    my $large = error_body(413, 'Payload Too Large',
+                           'request body is too large');
+
+    for my $c (["/api/v1/sessions/$sid/images/$img->{id}/ack", 'ack'],
+               ["/api/v1/sessions/$sid/complete", 'complete'])
+    {
+        my ($path, $what) = @$c;
+        my $kk = new_key("large-$what");
+
+        for my $try (1, 2) {
+            $r = api('POST', $path, $KEY{A}, $over,
+                     { %{ idem($kk) }, 'Content-Type' => 'text/plain' });
+            is($r->{status}, 413, "$name - $what, try $try: 413");
+            is($r->{content}, $large, "$name - $what, try $try: message");
+        }
+
+        is(key_row('A', $kk, 'count(*)'), '0', "$name - $what: nothing kept");
+    }
+
+    $r = api('GET', "/api/v1/sessions/$sid/images/$img->{id}", $KEY{A});
+    ok(!$r->{json}{acknowledged}, "$name - the image not acknowledged");
+    is(api('GET', "/api/v1/sessions/$sid", $KEY{A})->{json}{status}, 'open',
+       "$name - the session not completed");
+
+    # exactly 65536 bytes: read, and the key kept with the answer
+    my $kk = new_key('at-limit');
+    $r = api('POST', "/api/v1/sessions/$sid/complete", $KEY{A}, 'a' x 65536,
+             { %{ idem($kk) }, 'Content-Type' => 'text/plain' });
+    is($r->{status}, 200, "$name - 65536 bytes: 200");
+    $r = api('POST', "/api/v1/sessions/$sid/complete", $KEY{A}, 'a' x 65536,
+             { %{ idem($kk) }, 'Content-Type' => 'text/plain' });
+    is($r->{headers}{'idempotent-replayed'}, 'true',
+       "$name - 65536 bytes: replayed");
 };
 
 # uses up a create limit of 1

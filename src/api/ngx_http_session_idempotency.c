@@ -130,8 +130,11 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
 
     /*
      * The body is read here, before the endpoint, under the endpoint's
-     * limit.  One announced over it is not read at all: the endpoint
-     * answers 413 without the key (the same request always gets it).
+     * limit.  One announced over it is not read at all: the create and
+     * the upload answer their own 413 without the key (the same request
+     * always gets it).  The complete and the ack ignore their body, and
+     * would run without the key: their 413 is answered here, as for a
+     * chunked body that runs over (decision (am)).
      */
 
     slcf = ngx_http_get_module_loc_conf(r, ngx_http_session_module);
@@ -140,7 +143,14 @@ ngx_http_session_idempotency(ngx_http_request_t *r,
             ? slcf->image_max_size : NGX_HTTP_SESSION_JSON_BODY_MAX;
 
     if (r->headers_in.content_length_n > limit) {
-        return NGX_DECLINED;
+        if (ctx->route.id == NGX_HTTP_SESSION_ROUTE_SESSIONS
+            || ctx->route.id == NGX_HTTP_SESSION_ROUTE_IMAGES)
+        {
+            return NGX_DECLINED;
+        }
+
+        return ngx_http_session_error(r,
+                                      NGX_HTTP_SESSION_ERR_BODY_TOO_LARGE);
     }
 
     idem = ngx_pcalloc(r->pool, sizeof(ngx_http_session_idem_t));
