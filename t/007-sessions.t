@@ -1680,6 +1680,18 @@ $::PRIVATE
 
 
 
+=== TEST 62b: webhook_url in NAT64's well-known prefix, of 127.0.0.1
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "webhook", "webhook_url": "http://[64:ff9b::7f00:1]/h"}
+--- error_code: 400
+--- response_body eval
+$::PRIVATE
+--- no_error_log
+[error]
+
+
+
 === TEST 63: webhook_url IPv4-mapped IPv6 of 10.0.0.1
 --- request
 POST /api/v1/sessions

@@ -208,6 +208,9 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
     static const unsigned char  mapped[12] = {
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
     };
+    static const unsigned char  nat64[12] = {
+        0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0
+    };
 
     if (family == AF_INET) {
         switch (addr[0]) {
@@ -248,8 +251,24 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
         return 1;
     }
 
-    if (memcmp(addr, mapped, sizeof(mapped)) == 0) {
+    /*
+     * IPv4-mapped, and NAT64's well-known prefix 64:ff9b::/96, through
+     * which a network with a NAT64 gateway reaches the IPv4 address in
+     * the last 32 bits: judged by that address.  NAT64's prefix for
+     * local use, 64:ff9b:1::/48, is private as a whole (decisions.md
+     * (jb)).
+     */
+
+    if (memcmp(addr, mapped, sizeof(mapped)) == 0
+        || memcmp(addr, nat64, sizeof(nat64)) == 0)
+    {
         return ngx_http_session_addr_private(AF_INET, addr + 12);
+    }
+
+    if (addr[0] == 0 && addr[1] == 0x64 && addr[2] == 0xff
+        && addr[3] == 0x9b && addr[4] == 0 && addr[5] == 1)
+    {
+        return 1;
     }
 
     /* :: and ::1 */

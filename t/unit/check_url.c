@@ -359,6 +359,19 @@ static const ngx_http_session_url_vec_t  url_vecs[] = {
     { S("http://[::ffff:0.0.0.0]/"), PRIVATE },
     { S("http://[::ffff:192.168.1.1]:8080/"), PRIVATE },
     { S("http://[::ffff:e000:1]/"), PRIVATE },
+
+    /* NAT64: the well-known prefix by its IPv4 address, local use all */
+    { S("http://[64:ff9b::127.0.0.1]/"), PRIVATE },
+    { S("http://[64:ff9b::7f00:1]/"), PRIVATE },
+    { S("http://[64:ff9b::a00:1]/"), PRIVATE },
+    { S("http://[64:FF9B::192.168.1.1]:8080/"), PRIVATE },
+    { S("http://[64:ff9b::a9fe:a9fe]/"), PRIVATE },
+    { S("http://[64:ff9b:1::808:808]/"), PRIVATE },
+    { S("http://[64:ff9b:1:ffff::1]/"), PRIVATE },
+    { S("http://[64:ff9b::8.8.8.8]/"), OK },
+    { S("http://[64:ff9b::808:808]/"), OK },
+    { S("http://[64:ff9b:2::7f00:1]/"), OK },
+    { S("http://[64:ff9a::7f00:1]/"), OK },
 };
 
 
@@ -451,6 +464,11 @@ static const ngx_http_session_addr_vec_t  addr_vecs[] = {
     { AF_INET6, "::ffff:93.184.216.34", 0 },
     { AF_INET6, "::fffe:127.0.0.1", 0 },
     { AF_INET6, "1::ffff:127.0.0.1", 0 },
+    { AF_INET6, "64:ff9b::127.0.0.1", 1 },
+    { AF_INET6, "64:ff9b::10.0.0.1", 1 },
+    { AF_INET6, "64:ff9b:1::1", 1 },
+    { AF_INET6, "64:ff9b::8.8.8.8", 0 },
+    { AF_INET6, "64:ff9b:0:1::7f00:1", 0 },
 };
 
 
