@@ -9,7 +9,6 @@
 #include "ngx_http_session_key.h"
 
 
-static int ngx_http_session_is_hex(unsigned char c);
 static EVP_MD_CTX *ngx_http_session_sha256_start(EVP_MD_CTX *ctx);
 
 
@@ -343,7 +342,7 @@ ngx_http_session_key_tree_key(const unsigned char *hash)
 }
 
 
-static int
+int
 ngx_http_session_is_hex(unsigned char c)
 {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')

@@ -64,6 +64,9 @@ EVP_MD_CTX *ngx_http_session_sha256_new(void);
 int ngx_http_session_key_hash(const unsigned char *token,
     unsigned char *hash);
 
+/* whether c is a hex digit, either case */
+int ngx_http_session_is_hex(unsigned char c);
+
 /* lower-case hex of len bytes into dst (2 * len bytes, no terminator) */
 void ngx_http_session_hex(const unsigned char *src, size_t len,
     unsigned char *dst);

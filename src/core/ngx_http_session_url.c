@@ -265,9 +265,7 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
         return ngx_http_session_addr_private(AF_INET, addr + 12);
     }
 
-    if (addr[0] == 0 && addr[1] == 0x64 && addr[2] == 0xff
-        && addr[3] == 0x9b && addr[4] == 0 && addr[5] == 1)
-    {
+    if (memcmp(addr, nat64, 4) == 0 && addr[4] == 0 && addr[5] == 1) {
         return 1;
     }
 

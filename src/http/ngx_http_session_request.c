@@ -10,6 +10,7 @@
 #include "ngx_http_session_cursor.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_key.h"
 #include "ngx_http_session_render.h"
 
 
@@ -18,7 +19,6 @@ static ngx_uint_t ngx_http_session_body_in_memory(ngx_http_request_t *r);
 static void ngx_http_session_body_gather(ngx_http_request_t *r);
 static void ngx_http_session_arg_unescape(u_char **dst, u_char *src,
     size_t len);
-static ngx_uint_t ngx_http_session_arg_hex(u_char c);
 
 
 ngx_str_t  ngx_http_session_location = ngx_string("Location");
@@ -491,8 +491,8 @@ ngx_http_session_arg_unescape(u_char **dst, u_char *src, size_t len)
 
     for (i = 0; i < len; i++) {
         if (src[i] == '%'
-            && (i + 2 >= len || !ngx_http_session_arg_hex(src[i + 1])
-                || !ngx_http_session_arg_hex(src[i + 2])))
+            && (i + 2 >= len || !ngx_http_session_is_hex(src[i + 1])
+                || !ngx_http_session_is_hex(src[i + 2])))
         {
             *dst = ngx_cpymem(*dst, src, len);
             return;
@@ -500,14 +500,6 @@ ngx_http_session_arg_unescape(u_char **dst, u_char *src, size_t len)
     }
 
     ngx_unescape_uri(dst, &src, len, 0);
-}
-
-
-static ngx_uint_t
-ngx_http_session_arg_hex(u_char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')
-           || (c >= 'A' && c <= 'F');
 }
 
 
