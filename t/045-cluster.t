@@ -30,7 +30,8 @@ use Test::More;
 use File::Temp ();
 use Time::HiRes ();
 use Session;
-use SessionTest qw(:DEFAULT reset_of fresh_window api_request send_get answer);
+use SessionTest qw(:DEFAULT reset_of fresh_window first_429 api_request
+                    send_get answer);
 use Webhook;
 use Cluster;
 
@@ -95,17 +96,6 @@ sub spread {
 }
 
 sub admitted { scalar grep { $_ == $_[1] } @{ $_[0] } }
-
-# the position (from 1) of the first 429, 0 when there is none
-sub first_429 {
-    my ($s) = @_;
-
-    for my $k (0 .. $#$s) {
-        return $k + 1 if $s->[$k] == 429;
-    }
-
-    return 0;
-}
 
 sub leases {
     my $n = 0;

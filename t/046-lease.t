@@ -30,7 +30,7 @@ use Digest::SHA ();
 use POSIX ();
 use Time::HiRes ();
 use Session;
-use SessionTest qw(:DEFAULT api_request reset_of fresh_window);
+use SessionTest qw(:DEFAULT api_request reset_of fresh_window first_429);
 use Cluster;
 
 my $TAG = sprintf 't046-%d-%d', $$, time;
@@ -490,14 +490,6 @@ sub round_robin {
            0 .. $n - 1;
 }
 
-sub first_429 {
-    my @st = @_;
-    for my $k (0 .. $#st) {
-        return $k + 1 if $st[$k] == 429;
-    }
-    return 0;
-}
-
 {
     my $limit = 20;
     my $c = Cluster->new(nodes => 3, workers => 1, http => $HTTP,
@@ -535,7 +527,7 @@ sub first_429 {
     is(scalar(grep { $_ == 404 } @st), $limit,
        "window before: exactly the limit ($limit) admitted over three"
        . " nodes") or diag("statuses: @st");
-    is(first_429(@st), $limit + 1,
+    is(first_429(\@st), $limit + 1,
        'window before: no request refused before the limit')
         or diag("statuses: @st");
     is(psql("SELECT granted || ' ' || cardinality(nodes) FROM rate_leases"

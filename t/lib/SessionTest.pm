@@ -53,7 +53,7 @@ our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
                     access_log long_poll_session png_upload
                     check_init run_check run_action db_http_config api_config
                     ping_request key_headers add_no_error_log todo_block
-                    reset_of fresh_window);
+                    reset_of fresh_window first_429);
 
 
 sub nginx_quote {
@@ -241,6 +241,18 @@ sub worker_pids {
 sub reset_of {
     my ($t) = @_;
     return (POSIX::floor($t / 60) + 1) * 60;
+}
+
+# The position (from 1) of the first 429 in a list of statuses (an array
+# reference), 0 when there is none.
+sub first_429 {
+    my ($s) = @_;
+
+    for my $k (0 .. $#$s) {
+        return $k + 1 if $s->[$k] == 429;
+    }
+
+    return 0;
 }
 
 # Waits, when fewer than $need seconds of the current minute are left,
