@@ -582,6 +582,25 @@ ngx_http_session_db_query_create(ngx_http_request_t *r, const char *sql,
 
 
 ngx_http_session_db_query_t *
+ngx_http_session_db_query_stmt(ngx_http_request_t *r,
+    ngx_http_session_stmt_e stmt, ngx_http_session_db_handler_pt handler)
+{
+    ngx_http_session_db_query_t  *q;
+
+    q = ngx_http_session_db_query_create(r, ngx_http_session_db_stmt_sql(stmt),
+                                         handler);
+    if (q == NULL) {
+        return NULL;
+    }
+
+    q->stmt = stmt;
+    q->result_format = 1;
+
+    return q;
+}
+
+
+ngx_http_session_db_query_t *
 ngx_http_session_db_query_create_pool(ngx_pool_t *pool, ngx_log_t *log,
     const char *sql, ngx_http_session_db_handler_pt handler)
 {

@@ -1,7 +1,7 @@
 /*
  * The statements every pool connection prepares when it connects
- * (db_query.c sends the PREPARE text built here), and the query of one
- * of them: it goes by name, with no parse and no plan, or as its text on
+ * (db_query.c sends the PREPARE text built here), their texts, and the
+ * send of a query: by name, with no parse and no plan, or as its text on
  * a connection where preparing failed.
  */
 
@@ -81,22 +81,10 @@ ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
 }
 
 
-ngx_http_session_db_query_t *
-ngx_http_session_db_query_stmt(ngx_http_request_t *r,
-    ngx_http_session_stmt_e stmt, ngx_http_session_db_handler_pt handler)
+const char *
+ngx_http_session_db_stmt_sql(ngx_http_session_stmt_e stmt)
 {
-    ngx_http_session_db_query_t  *q;
-
-    q = ngx_http_session_db_query_create(r, ngx_http_session_db_stmts[stmt],
-                                         handler);
-    if (q == NULL) {
-        return NULL;
-    }
-
-    q->stmt = stmt;
-    q->result_format = 1;
-
-    return q;
+    return ngx_http_session_db_stmts[stmt];
 }
 
 

@@ -15,6 +15,9 @@
 /* "PREPARE ngx_session_1 AS ...; ...": sent once per connection */
 char *ngx_http_session_db_stmt_init(ngx_cycle_t *cycle);
 
+/* a statement's text, sent where a connection could not prepare it */
+const char *ngx_http_session_db_stmt_sql(ngx_http_session_stmt_e stmt);
+
 /*
  * q to libpq on dc, by name where dc prepared the statements, counted in
  * dc->sent; NGX_ERROR (logged) when libpq refuses it
