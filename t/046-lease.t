@@ -479,9 +479,12 @@ $C->stop;
 # budget of the key in the windows before, and the first leases are
 # parts of the limit among them (20 / 3 = 6): a round-robin client is
 # admitted exactly 20 with no 429 before.  The window before is played by
-# a row of the minute before, listing the three nodes; a key new to the
-# cluster still meets the first blocks, and its row lists the node that
-# found the budget leased out, for its next window.
+# a row of the minute before, listing the three nodes.  The first key the
+# nodes ever lease for still meets the first blocks, and its row lists
+# the node that found the budget leased out, for its next window.  A key
+# new to the cluster after that starts, on each node, with a part of the
+# limit among the most nodes that the node's answers listed in the window
+# (decision (qn)): exact too, with no row of its own before.
 
 # $n requests of $key round-robin over the nodes of $c; the statuses
 sub round_robin {
@@ -498,6 +501,7 @@ sub round_robin {
 
     my $new = fixture(plan => 'unlimited', name => "$TAG-qm-new")->{key};
     my $key = fixture(plan => 'unlimited', name => "$TAG-qm-before")->{key};
+    my $new2 = fixture(plan => 'unlimited', name => "$TAG-qn-new")->{key};
 
     fresh_window(20);
 
@@ -533,6 +537,22 @@ sub round_robin {
     is(psql("SELECT granted || ' ' || cardinality(nodes) FROM rate_leases"
             . " WHERE " . lease_where($key, $minute)),
        '20 3', 'window before: the row: 20 leased, three nodes');
+
+    # another key new to the cluster, now that each node's answers have
+    # listed three nodes: first blocks of 20 / 3, none leased out early
+    @st = round_robin($c, $new2, $limit + 4);
+
+    is(scalar(grep { $_ == 404 } @st), $limit,
+       "new key after the others: exactly the limit ($limit) admitted")
+        or diag("statuses: @st");
+    is(first_429(\@st), $limit + 1,
+       'new key after the others: no request refused before the limit')
+        or diag("statuses: @st");
+    is(psql("SELECT granted || ' ' || cardinality(nodes) || ' '"
+            . " || (SELECT max(t) FROM unnest(took) t) FROM rate_leases"
+            . " WHERE " . lease_where($new2, $minute)),
+       '20 3 7', 'new key after the others: the row: 20 leased over three'
+       . ' nodes, none more than 7');
 
     unlike(join('', map { $c->error_log($_) } 0 .. 2),
            qr/\[(?:error|alert|crit|emerg)\]/, 'window before: no error');

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """A simulation of session_limit_scope cluster's leases (docs/decisions.md
-(qb), (qj), (qk), (qm)): nodes with their workers' leases in flight, the
+(qb), (qj), (qk), (qm), (qn)): nodes with their workers' leases in flight, the
 zone's block per key (zone_lease.c) and the window's row (src/sql/015,
 019, 021 and 022), for one key, one class and one window.  Nothing of nginx runs
 here: it is for weighing a rule before it is written in C and SQL.
@@ -15,7 +15,11 @@ what it took as far as it knows, so that a lease in flight to another
 worker of the node is counted instead of leased again; "qm", qk with the
 window's row listing the nodes of the windows before, so that the first
 leases are parts of the limit among them (played here as a key as busy
-in the window before, on every node: the steady state).
+in the window before, on every node: the steady state); "qn", qm for a
+key new to the cluster (its row lists no node before), each node's first
+block a part of the limit among the nodes it guesses from its answers for
+other keys (decision (qn); by default all of them, as a node that has
+seen a key leased over every node guesses).
 
 Clients: "seq", one sequential client round-robin over the nodes (t/045:
 the first 429 must come at the limit + 1); "conc", 16 connections per
@@ -29,7 +33,10 @@ the figures util/bench-cluster.sh measured for it.  --slow makes each
 half of a lease's round trip 0.25 to 25 ms (a loaded machine): there qj's
 first 429 comes early in up to 28 % of the seq runs, qk's in none.  qk's
 comes early wherever the nodes outnumber limit / 10 (20 on three nodes,
-30 on four, 100 on twelve); qm's nowhere in the table.
+30 on four, 100 on twelve); qm's nowhere in the table.  qn's nowhere
+either, with the statements of qm; a guess two nodes too high (stopped
+nodes) stays exact with up to 50 % more statements, one too low is
+early where qk is.
 """
 
 import heapq
@@ -84,14 +91,24 @@ class Row:
 
 
 class Sim:
-    def __init__(self, rule, nodes, workers, limit, seed, expect=None):
+    def __init__(self, rule, nodes, workers, limit, seed, expect=None,
+                 guess=None):
         self.rule = rule
+        # qn: a key new to the cluster (no row before), and the node's
+        # guess of how many nodes lease (by default all of them)
+        self.guess = (nodes if guess is None else guess) \
+            if rule == 'qn' else 0
         self.limit = limit
         self.cap = max(LEASE_MIN, limit // (10 if rule == 'qb' else 4))
         self.rng = random.Random(seed)
         # qm: the window before had these nodes (by default all of them)
         self.row = Row((nodes if expect is None else expect)
                        if rule == 'qm' else 0)
+        if rule == 'qn':
+            self.rule = rule = 'qm'
+            self.qn = True
+        else:
+            self.qn = False
         self.stmts = 0
         self.now = 0.0
         self.events = []
@@ -121,15 +138,21 @@ class Sim:
         l = self.zone[n]
         left = max(0, self.limit - l['granted'])
         if l['held'] == 0:
-            return ('busy', 0) if left == 0 else ('again', self.size(l))
+            size = self.size(l)
+            if self.qn and l['nodes'] == 0:
+                # qn: the first block, a part of the limit among the
+                # nodes the node guesses
+                size = max(1, min(size, self.limit // self.guess))
+            return ('busy', 0) if left == 0 else ('again', size)
         l['held'] -= 1
         l['used'] += 1
         if l['asked']:
             return 'ok', 0
         size = self.size(l)
         if self.rule != 'qb':
+            nodes = max(l['nodes'], self.guess, 1)
             ahead = (l['held'] * 2 < l['block'] and left > 0
-                     and l['took'] < self.limit // max(l['nodes'], 1))
+                     and l['took'] < self.limit // nodes)
         else:
             ahead = (l['held'] * 2 < size
                      and left >= max(4, 2 * l['nodes']) * size)
@@ -216,9 +239,10 @@ class Sim:
             self.finish(n, w, rc, lease, cb)
 
 
-def sequential(rule, limit, pick, nodes=3, seed=0, total=None, expect=None):
+def sequential(rule, limit, pick, nodes=3, seed=0, total=None, expect=None,
+               guess=None):
     """one client, a request after each answer; (statuses, statements)"""
-    s = Sim(rule, nodes, 2, limit, seed, expect)
+    s = Sim(rule, nodes, 2, limit, seed, expect, guess)
     st = []
     total = total or limit + 9
 
@@ -305,5 +329,5 @@ if __name__ == '__main__':
     if args[:1] == ['--slow']:
         HALF[1] = 25
         args = args[1:]
-    for r in args or ['qb', 'qj', 'qk', 'qm']:
+    for r in args or ['qb', 'qj', 'qk', 'qm', 'qn']:
         report(r)

@@ -53,6 +53,10 @@ static void ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
 static uint32_t ngx_http_session_lease_size(ngx_http_session_lease_t *l,
     ngx_uint_t limit);
+static uint32_t ngx_http_session_lease_guess(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute);
+static void ngx_http_session_lease_seen(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute, uint32_t nodes);
 static uint32_t ngx_http_session_lease_next_size(
     ngx_http_session_lease_t *l, ngx_uint_t limit, uint32_t now);
 
@@ -139,7 +143,7 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
 
         size = ngx_http_session_lease_size(l, take->limit);
 
-        nodes = l->nodes ? l->nodes : ngx_max(l->nodes_before, 1);
+        nodes = ngx_max(ngx_max(l->nodes, l->nodes_before), 1);
 
         if (l->held * 2 < l->block && left
             && l->took < take->limit / nodes)
@@ -192,6 +196,28 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
         take->rc = NGX_AGAIN;
         take->remaining = 0;
         take->lease = ngx_http_session_lease_size(l, take->limit);
+
+        if (l->nodes == 0) {
+            /*
+             * No answer of the window yet: a part of the limit among the
+             * nodes of the key's window before, or, for a key new to the
+             * node, among the most nodes that this worker's answers
+             * listed lately (decision (qn)).  The row of a key new to the
+             * cluster lists only the nodes that have asked so far, so the
+             * first nodes would take whole blocks and the last ones find
+             * the window leased out.
+             */
+
+            if (l->nodes_before == 0) {
+                l->nodes_before = ngx_http_session_lease_guess(ctx, minute);
+            }
+
+            if (l->nodes_before > 1) {
+                take->lease = ngx_max(ngx_min(take->lease,
+                                              take->limit / l->nodes_before),
+                                      1);
+            }
+        }
     }
 
 done:
@@ -250,6 +276,8 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     if (a->failed) {
         goto done;
     }
+
+    ngx_http_session_lease_seen(ctx, a->minute, a->nodes);
 
     if (a->minute == l->minute + 1) {
         /* leased ahead for the next window */
@@ -539,6 +567,49 @@ ngx_http_session_lease_size(ngx_http_session_lease_t *l, ngx_uint_t limit)
     want = l->want ? l->want : NGX_HTTP_SESSION_LEASE_MIN;
 
     return ngx_min(want, cap);
+}
+
+
+/*
+ * How many nodes lease, as far as this worker knows: the most that an
+ * answer listed in the window or the one before (0: it saw none).  A
+ * node that stopped is counted for up to six windows (the rows list the
+ * nodes of the key's last six), which makes first blocks smaller, never
+ * a 429 early.
+ */
+
+static uint32_t
+ngx_http_session_lease_guess(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute)
+{
+    if (ctx->guess_minute == minute || ctx->guess_minute == minute + 1) {
+        return ngx_max(ctx->guess_nodes, ctx->guess_before);
+    }
+
+    if (ctx->guess_minute + 1 == minute) {
+        return ctx->guess_nodes;
+    }
+
+    return 0;
+}
+
+
+static void
+ngx_http_session_lease_seen(ngx_http_session_zone_ctx_t *ctx,
+    uint32_t minute, uint32_t nodes)
+{
+    if (minute > ctx->guess_minute) {
+        ctx->guess_before = (ctx->guess_minute + 1 == minute)
+                            ? ctx->guess_nodes : 0;
+        ctx->guess_minute = minute;
+        ctx->guess_nodes = nodes;
+
+    } else if (minute == ctx->guess_minute) {
+        ctx->guess_nodes = ngx_max(ctx->guess_nodes, nodes);
+
+    } else if (minute + 1 == ctx->guess_minute) {
+        ctx->guess_before = ngx_max(ctx->guess_before, nodes);
+    }
 }
 
 

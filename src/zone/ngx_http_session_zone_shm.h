@@ -127,7 +127,10 @@ typedef struct {
     /* leased to this node in the window, and its last block */
     uint32_t                      took;
     uint32_t                      block;
-    /* the nodes of the window before, until an answer says this one's */
+    /*
+     * the nodes of the window before, or for a key new to the node the
+     * worker's guess (decision (qn)), until an answer says this one's
+     */
     uint32_t                      nodes_before;
     /*
      * 1: took is what the row says this node was leased in the window (an
@@ -202,6 +205,14 @@ typedef struct {
     size_t                        size;
     /* NULL: no memfd */
     ngx_http_session_zone_fd_t   *mfd;
+    /*
+     * Cluster scope, this worker's own (decision (qn)): the most nodes
+     * its leases' answers listed for the window guess_minute, and for
+     * the window before it
+     */
+    uint32_t                      guess_minute;
+    uint32_t                      guess_nodes;
+    uint32_t                      guess_before;
 } ngx_http_session_zone_ctx_t;
 
 
