@@ -503,7 +503,8 @@ sub round_robin {
     my $key = fixture(plan => 'unlimited', name => "$TAG-qm-before")->{key};
     my $new2 = fixture(plan => 'unlimited', name => "$TAG-qn-new")->{key};
 
-    fresh_window(20);
+    # the three keys' 51 requests in one window
+    fresh_window(30);
 
     my $minute = POSIX::floor(time() / 60);
 
