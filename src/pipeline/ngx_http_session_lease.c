@@ -92,6 +92,7 @@ typedef struct {
 } ngx_http_session_lease_batch_t;
 
 
+static ngx_queue_t *ngx_http_session_lease_bucket(u_char *hash);
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_find(
     u_char *hash, ngx_uint_t cls);
 static ngx_http_session_lease_flight_t *ngx_http_session_lease_start(
@@ -128,48 +129,51 @@ static void ngx_http_session_lease_batch_item(
     ngx_http_session_lease_answer_t *a);
 
 
-static ngx_queue_t  ngx_http_session_lease_flights[
-                                            NGX_HTTP_SESSION_LEASE_FLIGHTS];
+/* the worker's leases */
+typedef struct {
+    /* the flights, by the key's hash */
+    ngx_queue_t                      flights[NGX_HTTP_SESSION_LEASE_FLIGHTS];
+    /*
+     * the next window's leases not sent yet, NULL: none; and their timer,
+     * whose data is a connection of no descriptor, as nginx's debug log
+     * of timers reads one from every event's data
+     */
+    ngx_http_session_lease_batch_t  *pending;
+    ngx_event_t                      batch_ev;
+    ngx_connection_t                 dummy;
+    /*
+     * The window (epoch minute) in which the database had no lease
+     * statement of schema 21 (the node upgraded before "sessionctl
+     * migrate" ran): the worker leases as schema 19 takes it until the
+     * window ends, then tries again; 0: not found so
+     */
+    uint32_t                         v19;
+} ngx_http_session_lease_worker_t;
 
-/*
- * the next window's leases not sent yet, NULL: none; and their timer,
- * whose data is a connection of no descriptor, as nginx's debug log of
- * timers reads one from every event's data
- */
-static ngx_http_session_lease_batch_t  *ngx_http_session_lease_pending;
-static ngx_event_t                      ngx_http_session_lease_batch_ev;
-static ngx_connection_t                 ngx_http_session_lease_dummy;
 
-/*
- * The window (epoch minute) in which the database had no lease statement
- * of schema 21 (the node upgraded before "sessionctl migrate" ran): the
- * worker leases as schema 19 takes it until the window ends, then tries
- * again; 0: not found so
- */
-static uint32_t                         ngx_http_session_lease_v19;
+static ngx_http_session_lease_worker_t  ngx_http_session_lease_worker;
 
 
 void
 ngx_http_session_lease_init_process(void)
 {
-    ngx_uint_t  i;
+    ngx_uint_t                        i;
+    ngx_http_session_lease_worker_t  *lw;
+
+    lw = &ngx_http_session_lease_worker;
+
+    ngx_memzero(lw, sizeof(ngx_http_session_lease_worker_t));
 
     for (i = 0; i < NGX_HTTP_SESSION_LEASE_FLIGHTS; i++) {
-        ngx_queue_init(&ngx_http_session_lease_flights[i]);
+        ngx_queue_init(&lw->flights[i]);
     }
 
-    ngx_http_session_lease_pending = NULL;
-    ngx_http_session_lease_v19 = 0;
-
-    ngx_memzero(&ngx_http_session_lease_batch_ev, sizeof(ngx_event_t));
-    ngx_memzero(&ngx_http_session_lease_dummy, sizeof(ngx_connection_t));
-    ngx_http_session_lease_dummy.fd = (ngx_socket_t) -1;
-    ngx_http_session_lease_batch_ev.data = &ngx_http_session_lease_dummy;
-    ngx_http_session_lease_batch_ev.handler =
-                                        ngx_http_session_lease_batch_timer;
-    ngx_http_session_lease_batch_ev.log = ngx_cycle->log;
+    lw->dummy.fd = (ngx_socket_t) -1;
+    lw->batch_ev.data = &lw->dummy;
+    lw->batch_ev.handler = ngx_http_session_lease_batch_timer;
+    lw->batch_ev.log = ngx_cycle->log;
     /* a worker that exits does not wait for it: the marks go stale */
-    ngx_http_session_lease_batch_ev.cancelable = 1;
+    lw->batch_ev.cancelable = 1;
 }
 
 
@@ -244,14 +248,23 @@ ngx_http_session_lease_ahead(u_char *hash, ngx_http_session_take_t *take)
 }
 
 
+/* the flights of the keys whose hash has the same fifth byte */
+
+static ngx_queue_t *
+ngx_http_session_lease_bucket(u_char *hash)
+{
+    return &ngx_http_session_lease_worker.flights[
+                                hash[4] & (NGX_HTTP_SESSION_LEASE_FLIGHTS - 1)];
+}
+
+
 static ngx_http_session_lease_flight_t *
 ngx_http_session_lease_find(u_char *hash, ngx_uint_t cls)
 {
     ngx_queue_t                      *b, *q;
     ngx_http_session_lease_flight_t  *f;
 
-    b = &ngx_http_session_lease_flights[hash[4]
-                                     & (NGX_HTTP_SESSION_LEASE_FLIGHTS - 1)];
+    b = ngx_http_session_lease_bucket(hash);
 
     for (q = ngx_queue_head(b);
          q != ngx_queue_sentinel(b);
@@ -304,7 +317,7 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
         f->limit = take->limit;
         f->minute = take->minute;
         f->asked = take->asked;
-        f->v19 = (take->minute == ngx_http_session_lease_v19);
+        f->v19 = (take->minute == ngx_http_session_lease_worker.v19);
         ngx_memcpy(f->hash, hash, NGX_HTTP_SESSION_KEY_HASH_LEN);
         ngx_queue_init(&f->waiters);
 
@@ -322,8 +335,7 @@ ngx_http_session_lease_start(u_char *hash, ngx_http_session_take_t *take,
         rc = ngx_http_session_lease_send(f);
 
         if (rc == NGX_OK) {
-            ngx_queue_insert_tail(&ngx_http_session_lease_flights[hash[4]
-                                     & (NGX_HTTP_SESSION_LEASE_FLIGHTS - 1)],
+            ngx_queue_insert_tail(ngx_http_session_lease_bucket(hash),
                                   &f->queue);
 
             ngx_http_session_stat(leases, 1);
@@ -417,8 +429,8 @@ ngx_http_session_lease_before_21(ngx_http_session_lease_flight_t *f,
         return NGX_DECLINED;
     }
 
-    if (ngx_http_session_lease_v19 != f->minute) {
-        ngx_http_session_lease_v19 = f->minute;
+    if (ngx_http_session_lease_worker.v19 != f->minute) {
+        ngx_http_session_lease_worker.v19 = f->minute;
 
         ngx_log_error(NGX_LOG_WARN, ngx_cycle->log, 0,
                       "session limit: the database has no lease statement "
@@ -681,11 +693,13 @@ ngx_http_session_lease_figures(PGresult *res, ngx_uint_t row, ngx_uint_t col,
 static void
 ngx_http_session_lease_batch_add(u_char *hash, ngx_http_session_take_t *take)
 {
-    ngx_pool_t                      *pool;
-    ngx_http_session_lease_item_t   *it;
-    ngx_http_session_lease_batch_t  *b;
+    ngx_pool_t                       *pool;
+    ngx_http_session_lease_item_t    *it;
+    ngx_http_session_lease_batch_t   *b;
+    ngx_http_session_lease_worker_t  *lw;
 
-    b = ngx_http_session_lease_pending;
+    lw = &ngx_http_session_lease_worker;
+    b = lw->pending;
 
     if (b && b->minute != take->minute) {
         ngx_http_session_lease_batch_send(b);
@@ -712,11 +726,10 @@ ngx_http_session_lease_batch_add(u_char *hash, ngx_http_session_take_t *take)
         b->minute = take->minute;
         b->n = 0;
 
-        ngx_http_session_lease_pending = b;
+        lw->pending = b;
 
-        if (!ngx_http_session_lease_batch_ev.timer_set) {
-            ngx_add_timer(&ngx_http_session_lease_batch_ev,
-                          NGX_HTTP_SESSION_LEASE_BATCH_WAIT);
+        if (!lw->batch_ev.timer_set) {
+            ngx_add_timer(&lw->batch_ev, NGX_HTTP_SESSION_LEASE_BATCH_WAIT);
         }
     }
 
@@ -737,8 +750,12 @@ ngx_http_session_lease_batch_add(u_char *hash, ngx_http_session_take_t *take)
 static void
 ngx_http_session_lease_batch_timer(ngx_event_t *ev)
 {
-    if (ngx_http_session_lease_pending) {
-        ngx_http_session_lease_batch_send(ngx_http_session_lease_pending);
+    ngx_http_session_lease_batch_t  *b;
+
+    b = ngx_http_session_lease_worker.pending;
+
+    if (b) {
+        ngx_http_session_lease_batch_send(b);
     }
 }
 
@@ -750,10 +767,10 @@ ngx_http_session_lease_batch_send(ngx_http_session_lease_batch_t *b)
     ngx_uint_t                    i;
     ngx_http_session_db_query_t  *q;
 
-    ngx_http_session_lease_pending = NULL;
+    ngx_http_session_lease_worker.pending = NULL;
 
-    if (ngx_http_session_lease_batch_ev.timer_set) {
-        ngx_del_timer(&ngx_http_session_lease_batch_ev);
+    if (ngx_http_session_lease_worker.batch_ev.timer_set) {
+        ngx_del_timer(&ngx_http_session_lease_worker.batch_ev);
     }
 
     q = ngx_http_session_db_query_create_pool(b->pool, ngx_cycle->log,
