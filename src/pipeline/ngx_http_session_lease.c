@@ -25,6 +25,12 @@
  * then does, and the first failure is logged once for the node, until a
  * lease succeeds again.  A node never admits without budget: that would
  * multiply the limit by the nodes again.
+ *
+ * Over 1,000 lines, and kept whole: a single lease and the batch read
+ * their answers with the same code (one row of figures each, checked the
+ * same way) and hand them to the zone the same way, and a failure of
+ * either clears the same marks; cut in two, both halves would export
+ * those to each other.
  */
 
 #include "ngx_http_session_lease.h"
