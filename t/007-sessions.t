@@ -1692,6 +1692,30 @@ $::PRIVATE
 
 
 
+=== TEST 62c: webhook_url IPv4-translated, of 127.0.0.1
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "webhook", "webhook_url": "http://[::ffff:0:7f00:1]/h"}
+--- error_code: 400
+--- response_body eval
+$::PRIVATE
+--- no_error_log
+[error]
+
+
+
+=== TEST 62d: webhook_url site-local (fec0::/10)
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "webhook", "webhook_url": "http://[fec0::1]/h"}
+--- error_code: 400
+--- response_body eval
+$::PRIVATE
+--- no_error_log
+[error]
+
+
+
 === TEST 63: webhook_url IPv4-mapped IPv6 of 10.0.0.1
 --- request
 POST /api/v1/sessions

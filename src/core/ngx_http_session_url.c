@@ -208,6 +208,9 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
     static const unsigned char  mapped[12] = {
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
     };
+    static const unsigned char  translated[12] = {
+        0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0
+    };
     static const unsigned char  nat64[12] = {
         0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0
     };
@@ -252,14 +255,16 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
     }
 
     /*
-     * IPv4-mapped, and NAT64's well-known prefix 64:ff9b::/96, through
-     * which a network with a NAT64 gateway reaches the IPv4 address in
-     * the last 32 bits: judged by that address.  NAT64's prefix for
-     * local use, 64:ff9b:1::/48, is private as a whole (decisions.md
-     * (jb)).
+     * IPv4-mapped; IPv4-translated, ::ffff:0:0/96, which a stateless
+     * translator (SIIT) turns into the IPv4 address; and NAT64's
+     * well-known prefix 64:ff9b::/96, through which a network with a
+     * NAT64 gateway reaches the IPv4 address in the last 32 bits: judged
+     * by that address.  NAT64's prefix for local use, 64:ff9b:1::/48, is
+     * private as a whole (decisions.md (jb)).
      */
 
     if (memcmp(addr, mapped, sizeof(mapped)) == 0
+        || memcmp(addr, translated, sizeof(translated)) == 0
         || memcmp(addr, nat64, sizeof(nat64)) == 0)
     {
         return ngx_http_session_addr_private(AF_INET, addr + 12);
@@ -283,6 +288,7 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
 
     return (addr[0] & 0xfe) == 0xfc                 /* fc00::/7 */
            || (addr[0] == 0xfe && (addr[1] & 0xc0) == 0x80) /* fe80::/10 */
+           || (addr[0] == 0xfe && (addr[1] & 0xc0) == 0xc0) /* fec0::/10 */
            || addr[0] == 0xff                       /* ff00::/8 */
            || (addr[0] == 0x20 && addr[1] == 0x01   /* 2001:db8::/32 */
                && addr[2] == 0x0d && addr[3] == 0xb8);

@@ -131,8 +131,7 @@ static const ngx_http_session_url_vec_t  url_vecs[] = {
     { S("http://[::2]/"), OK },
     { S("http://[fbff:ffff:ffff:ffff:ffff:ffff:ffff:ffff]/"), OK },
     { S("http://[fe00::1]/"), OK },
-    { S("http://[fec0::1]/"), OK },
-    { S("http://[fef0::1]/"), OK },
+    { S("http://[fe7f:ffff::1]/"), OK },
     { S("http://[2001:db7:ffff::1]/"), OK },
     { S("http://[2001:db9::1]/"), OK },
     { S("http://[::ffff:8.8.8.8]/"), OK },
@@ -372,6 +371,16 @@ static const ngx_http_session_url_vec_t  url_vecs[] = {
     { S("http://[64:ff9b::808:808]/"), OK },
     { S("http://[64:ff9b:2::7f00:1]/"), OK },
     { S("http://[64:ff9a::7f00:1]/"), OK },
+
+    /* IPv4-translated by its IPv4 address; site-local all (decision (jb)) */
+    { S("http://[::ffff:0:7f00:1]/"), PRIVATE },
+    { S("http://[::ffff:0:127.0.0.1]/"), PRIVATE },
+    { S("http://[0:0:0:0:ffff:0:a00:1]/"), PRIVATE },
+    { S("http://[::ffff:0:808:808]/"), OK },
+    { S("http://[fec0::1]/"), PRIVATE },
+    { S("http://[FEFF:ffff::1]:8080/"), PRIVATE },
+    { S("http://[feb0::1]/"), PRIVATE },
+    { S("http://[fbff::1]/"), OK },
 };
 
 
@@ -444,7 +453,7 @@ static const ngx_http_session_addr_vec_t  addr_vecs[] = {
     { AF_INET6, "fe80::1", 1 },
     { AF_INET6, "fe9f::1", 1 },
     { AF_INET6, "febf::1", 1 },
-    { AF_INET6, "fec0::1", 0 },
+    { AF_INET6, "fe7f::1", 0 },
     { AF_INET6, "ff00::", 1 },
     { AF_INET6, "ff05::2", 1 },
     { AF_INET6, "2001:db8::", 1 },
@@ -469,6 +478,12 @@ static const ngx_http_session_addr_vec_t  addr_vecs[] = {
     { AF_INET6, "64:ff9b:1::1", 1 },
     { AF_INET6, "64:ff9b::8.8.8.8", 0 },
     { AF_INET6, "64:ff9b:0:1::7f00:1", 0 },
+    { AF_INET6, "::ffff:0:127.0.0.1", 1 },
+    { AF_INET6, "::ffff:0:192.168.0.1", 1 },
+    { AF_INET6, "::ffff:0:8.8.8.8", 0 },
+    { AF_INET6, "::1:ffff:0:7f00:1", 0 },
+    { AF_INET6, "fec0::1", 1 },
+    { AF_INET6, "feff::1", 1 },
 };
 
 
