@@ -134,6 +134,14 @@ $SID{IMAGES} = sql_create($KEY{MAIN});
     sql_ack($SID{IMAGES}, $img[1]);
 }
 
+# a webhook session with one image, its events dropped (nothing is sent)
+$SID{HOOKED} = scalar psql('SELECT id FROM session_create('
+                           . sql_quote($PROJECT{MAIN}) . ", 'webhook',"
+                           . " 'https://hooks.example.com/t012', 3600)");
+sql_upload($SID{HOOKED});
+psql('DELETE FROM webhook_outbox WHERE session_id = '
+     . sql_quote($SID{HOOKED}));
+
 # completed, every image acknowledged
 $SID{DONE} = sql_create($KEY{MAIN});
 sql_ack($SID{DONE}, sql_upload($SID{DONE}));
@@ -500,6 +508,17 @@ __DATA__
 --- error_code: 200
 --- response_headers_like
 X-RateLimit-Limit: \d+
+--- no_error_log
+[error]
+
+
+
+=== TEST 1b: a webhook session is polled as a long_poll one (docs/api.md 5.10)
+--- request eval
+"GET /api/v1/sessions/$::SID{HOOKED}/poll?timeout=0"
+--- error_code: 200
+--- response_body_like eval
+qr/^\{"session": \{"id": "$::SID{HOOKED}", [^{}]*"delivery_mode": "webhook", [^{}]*\}, "images": \[\{"id": "[-0-9a-f]{36}", "session_id": "$::SID{HOOKED}", "sequence": 1, /
 --- no_error_log
 [error]
 
