@@ -141,6 +141,13 @@ sub replay_create {
            "$name - repeat $i: rate-limit headers");
     }
 
+    # a bare "?" is an empty query, as none is (docs/api.md, Idempotency)
+    my $rq = api('POST', '/api/v1/sessions?', $KEY{$who}, $LP, idem($k));
+    is($rq->{status}, 201, "$name - a bare '?': 201");
+    is($rq->{headers}{'idempotent-replayed'}, 'true',
+       "$name - a bare '?': replayed");
+    is($rq->{content}, $r1->{content}, "$name - a bare '?': same body");
+
     is(sessions_of($who), $before + 1, "$name - one session created");
     is(usage_of($who), $usage + $units, "$name - one unit of quota used");
     is(key_row($who, $k, 'status'), '201', "$name - the answer is kept");
