@@ -53,6 +53,8 @@ static void ngx_http_session_lease_expire(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
 static uint32_t ngx_http_session_lease_size(ngx_http_session_lease_t *l,
     ngx_uint_t limit);
+static uint32_t ngx_http_session_lease_part(uint32_t lease, ngx_uint_t limit,
+    uint32_t nodes);
 static uint32_t ngx_http_session_lease_guess(ngx_http_session_zone_ctx_t *ctx,
     uint32_t minute);
 static void ngx_http_session_lease_seen(ngx_http_session_zone_ctx_t *ctx,
@@ -172,8 +174,8 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
                                                            now);
 
             /* the next window's part of each node, as far as it knows */
-            take->lease = ngx_max(ngx_min(take->lease, take->limit / nodes),
-                                  1);
+            take->lease = ngx_http_session_lease_part(take->lease,
+                                                      take->limit, nodes);
             take->minute = minute + 1;
             take->next = 1;
 
@@ -213,9 +215,9 @@ ngx_http_session_lease_take_locked(ngx_http_session_zone_ctx_t *ctx,
             }
 
             if (l->nodes_before > 1) {
-                take->lease = ngx_max(ngx_min(take->lease,
-                                              take->limit / l->nodes_before),
-                                      1);
+                take->lease = ngx_http_session_lease_part(take->lease,
+                                                          take->limit,
+                                                          l->nodes_before);
             }
         }
     }
@@ -567,6 +569,15 @@ ngx_http_session_lease_size(ngx_http_session_lease_t *l, ngx_uint_t limit)
     want = l->want ? l->want : NGX_HTTP_SESSION_LEASE_MIN;
 
     return ngx_min(want, cap);
+}
+
+
+/* a lease no larger than a node's part of the limit among nodes, at least 1 */
+
+static uint32_t
+ngx_http_session_lease_part(uint32_t lease, ngx_uint_t limit, uint32_t nodes)
+{
+    return ngx_max(ngx_min(lease, limit / nodes), 1);
 }
 
 
