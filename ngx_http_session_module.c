@@ -23,6 +23,7 @@
 #include "ngx_http_session_handler.h"
 #include "ngx_http_session_handover.h"
 #include "ngx_http_session_lease.h"
+#include "ngx_http_session_lease_sample.h"
 #include "ngx_http_session_status.h"
 #include "ngx_http_session_limit.h"
 #include "ngx_http_session_db_listen.h"
@@ -1116,6 +1117,14 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
         || ngx_http_session_sweep_init_process(cycle, smcf) != NGX_OK)
     {
         return NGX_ERROR;
+    }
+
+    /* how many nodes lease, for the first blocks of keys new to the node */
+
+    if (smcf->limit_scope == NGX_HTTP_SESSION_SCOPE_CLUSTER
+        && smcf->shm_zone)
+    {
+        ngx_http_session_lease_sample(smcf->shm_zone);
     }
 
     return ngx_http_session_webhook_init_process(cycle, smcf);

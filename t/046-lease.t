@@ -49,9 +49,10 @@ sub nope {
                        { port => $port // $c->port(0) });
 }
 
+# the lines of node $i's (node 0's) error log that match $re
 sub count_lines {
-    my ($c, $re) = @_;
-    return scalar(() = $c->error_log(0) =~ /$re/g);
+    my ($c, $re, $i) = @_;
+    return scalar(() = $c->error_log($i // 0) =~ /$re/g);
 }
 
 sub key_hash_hex {
@@ -484,7 +485,10 @@ $C->stop;
 # the node that found the budget leased out, for its next window.  A key
 # new to the cluster after that starts, on each node, with a part of the
 # limit among the most nodes that the node's answers listed in the window
-# (decision (qn)): exact too, with no row of its own before.
+# (decision (qn)): exact too, with no row of its own before.  A worker
+# that has just started has no answer to go by: it reads the most nodes
+# that the window's rows list when it starts (decision (qo)), so that a
+# key new to the cluster after a reload of every node is exact too.
 
 # $n requests of $key round-robin over the nodes of $c; the statuses
 sub round_robin {
@@ -497,14 +501,27 @@ sub round_robin {
     my $limit = 20;
     my $c = Cluster->new(nodes => 3, workers => 1, http => $HTTP,
                          location => "session_limits other=$limit;");
+
+    # no rows of other scripts' nodes (t/045 runs three) in the windows
+    # that the nodes read when they start: the first key meets the first
+    # blocks of a fresh cluster
+    psql("DELETE FROM rate_leases WHERE minute >= "
+         . (POSIX::floor(time() / 60) - 2));
+
     $c->start;
+
+    my $sampled = qr/the lease rows list up to \d+ nodes/;
+    my ($read) = wait_until(5, 0.05, sub {
+        return 3 == grep { count_lines($c, $sampled, $_) == 1 } 0 .. 2;
+    });
+    ok($read, 'each node has read the lease rows when it started');
 
     my $new = fixture(plan => 'unlimited', name => "$TAG-qm-new")->{key};
     my $key = fixture(plan => 'unlimited', name => "$TAG-qm-before")->{key};
     my $new2 = fixture(plan => 'unlimited', name => "$TAG-qn-new")->{key};
 
-    # the three keys' 51 requests in one window
-    fresh_window(30);
+    # the four keys' 75 requests and three reloads in one window
+    fresh_window(40);
 
     my $minute = POSIX::floor(time() / 60);
 
@@ -553,6 +570,34 @@ sub round_robin {
             . " || (SELECT max(t) FROM unnest(took) t) FROM rate_leases"
             . " WHERE " . lease_where($new2, $minute)),
        '20 3 7', 'new key after the others: the row: 20 leased over three'
+       . ' nodes, none more than 7');
+
+    # every node reloaded: its new worker has seen no answer, and reads
+    # the rows (three nodes) when it starts
+    my $new3 = fixture(plan => 'unlimited', name => "$TAG-qo-new")->{key};
+
+    my $three = qr/the lease rows list up to 3 nodes in this window/;
+
+    $c->reload($_) for 0 .. 2;
+
+    ($read) = wait_until(5, 0.05, sub {
+        return 3 == grep { count_lines($c, $three, $_) == 1 } 0 .. 2;
+    });
+    ok($read, 'reloaded: each node\'s new worker reads three nodes in the'
+       . ' rows');
+
+    @st = round_robin($c, $new3, $limit + 4);
+
+    is(scalar(grep { $_ == 404 } @st), $limit,
+       "new key after a reload: exactly the limit ($limit) admitted")
+        or diag("statuses: @st");
+    is(first_429(\@st), $limit + 1,
+       'new key after a reload: no request refused before the limit')
+        or diag("statuses: @st");
+    is(psql("SELECT granted || ' ' || cardinality(nodes) || ' '"
+            . " || (SELECT max(t) FROM unnest(took) t) FROM rate_leases"
+            . " WHERE " . lease_where($new3, $minute)),
+       '20 3 7', 'new key after a reload: the row: 20 leased over three'
        . ' nodes, none more than 7');
 
     unlike(join('', map { $c->error_log($_) } 0 .. 2),

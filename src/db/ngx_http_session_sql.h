@@ -472,6 +472,22 @@
 
 
 /*
+ * How many nodes lease lately, read by a worker when it starts (decision
+ * (qo)): $1 the window; (window, nodes) for the window before and this
+ * one, in that order, nodes the most that a sample of the window's rows
+ * lists (NULL: no row).  The sample is the window's first 256 rows in
+ * the primary key's order, that is by the keys' hashes: an index scan
+ * of a few pages however many keys there are (without the ORDER BY the
+ * planner scans the table, 53 ms at 300,000 rows against 4 ms).
+ */
+#define NGX_HTTP_SESSION_SQL_LEASE_NODES                                      \
+    "SELECT w.m, (SELECT max(cardinality(s.nodes)) FROM (SELECT l.nodes"      \
+    " FROM rate_leases l WHERE l.minute = w.m"                                \
+    " ORDER BY l.minute, l.key_hash LIMIT 256) s)"                            \
+    " FROM (VALUES ($1::integer - 1), ($1::integer)) w(m) ORDER BY w.m"
+
+
+/*
  * The next window's first blocks of many keys, src/sql/018_rate_lease_
  * many.sql: $1 the keys' SHA-256, 32 bytes each (bytea, binary), $2 their
  * classes, $3 the window, $4 the leases wanted, $5 the limits, $6 the

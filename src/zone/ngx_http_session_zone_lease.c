@@ -624,6 +624,14 @@ ngx_http_session_lease_seen(ngx_http_session_zone_ctx_t *ctx,
 }
 
 
+void
+ngx_http_session_lease_guess_add(ngx_shm_zone_t *zone, uint32_t minute,
+    uint32_t nodes)
+{
+    ngx_http_session_lease_seen(zone->data, minute, nodes);
+}
+
+
 /*
  * The next window's first block: from the key's rate now when that is
  * higher (decision (qi)).  A key busy only since a moment, whose blocks

@@ -53,5 +53,12 @@ void ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
 /* this node's id in the database's lease rows */
 uint64_t ngx_http_session_lease_node(ngx_shm_zone_t *zone);
 
+/*
+ * The most nodes that a sample of the window's lease rows listed, for
+ * the worker's guess (decisions (qn), (qo))
+ */
+void ngx_http_session_lease_guess_add(ngx_shm_zone_t *zone, uint32_t minute,
+    uint32_t nodes);
+
 
 #endif /* _NGX_HTTP_SESSION_ZONE_LEASE_H_INCLUDED_ */
