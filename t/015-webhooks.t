@@ -194,6 +194,20 @@ sub wait_rows {
     return $ok;
 }
 
+# the same for the rows of session $sid
+sub wait_session {
+    my ($sid, $timeout, $code) = @_;
+    return wait_rows('session_id = ' . sql_quote($sid), $timeout, $code);
+}
+
+# waits until session $sid has $n rows (1 if not given), all delivered
+sub wait_delivered {
+    my ($sid, $timeout, $n) = @_;
+    $n //= 1;
+    return wait_session($sid, $timeout,
+                        sub { @_ == $n && !grep { !$_->{delivered} } @_ });
+}
+
 sub wait_requests {
     my ($prefix, $n, $timeout, $log) = @_;
 
@@ -305,9 +319,7 @@ $checks{delivery} = sub {
     is($data{'session.expired'}{id}, $sid,
        "$name - session.expired carries the session");
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5, sub {
-           @_ == 3 && !grep { !$_->{delivered} } @_ }),
-       "$name - the rows are delivered");
+    ok(wait_delivered($sid, 5, 3), "$name - the rows are delivered");
 
     for my $row (session_rows($sid)) {
         is($row->{attempts}, 1, "$name - $row->{type}: one attempt");
@@ -332,9 +344,7 @@ $checks{retry} = sub {
     my @req = wait_requests($path, 2, 10);
     is(scalar @req, 2, "$name - two requests");
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                 sub { @_ == 1 && $_[0]{delivered} }),
-       "$name - delivered at the second attempt");
+    ok(wait_delivered($sid, 5), "$name - delivered at the second attempt");
 
     my ($row) = session_rows($sid);
     is($row->{attempts}, 2, "$name - attempts 2");
@@ -364,16 +374,14 @@ $checks{redirect} = sub {
 
     complete($sid);
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                 sub { @_ == 1 && defined $_[0]{last_error}
-                       && !$_[0]{claimed} }),
+    ok(wait_session($sid, 10,
+                    sub { @_ == 1 && defined $_[0]{last_error}
+                          && !$_[0]{claimed} }),
        "$name - the first attempt failed");
 
     due_now('session_id = ' . sql_quote($sid));
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                 sub { @_ == 1 && $_[0]{delivered} }),
-       "$name - delivered at the second attempt");
+    ok(wait_delivered($sid, 10), "$name - delivered at the second attempt");
 
     my ($row) = session_rows($sid);
     is($row->{attempts}, 2, "$name - the 302 was an attempt");
@@ -395,8 +403,7 @@ $checks{max_attempts} = sub {
 
     complete($sid);
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 15,
-                 sub { @_ == 1 && $_[0]{failed} }),
+    ok(wait_session($sid, 15, sub { @_ == 1 && $_[0]{failed} }),
        "$name - the event failed");
 
     my ($row) = session_rows($sid);
@@ -440,9 +447,7 @@ $checks{max_attempts} = sub {
     my $r = sessionctl_ok('webhook', 'retry', $row->{id});
     is($r->{state}, 'pending', "$name - webhook retry: pending");
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                 sub { @_ == 1 && $_[0]{delivered} }),
-       "$name - retried by hand: delivered");
+    ok(wait_delivered($sid, 5), "$name - retried by hand: delivered");
     is(scalar(receiver_requests($LOG, $path)), 4, "$name - four requests");
     ($row) = session_rows($sid);
     is($row->{attempts}, 1, "$name - a fresh count of attempts");
@@ -514,8 +519,8 @@ $checks{timeout} = sub {
     my @req = wait_requests($path, 1, 5);
     is(scalar @req, 1, "$name - the request arrived");
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                 sub { @_ == 1 && defined $_[0]{last_error} }),
+    ok(wait_session($sid, 5,
+                    sub { @_ == 1 && defined $_[0]{last_error} }),
        "$name - the attempt ended");
 
     my $t = Time::HiRes::time();
@@ -607,8 +612,8 @@ $checks{no_resolver} = sub {
 
     complete($sid);
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                 sub { @_ == 1 && defined $_[0]{last_error} }),
+    ok(wait_session($sid, 10,
+                    sub { @_ == 1 && defined $_[0]{last_error} }),
        "$name - the attempt failed");
 
     my ($row) = session_rows($sid);
@@ -627,8 +632,8 @@ $checks{down_then_up} = sub {
 
     complete($sid);
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                 sub { @_ == 1 && defined $_[0]{last_error} }),
+    ok(wait_session($sid, 10,
+                    sub { @_ == 1 && defined $_[0]{last_error} }),
        "$name - the first attempt failed");
 
     my ($row) = session_rows($sid);
@@ -642,9 +647,7 @@ $checks{down_then_up} = sub {
     my @req = wait_requests("/ok/$tag", 1, 15, $log);
     is(scalar @req, 1, "$name - delivered once the receiver is up");
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                 sub { @_ == 1 && $_[0]{delivered} }),
-       "$name - the row is delivered");
+    ok(wait_delivered($sid, 5), "$name - the row is delivered");
 
     stop($pid);
 };
@@ -758,9 +761,7 @@ $checks{outage} = sub {
                          $name, $late);
         cmp_ok($late, '<', 15, "$name - well before the one-minute rescan");
 
-        ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                     sub { @_ == 1 && $_[0]{delivered} }),
-           "$name - recorded as delivered");
+        ok(wait_delivered($sid, 10), "$name - recorded as delivered");
     }
 };
 
@@ -783,8 +784,8 @@ $checks{https} = sub {
     @req = wait_requests("/ok/$tag-ip", 1, 10, $TLS_LOG);
     is(scalar @req, 1, "$name - delivered to the IP address");
 
-    ok(wait_rows('session_id = ' . sql_quote($sid3), 10,
-                 sub { @_ == 1 && defined $_[0]{last_error} }),
+    ok(wait_session($sid3, 10,
+                    sub { @_ == 1 && defined $_[0]{last_error} }),
        "$name - another name: the attempt failed");
 
     my ($row) = session_rows($sid3);
@@ -804,8 +805,8 @@ $checks{https_untrusted} = sub {
 
     complete($sid);
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                 sub { @_ == 1 && defined $_[0]{last_error} }),
+    ok(wait_session($sid, 10,
+                    sub { @_ == 1 && defined $_[0]{last_error} }),
        "$name - the attempt failed");
 
     my ($row) = session_rows($sid);
@@ -938,9 +939,7 @@ $checks{restart} = sub {
     is($req[1]{body}, $first->{body}, "$name - the same body");
     request_ok($req[1], "$name - the second attempt") if @req == 2;
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                 sub { @_ == 1 && $_[0]{delivered} }),
-       "$name - delivered");
+    ok(wait_delivered($sid, 5), "$name - delivered");
     ($row) = session_rows($sid);
     is($row->{attempts}, 2, "$name - two attempts");
 };
@@ -974,9 +973,7 @@ $checks{reload} = sub {
            . ' wakes the new ones, no waiting for the lease (13 s) or a'
            . ' rescan');
 
-    ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                 sub { @_ == 1 && $_[0]{delivered} }),
-       "$name - delivered");
+    ok(wait_delivered($sid, 5), "$name - delivered");
     ($row) = session_rows($sid);
     is($row->{attempts}, 2, "$name - two attempts");
     is($row->{last_error}, 'timed out after 2000 ms waiting for the answer',
@@ -1006,9 +1003,7 @@ $checks{keepalive} = sub {
         is(scalar @req, 1, "$name - event $i delivered");
         push @conn, $req[0]{conn} // 0;
         request_ok($req[0], "$name - event $i") if @req;
-        ok(wait_rows('session_id = ' . sql_quote($sid), 5,
-                     sub { @_ == 1 && $_[0]{delivered} }),
-           "$name - event $i recorded");
+        ok(wait_delivered($sid, 5), "$name - event $i recorded");
     }
 
     $seen{$_}++ for @conn;
@@ -1020,8 +1015,7 @@ $checks{keepalive} = sub {
     for my $i (1 .. 4) {
         my $sid = session_to("http://127.0.0.1:$HOOK/keepdrop/$tag/$i");
         complete($sid);
-        ok(wait_rows('session_id = ' . sql_quote($sid), 10,
-                     sub { @_ == 1 && $_[0]{delivered} }),
+        ok(wait_delivered($sid, 10),
            "$name - dropping receiver, event $i delivered");
 
         my ($row) = session_rows($sid);
