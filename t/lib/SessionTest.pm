@@ -32,6 +32,7 @@ package SessionTest;
 use strict;
 use warnings;
 
+use Digest::SHA ();
 use Exporter qw(import);
 use HTTP::Tiny ();
 use IO::Select ();
@@ -53,7 +54,8 @@ our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
                     access_log long_poll_session png_upload
                     check_init run_check run_action db_http_config api_config
                     ping_request key_headers add_no_error_log todo_block
-                    reset_of fresh_window first_429);
+                    reset_of fresh_window first_429 key_hash_hex
+                    lease_where);
 
 
 sub nginx_quote {
@@ -253,6 +255,19 @@ sub first_429 {
     }
 
     return 0;
+}
+
+# A key's SHA-256 in hex, as the database keeps it.
+sub key_hash_hex {
+    return Digest::SHA::sha256_hex(lc $_[0]);
+}
+
+# The WHERE of $key's lease row (session_limit_scope cluster) of class
+# "other" in window $minute.
+sub lease_where {
+    my ($key, $minute) = @_;
+    return "minute = $minute AND key_hash = '\\x" . key_hash_hex($key)
+           . "'::bytea AND class = 2";
 }
 
 # Waits, when fewer than $need seconds of the current minute are left,
