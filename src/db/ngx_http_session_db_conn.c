@@ -105,18 +105,50 @@ ngx_http_session_db_options(ngx_cycle_t *cycle, ngx_str_t *own)
 }
 
 
-void
-ngx_http_session_db_conn_conf(ngx_http_session_db_conn_t *dc,
-    ngx_cycle_t *cycle, ngx_http_session_main_conf_t *smcf, const char *role,
-    const char *options)
+ngx_http_session_db_conn_t *
+ngx_http_session_db_conn_create(ngx_cycle_t *cycle,
+    ngx_http_session_main_conf_t *smcf, ngx_uint_t n, const char *role,
+    ngx_http_session_db_conn_pt ready, ngx_http_session_db_answer_pt answer,
+    ngx_http_session_db_conn_pt checked, ngx_http_session_db_conn_pt failed)
 {
-    dc->log = cycle->log;
-    dc->conninfo = (const char *) smcf->db_conninfo.data;
-    dc->role = role;
-    dc->hosts = smcf->db_hosts;
-    dc->options = options;
-    dc->timeout = smcf->db_timeout;
-    dc->check = smcf->db_idle_check;
+    ngx_uint_t                   i;
+    const char                  *options;
+    ngx_http_session_db_conn_t  *conns, *dc;
+
+    conns = ngx_pcalloc(cycle->pool, n * sizeof(ngx_http_session_db_conn_t));
+    if (conns == NULL) {
+        return NULL;
+    }
+
+    /* no pooler passes startup options on (PgBouncer refuses them) */
+
+    options = NULL;
+
+    if (smcf->db_pooler == NGX_HTTP_SESSION_POOLER_OFF) {
+        options = ngx_http_session_db_options(cycle, &smcf->db_options);
+        if (options == NULL) {
+            return NULL;
+        }
+    }
+
+    for (i = 0; i < n; i++) {
+        dc = &conns[i];
+
+        dc->log = cycle->log;
+        dc->conninfo = (const char *) smcf->db_conninfo.data;
+        dc->role = role;
+        dc->hosts = smcf->db_hosts;
+        dc->options = options;
+        dc->timeout = smcf->db_timeout;
+        dc->check = smcf->db_idle_check;
+
+        dc->ready = ready;
+        dc->answer = answer;
+        dc->checked = checked;
+        dc->failed = failed;
+    }
+
+    return conns;
 }
 
 

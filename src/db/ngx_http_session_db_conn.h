@@ -155,13 +155,16 @@ struct ngx_http_session_db_conn_s {
 const char *ngx_http_session_db_options(ngx_cycle_t *cycle, ngx_str_t *own);
 
 /*
- * A connection to session_db (of the pool, of the uploads) for role, with
- * options (NULL: none), session_db's hosts, timeout and idle check; its
- * owner sets the handlers
+ * n connections to session_db (of the pool, of the uploads, LISTEN) for
+ * role, with session_db's hosts, timeout and idle check, its server
+ * options unless session_db_pooler names a pooler, and the owner's
+ * handlers; NULL without memory
  */
-void ngx_http_session_db_conn_conf(ngx_http_session_db_conn_t *dc,
-    ngx_cycle_t *cycle, ngx_http_session_main_conf_t *smcf, const char *role,
-    const char *options);
+ngx_http_session_db_conn_t *ngx_http_session_db_conn_create(
+    ngx_cycle_t *cycle, ngx_http_session_main_conf_t *smcf, ngx_uint_t n,
+    const char *role, ngx_http_session_db_conn_pt ready,
+    ngx_http_session_db_answer_pt answer, ngx_http_session_db_conn_pt checked,
+    ngx_http_session_db_conn_pt failed);
 
 /*
  * Every connection of the worker is added once, before it is opened: when

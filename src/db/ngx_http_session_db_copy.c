@@ -100,9 +100,6 @@ ngx_int_t
 ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
     ngx_http_session_main_conf_t *smcf)
 {
-    ngx_uint_t                     i;
-    const char                    *options;
-    ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copies_t  *copies;
 
     copies = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_copies_t));
@@ -111,29 +108,25 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
     }
 
     copies->nconns = smcf->image_upload_connections;
-    copies->conns = ngx_pcalloc(cycle->pool, copies->nconns
-                                * sizeof(ngx_http_session_db_conn_t));
+    copies->conns = ngx_http_session_db_conn_create(cycle, smcf,
+                                            copies->nconns,
+                                            "nginx session upload",
+                                            ngx_http_session_db_copy_ready,
+                                            ngx_http_session_db_copy_answer,
+                                            ngx_http_session_db_copy_checked,
+                                            ngx_http_session_db_copy_failed);
     if (copies->conns == NULL) {
         return NGX_ERROR;
     }
 
     /*
-     * As the pool's (decisions (pa), (pc)): no startup options through a
-     * pooler, no statement prepared through one that pools transactions
-     * (each goes with its text); a streamed upload's transaction keeps
-     * its server connection from BEGIN to COMMIT there too
+     * As the pool's (decisions (pa), (pc)): no statement prepared through
+     * a pooler that pools transactions (each goes with its text); a
+     * streamed upload's transaction keeps its server connection from
+     * BEGIN to COMMIT there too
      */
 
     copies->pooler = smcf->db_pooler;
-
-    options = NULL;
-
-    if (copies->pooler == NGX_HTTP_SESSION_POOLER_OFF) {
-        options = ngx_http_session_db_options(cycle, &smcf->db_options);
-        if (options == NULL) {
-            return NGX_ERROR;
-        }
-    }
 
     if (copies->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
         copies->prepare = ngx_http_session_db_copy_prepare(cycle);
@@ -144,18 +137,6 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
 
     ngx_queue_init(&copies->waiting);
     copies->timeout = smcf->db_timeout;
-
-    for (i = 0; i < copies->nconns; i++) {
-        dc = &copies->conns[i];
-
-        ngx_http_session_db_conn_conf(dc, cycle, smcf,
-                                      "nginx session upload", options);
-
-        dc->ready = ngx_http_session_db_copy_ready;
-        dc->answer = ngx_http_session_db_copy_answer;
-        dc->checked = ngx_http_session_db_copy_checked;
-        dc->failed = ngx_http_session_db_copy_failed;
-    }
 
     ngx_http_session_db_copies = copies;
 

@@ -52,13 +52,17 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
         return NGX_OK;
     }
 
-    dc = ngx_pcalloc(cycle->pool, sizeof(ngx_http_session_db_conn_t));
+    dc = ngx_http_session_db_conn_create(cycle, smcf, 1,
+                                         "nginx session listen",
+                                         ngx_http_session_listen_ready,
+                                         ngx_http_session_listen_answer,
+                                         NULL, NULL);
     if (dc == NULL) {
         return NGX_ERROR;
     }
 
-    dc->log = cycle->log;
-    dc->role = "nginx session listen";
+    dc->notify = ngx_http_session_listen_notify;
+    dc->data = smcf;
 
     /* session_db_listen: straight to PostgreSQL, past a pooler */
 
@@ -71,28 +75,7 @@ ngx_http_session_listen_init_process(ngx_cycle_t *cycle,
         if (dc->options == NULL) {
             return NGX_ERROR;
         }
-
-    } else {
-        dc->conninfo = (const char *) smcf->db_conninfo.data;
-        dc->hosts = smcf->db_hosts;
-
-        /* through a pooler that session_db_pooler names: none */
-
-        if (smcf->db_pooler == NGX_HTTP_SESSION_POOLER_OFF) {
-            dc->options = ngx_http_session_db_options(cycle,
-                                                      &smcf->db_options);
-            if (dc->options == NULL) {
-                return NGX_ERROR;
-            }
-        }
     }
-
-    dc->timeout = smcf->db_timeout;
-    dc->check = smcf->db_idle_check;
-    dc->ready = ngx_http_session_listen_ready;
-    dc->answer = ngx_http_session_listen_answer;
-    dc->notify = ngx_http_session_listen_notify;
-    dc->data = smcf;
 
     ngx_http_session_listen.conn = dc;
 

@@ -123,7 +123,6 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
     ngx_http_session_main_conf_t *smcf)
 {
     ngx_uint_t                   i;
-    const char                  *options;
     ngx_http_session_db_pool_t  *pool;
     ngx_http_session_db_conn_t  *dc;
 
@@ -133,9 +132,12 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
     }
 
     pool->nconns = smcf->db_connections;
-    pool->conns = ngx_pcalloc(cycle->pool,
-                              pool->nconns
-                              * sizeof(ngx_http_session_db_conn_t));
+    pool->conns = ngx_http_session_db_conn_create(cycle, smcf, pool->nconns,
+                                            "nginx session pool",
+                                            ngx_http_session_db_pool_ready,
+                                            ngx_http_session_db_pool_answer,
+                                            ngx_http_session_db_pool_checked,
+                                            ngx_http_session_db_pool_failed);
     if (pool->conns == NULL) {
         return NGX_ERROR;
     }
@@ -153,21 +155,12 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
     ngx_http_session_db_pool = pool;
 
     /*
-     * No pooler passes startup options on (PgBouncer refuses them).
-     * Through one in transaction mode nothing of a session lasts beyond
-     * its transaction: no statement prepared on one server connection to
-     * be run on another; each statement goes with its text, unnamed
-     * (Parse, Bind and Execute in one round trip, planned every time)
+     * Through a pooler in transaction mode nothing of a session lasts
+     * beyond its transaction: no statement prepared on one server
+     * connection to be run on another; each statement goes with its
+     * text, unnamed (Parse, Bind and Execute in one round trip, planned
+     * every time)
      */
-
-    options = NULL;
-
-    if (pool->pooler == NGX_HTTP_SESSION_POOLER_OFF) {
-        options = ngx_http_session_db_options(cycle, &smcf->db_options);
-        if (options == NULL) {
-            return NGX_ERROR;
-        }
-    }
 
     if (pool->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
         pool->prepare = ngx_http_session_db_stmt_init(cycle);
@@ -178,14 +171,6 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
 
     for (i = 0; i < pool->nconns; i++) {
         dc = &pool->conns[i];
-
-        ngx_http_session_db_conn_conf(dc, cycle, smcf, "nginx session pool",
-                                      options);
-
-        dc->ready = ngx_http_session_db_pool_ready;
-        dc->answer = ngx_http_session_db_pool_answer;
-        dc->checked = ngx_http_session_db_pool_checked;
-        dc->failed = ngx_http_session_db_pool_failed;
 
         if (pool->batch > 1) {
             dc->batch = ngx_pcalloc(cycle->pool, pool->batch
