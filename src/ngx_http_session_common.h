@@ -368,6 +368,18 @@ ngx_http_session_stamp(ngx_msec_t now)
 
 
 /*
+ * The worker is on its way out (a graceful shutdown, a quit, a
+ * terminate): nothing new is begun, no timer is set again
+ */
+
+static ngx_inline ngx_uint_t
+ngx_http_session_stopping(void)
+{
+    return ngx_exiting || ngx_quit || ngx_terminate;
+}
+
+
+/*
  * What a structure holds and lets go of before its end: released when
  * held, and forgotten, so that a second release finds nothing
  */

@@ -424,7 +424,7 @@ ngx_http_session_poll_wake_all(void)
 static void
 ngx_http_session_poll_exit_check(ngx_event_t *ev)
 {
-    if (!ngx_exiting && !ngx_quit && !ngx_terminate) {
+    if (!ngx_http_session_stopping()) {
         ngx_add_timer(ev, NGX_HTTP_SESSION_POLL_EXIT_CHECK);
         return;
     }

@@ -417,7 +417,7 @@ ngx_http_session_db_kick(ngx_http_session_db_conn_t *by, ngx_msec_t started)
 
     conns = &ngx_http_session_db_conns;
 
-    if (conns->kicking || ngx_exiting || ngx_terminate || ngx_quit) {
+    if (conns->kicking || ngx_http_session_stopping()) {
         return;
     }
 
@@ -683,7 +683,7 @@ ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
                    "session db: reconnecting in %M ms (base %M ms)",
                    delay, dc->backoff);
 
-    if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
+    if (!ngx_http_session_stopping()) {
         ngx_add_timer(&dc->timer, delay);
     }
 
@@ -844,7 +844,7 @@ ngx_http_session_db_conn_idle(ngx_http_session_db_conn_t *dc)
 {
     dc->state = NGX_HTTP_SESSION_DB_IDLE;
 
-    if (dc->check && !ngx_exiting && !ngx_terminate && !ngx_quit) {
+    if (dc->check && !ngx_http_session_stopping()) {
         ngx_add_timer(&dc->timer, dc->check);
     }
 }
@@ -926,7 +926,7 @@ ngx_http_session_db_read(ngx_http_session_db_conn_t *dc)
     PGnotify  *n;
 
     if (!PQconsumeInput(dc->pg)) {
-        if (!ngx_exiting && !ngx_terminate && !ngx_quit) {
+        if (!ngx_http_session_stopping()) {
             ngx_log_error(NGX_LOG_ERR, dc->log, 0,
                           "session db: connection lost: %s",
                           ngx_http_session_db_message(PQerrorMessage(dc->pg)));

@@ -722,7 +722,7 @@ ngx_http_session_db_try_early(ngx_http_session_db_pool_t *pool)
     ngx_uint_t                   i;
     ngx_http_session_db_conn_t  *dc;
 
-    if (ngx_exiting || ngx_terminate || ngx_quit) {
+    if (ngx_http_session_stopping()) {
         return 0;
     }
 

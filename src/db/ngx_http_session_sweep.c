@@ -64,7 +64,6 @@ static void ngx_http_session_sweep_done(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_sweep_failed(ngx_http_session_sweep_t *sw,
     const char *what, const char *detail);
-static ngx_uint_t ngx_http_session_sweep_stopping(void);
 
 
 static ngx_http_session_sweep_t  ngx_http_session_sweep;
@@ -168,7 +167,7 @@ static void
 ngx_http_session_sweep_schedule(ngx_http_session_sweep_t *sw,
     ngx_msec_t delay)
 {
-    if (ngx_http_session_sweep_stopping()) {
+    if (ngx_http_session_stopping()) {
         return;
     }
 
@@ -202,7 +201,7 @@ ngx_http_session_sweep_handler(ngx_event_t *ev)
 
     sw = ev->data;
 
-    if (ngx_http_session_sweep_stopping() || sw->pool) {
+    if (ngx_http_session_stopping() || sw->pool) {
         return;
     }
 
@@ -334,7 +333,7 @@ ngx_http_session_sweep_failed(ngx_http_session_sweep_t *sw, const char *what,
 {
     ngx_uint_t  level;
 
-    if (ngx_http_session_sweep_stopping()) {
+    if (ngx_http_session_stopping()) {
         return;
     }
 
@@ -348,11 +347,4 @@ ngx_http_session_sweep_failed(ngx_http_session_sweep_t *sw, const char *what,
     }
 
     ngx_log_error(level, sw->log, 0, "session sweep: %s, will retry", what);
-}
-
-
-static ngx_uint_t
-ngx_http_session_sweep_stopping(void)
-{
-    return ngx_exiting || ngx_quit || ngx_terminate;
 }

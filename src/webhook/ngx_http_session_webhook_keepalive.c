@@ -133,7 +133,7 @@ ngx_http_session_webhook_keepalive_allowed(ngx_http_status_t *status,
     ngx_int_t   rc;
     ngx_str_t   name, value;
 
-    if (ngx_exiting || ngx_quit || ngx_terminate
+    if (ngx_http_session_stopping()
         || status->http_version < NGX_HTTP_VERSION_11)
     {
         return 0;

@@ -109,7 +109,6 @@ static void ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
     PGresult *res);
 static void ngx_http_session_webhook_free(
     ngx_http_session_webhook_delivery_t *d);
-static ngx_uint_t ngx_http_session_webhook_stopping(void);
 static void ngx_http_session_webhook_pass_on(ngx_http_session_webhook_t *wh);
 static void ngx_http_session_webhook_passed_on(
     ngx_http_session_db_query_t *q, PGresult *res);
@@ -238,7 +237,7 @@ static void
 ngx_http_session_webhook_schedule(ngx_http_session_webhook_t *wh,
     ngx_msec_t delay)
 {
-    if (ngx_http_session_webhook_stopping()) {
+    if (ngx_http_session_stopping()) {
         return;
     }
 
@@ -281,7 +280,7 @@ ngx_http_session_webhook_claim(ngx_http_session_webhook_t *wh)
     ngx_pool_t                   *pool;
     ngx_http_session_db_query_t  *q;
 
-    if (ngx_http_session_webhook_stopping()) {
+    if (ngx_http_session_stopping()) {
         return;
     }
 
@@ -430,7 +429,7 @@ ngx_http_session_webhook_claim_failed(ngx_http_session_webhook_t *wh,
 {
     ngx_uint_t  level;
 
-    if (ngx_http_session_webhook_stopping()) {
+    if (ngx_http_session_stopping()) {
         return;
     }
 
@@ -790,7 +789,7 @@ ngx_http_session_webhook_recorded(ngx_http_session_db_query_t *q,
         }
 
         if (wh->flush_due) {
-            if (ngx_http_session_webhook_stopping()) {
+            if (ngx_http_session_stopping()) {
                 /* the workers that stay retry them */
                 ngx_http_session_webhook_pass_on(wh);
 
@@ -888,13 +887,6 @@ ngx_http_session_webhook_run(ngx_http_session_webhook_t *wh,
 }
 
 
-static ngx_uint_t
-ngx_http_session_webhook_stopping(void)
-{
-    return ngx_exiting || ngx_quit || ngx_terminate;
-}
-
-
 /*
  * The queue's depth and the age of its oldest due event, for
  * session_status: every worker's timer fires about once a second, and
@@ -912,7 +904,7 @@ ngx_http_session_webhook_measure(ngx_event_t *ev)
 
     wh = ev->data;
 
-    if (ngx_http_session_webhook_stopping() || ngx_http_session_stats == NULL)
+    if (ngx_http_session_stopping() || ngx_http_session_stats == NULL)
     {
         return;
     }
