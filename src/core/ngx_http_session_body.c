@@ -112,7 +112,7 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
     size_t       n;
     json_t      *root, *mode, *url, *expires;
     json_int_t   ttl;
-    const char  *name;
+    const char  *name, *err;
 
     memset(out, 0, sizeof(ngx_http_session_create_t));
 
@@ -131,9 +131,8 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
     }
 
     if (!json_is_object(root)) {
-        rc = ngx_http_session_body_fail(msg, msg_size,
-                                        NGX_HTTP_SESSION_MSG_NOT_OBJECT);
-        goto done;
+        err = NGX_HTTP_SESSION_MSG_NOT_OBJECT;
+        goto invalid;
     }
 
     /* delivery_mode */
@@ -141,15 +140,13 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
     mode = json_object_get(root, "delivery_mode");
 
     if (mode == NULL || json_is_null(mode)) {
-        rc = ngx_http_session_body_fail(msg, msg_size,
-                                        NGX_HTTP_SESSION_MSG_MODE_REQUIRED);
-        goto done;
+        err = NGX_HTTP_SESSION_MSG_MODE_REQUIRED;
+        goto invalid;
     }
 
     if (!json_is_string(mode)) {
-        rc = ngx_http_session_body_fail(msg, msg_size,
-                                        NGX_HTTP_SESSION_MSG_MODE_TYPE);
-        goto done;
+        err = NGX_HTTP_SESSION_MSG_MODE_TYPE;
+        goto invalid;
     }
 
     if (ngx_http_session_body_string_is(mode, "webhook")) {
@@ -159,9 +156,8 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
         out->delivery_mode = NGX_HTTP_SESSION_MODE_LONG_POLL;
 
     } else {
-        rc = ngx_http_session_body_fail(msg, msg_size,
-                                        NGX_HTTP_SESSION_MSG_MODE_VALUE);
-        goto done;
+        err = NGX_HTTP_SESSION_MSG_MODE_VALUE;
+        goto invalid;
     }
 
     /* webhook_url */
@@ -174,22 +170,19 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
 
     if (out->delivery_mode == NGX_HTTP_SESSION_MODE_LONG_POLL) {
         if (url != NULL) {
-            rc = ngx_http_session_body_fail(msg, msg_size,
-                                          NGX_HTTP_SESSION_MSG_URL_FORBIDDEN);
-            goto done;
+            err = NGX_HTTP_SESSION_MSG_URL_FORBIDDEN;
+            goto invalid;
         }
 
     } else {
         if (url == NULL) {
-            rc = ngx_http_session_body_fail(msg, msg_size,
-                                           NGX_HTTP_SESSION_MSG_URL_REQUIRED);
-            goto done;
+            err = NGX_HTTP_SESSION_MSG_URL_REQUIRED;
+            goto invalid;
         }
 
         if (!json_is_string(url)) {
-            rc = ngx_http_session_body_fail(msg, msg_size,
-                                            NGX_HTTP_SESSION_MSG_URL_TYPE);
-            goto done;
+            err = NGX_HTTP_SESSION_MSG_URL_TYPE;
+            goto invalid;
         }
 
         n = json_string_length(url);
@@ -202,14 +195,12 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
             break;
 
         case NGX_HTTP_SESSION_URL_PRIVATE:
-            rc = ngx_http_session_body_fail(msg, msg_size,
-                                            NGX_HTTP_SESSION_MSG_URL_PRIVATE);
-            goto done;
+            err = NGX_HTTP_SESSION_MSG_URL_PRIVATE;
+            goto invalid;
 
         default:
-            rc = ngx_http_session_body_fail(msg, msg_size,
-                                            NGX_HTTP_SESSION_MSG_URL_INVALID);
-            goto done;
+            err = NGX_HTTP_SESSION_MSG_URL_INVALID;
+            goto invalid;
         }
 
         out->webhook_url = malloc(n + 1);
@@ -262,6 +253,11 @@ ngx_http_session_create_parse(const unsigned char *body, size_t len,
     }
 
     rc = NGX_HTTP_SESSION_CREATE_OK;
+    goto done;
+
+invalid:
+
+    rc = ngx_http_session_body_fail(msg, msg_size, err);
 
 done:
 
