@@ -1120,12 +1120,7 @@ ngx_http_session_init_process(ngx_cycle_t *cycle)
     }
 
     /* how many nodes lease, for the first blocks of keys new to the node */
-
-    if (smcf->limit_scope == NGX_HTTP_SESSION_SCOPE_CLUSTER
-        && smcf->shm_zone)
-    {
-        ngx_http_session_lease_sample(smcf->shm_zone);
-    }
+    ngx_http_session_lease_sample_init_process(smcf);
 
     return ngx_http_session_webhook_init_process(cycle, smcf);
 }
@@ -1140,6 +1135,7 @@ ngx_http_session_exit_process(ngx_cycle_t *cycle)
     ngx_http_session_relay_exit_process(cycle);
     ngx_http_session_poll_exit_process(cycle);
     ngx_http_session_db_copy_exit_process(cycle);
+    ngx_http_session_lease_sample_exit_process();
     ngx_http_session_db_exit_process(cycle);
     ngx_http_session_auth_exit_process();
 }

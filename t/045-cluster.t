@@ -185,8 +185,12 @@ sub no_errors {
 
     $C->kill(1);
 
+    my ($s2) = spread('other', $key, $limit, 0, 2);
+
     # what node 1 was leased: its block, and a lease ahead of need whose
-    # answer was on its way (counted by the database, not yet in $held)
+    # answer was on its way (counted by the database, not yet in $held).
+    # Read once nodes 0 and 2 have leased the rest: a statement node 1
+    # sent before it died has come in before theirs, which lock the row
     my $took = psql("SELECT u.took FROM rate_leases r,"
                     . " unnest(r.nodes, r.took) u(node, took)"
                     . " WHERE " . lease_where($key, $minute)
@@ -194,8 +198,6 @@ sub no_errors {
                     . " WHERE " . lease_where($probe, $minute) . ")");
     my $lost = $took - scalar grep { $_ % 3 == 1 && $s1->[$_] == 404 }
                                    0 .. $#$s1;
-
-    my ($s2) = spread('other', $key, $limit, 0, 2);
 
     # node 1 again, with a fresh zone, in the same window
 

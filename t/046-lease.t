@@ -49,7 +49,7 @@ sub nope {
                        { port => $port // $c->port(0) });
 }
 
-# the lines of node $i's (node 0's) error log that match $re
+# how many lines of node $i's (node 0's) error log match $re
 sub count_lines {
     my ($c, $re, $i) = @_;
     return scalar(() = $c->error_log($i // 0) =~ /$re/g);

@@ -23,13 +23,24 @@ static void ngx_http_session_lease_sampled(ngx_http_session_db_query_t *q,
     PGresult *res);
 
 
+/* the statement's pool until it is answered, NULL: none out */
+static ngx_pool_t  *ngx_http_session_lease_sample_pool;
+
+
 void
-ngx_http_session_lease_sample(ngx_shm_zone_t *zone)
+ngx_http_session_lease_sample_init_process(
+    ngx_http_session_main_conf_t *smcf)
 {
     u_char                       *p;
     uint32_t                      minute;
     ngx_pool_t                   *pool;
     ngx_http_session_db_query_t  *q;
+
+    if (smcf->limit_scope != NGX_HTTP_SESSION_SCOPE_CLUSTER
+        || smcf->shm_zone == NULL)
+    {
+        return;
+    }
 
     minute = (uint32_t) ngx_http_session_window_minute(ngx_time());
 
@@ -50,9 +61,10 @@ ngx_http_session_lease_sample(ngx_shm_zone_t *zone)
     ngx_sprintf(p, "%uD%Z", minute);
     ngx_http_session_db_param(q, p, ngx_strlen(p), 0);
 
-    q->data = pool;
+    q->data = smcf->shm_zone;
 
     if (ngx_http_session_db_query_run(q) == NGX_OK) {
+        ngx_http_session_lease_sample_pool = pool;
         return;
     }
 
@@ -62,21 +74,24 @@ failed:
 }
 
 
+void
+ngx_http_session_lease_sample_exit_process(void)
+{
+    ngx_http_session_destroy_pool(&ngx_http_session_lease_sample_pool);
+}
+
+
 /* (window, nodes) for the window before and this one */
 
 static void
 ngx_http_session_lease_sampled(ngx_http_session_db_query_t *q,
     PGresult *res)
 {
-    int                            row;
-    ngx_int_t                      minute, nodes[2];
-    ngx_pool_t                    *pool;
-    ngx_http_session_main_conf_t  *smcf;
+    int              row;
+    ngx_int_t        minute, nodes[2];
+    ngx_shm_zone_t  *zone;
 
-    pool = q->data;
-
-    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
-                                               ngx_http_session_module);
+    zone = q->data;
 
     if (res == NULL || ngx_http_session_db_result_ok(q, res) != NGX_OK) {
         goto done;
@@ -101,7 +116,7 @@ ngx_http_session_lease_sampled(ngx_http_session_db_query_t *q,
             goto invalid;
         }
 
-        ngx_http_session_lease_guess_add(smcf->shm_zone, (uint32_t) minute,
+        ngx_http_session_lease_guess_add(zone, (uint32_t) minute,
                                          (uint32_t) nodes[row]);
     }
 
@@ -119,7 +134,7 @@ invalid:
 
 done:
 
-    /* the query and its result are in its pool */
+    /* the query is in the pool; the database's layer frees the result */
 
-    ngx_destroy_pool(pool);
+    ngx_http_session_destroy_pool(&ngx_http_session_lease_sample_pool);
 }
