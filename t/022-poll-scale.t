@@ -161,7 +161,9 @@ $checks{shared} = sub {
        "$name - the same bytes");
 
     my $after = long_poll();
-    is($after->{reads} - $lp->{reads}, 1, "$name - the wake-up: one read");
+    is($after->{reads} - $lp->{reads}, 1, "$name - the wake-up: one read")
+        or diag(join "\n", grep { /poll|listen|relay|notif|wake/i }
+                              split /\n/, substr(error_log(), $mark));
     is($after->{waiting}, 0, "$name - nobody waits after");
 };
 
