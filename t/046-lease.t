@@ -494,6 +494,28 @@ sub round_robin {
            0 .. $n - 1;
 }
 
+# A key new to the cluster, $limit + 4 requests round-robin over the three
+# nodes of $c in window $minute: exactly the limit admitted, the first
+# 429 after it, and its row 20 leased over three nodes, none more than 7
+# (first blocks of 20 / 3)
+sub exact_new_key {
+    my ($c, $key, $minute, $limit, $what) = @_;
+
+    my @st = round_robin($c, $key, $limit + 4);
+
+    is(scalar(grep { $_ == 404 } @st), $limit,
+       "$what: exactly the limit ($limit) admitted")
+        or diag("statuses: @st");
+    is(first_429(\@st), $limit + 1,
+       "$what: no request refused before the limit")
+        or diag("statuses: @st");
+    is(psql("SELECT granted || ' ' || cardinality(nodes) || ' '"
+            . " || (SELECT max(t) FROM unnest(took) t) FROM rate_leases"
+            . " WHERE " . lease_where($key, $minute)),
+       '20 3 7', "$what: the row: 20 leased over three nodes, none more"
+       . ' than 7');
+}
+
 {
     my $limit = 20;
     my $c = Cluster->new(nodes => 3, workers => 1, http => $HTTP,
@@ -555,19 +577,7 @@ sub round_robin {
 
     # another key new to the cluster, now that each node's answers have
     # listed three nodes: first blocks of 20 / 3, none leased out early
-    @st = round_robin($c, $new2, $limit + 4);
-
-    is(scalar(grep { $_ == 404 } @st), $limit,
-       "new key after the others: exactly the limit ($limit) admitted")
-        or diag("statuses: @st");
-    is(first_429(\@st), $limit + 1,
-       'new key after the others: no request refused before the limit')
-        or diag("statuses: @st");
-    is(psql("SELECT granted || ' ' || cardinality(nodes) || ' '"
-            . " || (SELECT max(t) FROM unnest(took) t) FROM rate_leases"
-            . " WHERE " . lease_where($new2, $minute)),
-       '20 3 7', 'new key after the others: the row: 20 leased over three'
-       . ' nodes, none more than 7');
+    exact_new_key($c, $new2, $minute, $limit, 'new key after the others');
 
     # every node reloaded: its new worker has seen no answer, and reads
     # the rows (three nodes) when it starts
@@ -583,19 +593,7 @@ sub round_robin {
     ok($read, 'reloaded: each node\'s new worker reads three nodes in the'
        . ' rows');
 
-    @st = round_robin($c, $new3, $limit + 4);
-
-    is(scalar(grep { $_ == 404 } @st), $limit,
-       "new key after a reload: exactly the limit ($limit) admitted")
-        or diag("statuses: @st");
-    is(first_429(\@st), $limit + 1,
-       'new key after a reload: no request refused before the limit')
-        or diag("statuses: @st");
-    is(psql("SELECT granted || ' ' || cardinality(nodes) || ' '"
-            . " || (SELECT max(t) FROM unnest(took) t) FROM rate_leases"
-            . " WHERE " . lease_where($new3, $minute)),
-       '20 3 7', 'new key after a reload: the row: 20 leased over three'
-       . ' nodes, none more than 7');
+    exact_new_key($c, $new3, $minute, $limit, 'new key after a reload');
 
     unlike(join('', map { $c->error_log($_) } 0 .. 2),
            qr/\[(?:error|alert|crit|emerg)\]/, 'window before: no error');
