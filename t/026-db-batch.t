@@ -21,7 +21,8 @@ use Test::Nginx::Socket 'no_plan';
 use IO::Handle ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request send_get answer status_json check_init
-                   db_http_config worker_pids listening);
+                   db_http_config worker_pids listening error_log
+                   pipelined_ok);
 
 our $TAG = sprintf 't026-%d-%d', $$, time;
 
@@ -165,6 +166,7 @@ $checks{batch} = sub {
 
     my ($lock, $holder) = hold_connection($sid[0]);
     my $before = database();
+    my $mark = length error_log();
 
     my @want = (
         (map { ["/api/v1/sessions/$_", 200, $_] } @sid),
@@ -205,9 +207,7 @@ $checks{batch} = sub {
 
     my $after = database();
 
-    is($after->{batches} - $before->{batches}, 1, "$name - one pipeline");
-    is($after->{batched} - $before->{batched}, $n,
-       "$name - the $n reads in it");
+    pipelined_ok($before, $after, 1, $n, $mark, $name);
     ok(drained(), "$name - nobody waits after");
     is($after->{failures} - $before->{failures}, 0, "$name - no failure");
 };
@@ -227,6 +227,7 @@ $checks{aborted} = sub {
     my $images = lock_table('images');
     my ($lock, $holder) = hold_connection($sid[0]);
     my $before = database();
+    my $mark = length error_log();
 
     # first in line: a read of the locked images table
     my $bad_path = "/api/v1/sessions/$sid[0]/images/$iid";
@@ -255,10 +256,8 @@ $checks{aborted} = sub {
 
     my $after = database();
 
-    is($after->{batches} - $before->{batches}, 2,
-       "$name - two pipelines: the first, then the skipped reads again");
-    is($after->{batched} - $before->{batched}, 6 + 5,
-       "$name - six reads, then five");
+    # two pipelines: the first's six reads, then the five it skipped again
+    pipelined_ok($before, $after, 2, 6 + 5, $mark, $name);
     ok(drained(), "$name - nobody waits after");
 };
 
@@ -310,6 +309,7 @@ $checks{lost} = sub {
     my $images = lock_table('images');
     my ($lock, $holder) = hold_connection($sid[0]);
     my $before = database();
+    my $mark = length error_log();
 
     my @path = map { "/api/v1/sessions/$sid[$_]/images/$iid[$_]" } 0 .. 4;
     my @req = map { send_get($_, $KEY{MAIN}) } @path;
@@ -320,8 +320,8 @@ $checks{lost} = sub {
 
     # the pipeline's first read waits for the images lock
     ok(blocked(), "$name - the pipeline waits for the lock");
-    is(database()->{batched} - $before->{batched}, 5,
-       "$name - the five went in one pipeline");
+    # the five went in one pipeline
+    pipelined_ok($before, database(), 1, 5, $mark, $name);
 
     psql(q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
          . q{ WHERE application_name = 'nginx session pool'});
@@ -398,6 +398,7 @@ $checks{recycle} = sub {
     ok(read_by_nginx(@paths) && waiting(3), "$name - three reads wait");
 
     my $before = database();
+    my $mark = length error_log();
     unlock($lock);
     is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
 
@@ -408,8 +409,8 @@ $checks{recycle} = sub {
         is(answer($req[$i], 20)->{json}{id}, $sid[$i],
            "$name - in a pipeline: read $i");
     }
-    is(database()->{batches} - $before->{batches}, 1,
-       "$name - they went in one pipeline");
+    # they went in one pipeline
+    pipelined_ok($before, database(), 1, 3, $mark, $name);
 
     is(pool_pid(), $pid, "$name - kept after the pipeline");
 };
@@ -472,6 +473,7 @@ $checks{turn} = sub {
     my @sock = map { kept_alive() } @sid;
     my ($pid) = worker_pids();
     my $before = database();
+    my $mark = length error_log();
 
     kill 'STOP', $pid;
     my ($stopped) = wait_until(10, 0.01, sub { proc_state($pid) eq 'T' });
@@ -495,8 +497,7 @@ $checks{turn} = sub {
 
     my $after = database();
 
-    is($after->{batches} - $before->{batches}, 1, "$name - one pipeline");
-    is($after->{batched} - $before->{batched}, 6, "$name - the six in it");
+    pipelined_ok($before, $after, 1, 6, $mark, $name);
     ok(drained(), "$name - nobody waits after");
 };
 

@@ -55,7 +55,7 @@ our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
                     check_init run_check run_action db_http_config api_config
                     ping_request key_headers add_no_error_log todo_block
                     reset_of fresh_window first_429 key_hash_hex
-                    lease_where);
+                    lease_where pipelined_ok);
 
 
 sub nginx_quote {
@@ -220,6 +220,40 @@ sub error_log_count {
     my $n = grep { /$re/ } <$fh>;
 
     return $n;
+}
+
+
+# pipelined_ok(BEFORE, AFTER, BATCHES, READS, MARK, NAME): two tests, that
+# the node sent BATCHES pipelines holding READS reads between the
+# session_status database parts BEFORE and AFTER.  Those counters are the
+# node's: a key lookup is a read too, and one sent meanwhile (the auth
+# cache emptied by the LISTEN connection coming up again) may go alone
+# or join a pipeline.  So each lookup that the debug log shows after its
+# length MARK allows one more of each; with none (or no debug log) the
+# counts are exact.  On a failure the module's lines since MARK are
+# printed.
+sub pipelined_ok {
+    my ($before, $after, $batches, $reads, $mark, $name) = @_;
+
+    my $log = nginx_debug() ? substr(error_log(), $mark) : '';
+    my $lookups = () = $log =~ /session auth: cache miss, asking the database/g;
+
+    my $nb = $after->{batches} - $before->{batches};
+    my $nr = $after->{batched} - $before->{batched};
+    my $why = $lookups ? " (or up to $lookups more: key lookups)" : '';
+
+    my $ok = Test::More::ok($nb >= $batches && $nb <= $batches + $lookups,
+                            "$name - $batches pipeline(s)$why");
+    $ok &= Test::More::ok($nr >= $reads && $nr <= $reads + $lookups,
+                          "$name - $reads reads in them$why");
+
+    Test::More::diag("$nb pipelines, $nr reads, $lookups key lookups;"
+                     . " the module's lines:\n"
+                     . join '', grep { /session (?:db|auth|listen|relay):/ }
+                                     split /^/, $log)
+        unless $ok;
+
+    return $ok;
 }
 
 
