@@ -542,9 +542,7 @@ ngx_http_session_zone_figures(ngx_shm_zone_t *zone,
 {
     ngx_http_session_zone_ctx_t  *ctx;
 
-    ctx = zone->data;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ctx = ngx_http_session_zone_lock(zone);
 
     f->size = ctx->size;
     f->free = ctx->shpool->pfree * ngx_pagesize;
@@ -555,5 +553,5 @@ ngx_http_session_zone_figures(ngx_shm_zone_t *zone,
     f->evictions = ctx->sh->evictions;
     f->lease_held = ctx->sh->lease_held;
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 }

@@ -36,10 +36,8 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
-    ctx = zone->data;
+    ctx = ngx_http_session_zone_lock(zone);
     sh = ctx->sh;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
 
     *generation = sh->auth_generation;
 
@@ -86,7 +84,7 @@ ngx_http_session_auth_cache_get(ngx_shm_zone_t *zone,
         p->quota = an->quota;
     }
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 
     if (take && take->rc != NGX_DECLINED) {
         ngx_http_session_rate_alert(zone, take);
@@ -107,10 +105,8 @@ ngx_http_session_auth_cache_put(ngx_shm_zone_t *zone,
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_auth_node_t  *an;
 
-    ctx = zone->data;
+    ctx = ngx_http_session_zone_lock(zone);
     sh = ctx->sh;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
 
     /*
      * Whether a key is seen valid follows every answer, however late:
@@ -168,7 +164,7 @@ done:
 
     ngx_http_session_zone_full(sh, &evicted, &forgotten);
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 
     ngx_http_session_zone_full_alert(zone, evicted, forgotten);
 }
@@ -372,7 +368,7 @@ ngx_http_session_auth_cache_drop_key(ngx_shm_zone_t *zone, u_char *hash)
 
     ngx_http_session_zone_drop(ctx, &sh->seen, hash);
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 }
 
 
@@ -402,7 +398,7 @@ ngx_http_session_auth_cache_drop_account(ngx_shm_zone_t *zone,
         }
     }
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 }
 
 
@@ -416,7 +412,7 @@ ngx_http_session_auth_cache_flush(ngx_shm_zone_t *zone)
     (void) ngx_http_session_zone_evict(ctx, &ctx->sh->auth, (ngx_uint_t) -1);
     (void) ngx_http_session_zone_evict(ctx, &ctx->sh->neg, (ngx_uint_t) -1);
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 }
 
 
@@ -431,9 +427,7 @@ ngx_http_session_auth_cache_change(ngx_shm_zone_t *zone)
 {
     ngx_http_session_zone_ctx_t  *ctx;
 
-    ctx = zone->data;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ctx = ngx_http_session_zone_lock(zone);
 
     ctx->sh->auth_generation++;
 

@@ -21,11 +21,10 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
     ngx_http_session_zone_ctx_t   *ctx;
     ngx_http_session_fail_node_t  *fn;
 
-    ctx = zone->data;
-    sh = ctx->sh;
     rc = NGX_OK;
 
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ctx = ngx_http_session_zone_lock(zone);
+    sh = ctx->sh;
 
     /* addresses whose minute is over, a few at a time */
 
@@ -128,7 +127,7 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
 
 done:
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 
     return rc;
 }

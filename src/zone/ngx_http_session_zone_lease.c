@@ -240,12 +240,11 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
     ngx_http_session_zone_ctx_t    *ctx;
     ngx_http_session_lease_node_t  *ln;
 
-    ctx = zone->data;
-    sh = ctx->sh;
     now = (uint32_t) ngx_current_msec;
     changed = 0;
 
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ctx = ngx_http_session_zone_lock(zone);
+    sh = ctx->sh;
 
     /* the first failure (1), or the first answer after failures (2) */
 
@@ -376,7 +375,7 @@ ngx_http_session_lease_answer(ngx_shm_zone_t *zone,
 
 done:
 
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 
     if (changed == 1) {
         ngx_log_error(NGX_LOG_ERR, ngx_cycle->log, 0,

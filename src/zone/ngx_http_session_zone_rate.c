@@ -21,11 +21,9 @@ ngx_http_session_rate_take(ngx_shm_zone_t *zone, u_char *hash,
 {
     ngx_http_session_zone_ctx_t  *ctx;
 
-    ctx = zone->data;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ctx = ngx_http_session_zone_lock(zone);
     ngx_http_session_rate_take_locked(ctx, hash, take);
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 
     ngx_http_session_rate_alert(zone, take);
 
@@ -181,11 +179,9 @@ ngx_http_session_rate_keys(ngx_shm_zone_t *zone)
     ngx_uint_t                    n;
     ngx_http_session_zone_ctx_t  *ctx;
 
-    ctx = zone->data;
-
-    ngx_shmtx_lock(&ctx->shpool->mutex);
+    ctx = ngx_http_session_zone_lock(zone);
     n = ctx->sh->rate.n;
-    ngx_shmtx_unlock(&ctx->shpool->mutex);
+    ngx_http_session_zone_unlock(ctx);
 
     return n;
 }

@@ -216,6 +216,32 @@ typedef struct {
 } ngx_http_session_zone_ctx_t;
 
 
+/*
+ * Every step over the trees holds the zone's mutex, the slab pool's: the
+ * lock gives the zone's context (its sh, the trees) to the step, which
+ * unlocks it
+ */
+
+static ngx_inline ngx_http_session_zone_ctx_t *
+ngx_http_session_zone_lock(ngx_shm_zone_t *zone)
+{
+    ngx_http_session_zone_ctx_t  *ctx;
+
+    ctx = zone->data;
+
+    ngx_shmtx_lock(&ctx->shpool->mutex);
+
+    return ctx;
+}
+
+
+static ngx_inline void
+ngx_http_session_zone_unlock(ngx_http_session_zone_ctx_t *ctx)
+{
+    ngx_shmtx_unlock(&ctx->shpool->mutex);
+}
+
+
 void ngx_http_session_zone_tree_init(ngx_http_session_zone_tree_t *t);
 ngx_http_session_zone_node_t *ngx_http_session_zone_lookup(
     ngx_http_session_zone_tree_t *t, u_char *hash);
