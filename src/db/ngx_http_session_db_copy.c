@@ -960,12 +960,20 @@ ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp, PGresult *res,
 }
 
 
-/* cp lets its connection go; no handler of it runs after this but one */
+/*
+ * cp lets its connection, or its place in the queue, go; no handler of it
+ * runs after this but one
+ */
 
 static void
 ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
 {
     ngx_http_session_db_conn_t  *dc;
+
+    if (cp->queued) {
+        ngx_queue_remove(&cp->queue);
+        cp->queued = 0;
+    }
 
     dc = cp->conn;
 
@@ -1003,7 +1011,6 @@ ngx_http_session_db_copy_dispatch(void)
 {
     ngx_uint_t                     i, alive, moved;
     ngx_queue_t                   *head, *q;
-    ngx_connection_t              *c;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copy_t    *cp;
     ngx_http_session_db_copies_t  *copies;
@@ -1079,17 +1086,7 @@ ngx_http_session_db_copy_dispatch(void)
         head = ngx_queue_head(&copies->waiting);
         cp = ngx_queue_data(head, ngx_http_session_db_copy_t, queue);
 
-        ngx_queue_remove(head);
-        cp->queued = 0;
-
-        ngx_http_session_db_copy_release(cp);
-        cp->phase = NGX_HTTP_SESSION_DB_COPY_DONE;
-
-        ngx_http_session_stat(db_failures, 1);
-
-        c = cp->request->connection;
-        cp->handler(cp, NULL);
-        ngx_http_run_posted_requests(c);
+        ngx_http_session_db_copy_fail(cp, NULL, 0);
     }
 }
 
@@ -1106,11 +1103,6 @@ ngx_http_session_db_copy_timeout(ngx_event_t *ev)
                   "session db: upload timed out %s",
                   cp->queued ? "waiting for a connection"
                              : "waiting for the database");
-
-    if (cp->queued) {
-        ngx_queue_remove(&cp->queue);
-        cp->queued = 0;
-    }
 
     dc = cp->conn;
 
@@ -1132,11 +1124,6 @@ ngx_http_session_db_copy_cleanup(void *data)
     ngx_http_session_db_copy_t  *cp = data;
 
     ngx_http_session_db_conn_t  *dc;
-
-    if (cp->queued) {
-        ngx_queue_remove(&cp->queue);
-        cp->queued = 0;
-    }
 
     dc = cp->conn;
 
