@@ -258,6 +258,10 @@ $ENV{TEST_NGINX_SESSION_DB_RECOPT} = nginx_quote(
 $ENV{TEST_NGINX_SESSION_DB_NOTIMEOUT} = nginx_quote(
     "$ENV{TEST_NGINX_SESSION_DB} options='-c statement_timeout=0'");
 
+# a lock waited for is given up after 200 ms: a PREPARE too
+$ENV{TEST_NGINX_SESSION_DB_LOCKTIMEOUT} = nginx_quote(
+    "$ENV{TEST_NGINX_SESSION_DB} options='-c lock_timeout=200'");
+
 # the options of the pool connections that the stand-in has seen (one
 # per worker, and one more for a worker that connected again, as one did
 # once under make asan), once there are two; the records are removed
@@ -677,6 +681,42 @@ sub prepare_held {
     ok($back, "$name - served once the lock is gone");
 }
 
+# The pool's statements are prepared each in a Parse of its own, in one
+# pipeline.  One refused (lock_timeout, under a lock on sessions) makes
+# the server skip the rest: the connection says once that they go as
+# text, and its requests are served so, unnamed, once the lock is gone
+sub prepare_refused {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
+    ok($up, "$name - served before");
+
+    my $held = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE;'
+                          . " SET application_name = 't023-lock'",
+                          q{SELECT count(*) FROM pg_stat_activity}
+                          . q{ WHERE application_name = 't023-lock'});
+
+    psql(q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
+         . q{ WHERE application_name = 'nginx session pool'});
+
+    my $re = qr/preparing the statements failed, they are sent as text/;
+    my ($refused) = wait_until(10, 0.05, sub { error_log_count($re) >= 2 });
+    ok($refused, "$name - the PREPARE refused, said on both workers");
+
+    psql_end($held, 'ROLLBACK');
+
+    my ($back) = wait_until(10, 0.05, sub { get_status() == 200 });
+    ok($back, "$name - served as text once the lock is gone");
+
+    my $r = SessionTest::api_request('POST', '/api/v1/sessions', $F->{key},
+                                     { delivery_mode => 'long_poll' });
+    is($r->{status}, 201, "$name - a session created as text");
+
+    my $id = $r->{json}{id} // 'none';
+    is(http_request('GET', "/api/v1/sessions/$id", auth_header($F->{key}),
+                    5)->{status}, 200, "$name - and read as text");
+}
+
 # --- a connection in its first statement is not given up by another's
 
 # held(): a stand-in that relays to the real server, but the first
@@ -1047,3 +1087,19 @@ GET /api/v1/sessions?limit=1
 --- no_error_log
 [alert]
 an older connection attempt is given up
+
+
+
+=== TEST 15: a PREPARE refused by lock_timeout: the statements go as text
+--- db: LOCKTIMEOUT
+--- check: prepare_refused
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- error_log eval
+qr/preparing the statements failed, they are sent as text/
+--- no_error_log
+[alert]
+does not exist

@@ -168,6 +168,16 @@ $checks{batch} = sub {
     my $before = database();
     my $mark = length error_log();
 
+    # the statement that waits is shown as itself: each statement is
+    # prepared with a text of its own (one "PREPARE a AS ...; PREPARE b
+    # AS ..." text showed every statement as the first, the key lookup)
+    my $running = psql(q{SELECT query FROM pg_stat_activity}
+                       . q{ WHERE wait_event_type = 'Lock'}
+                       . q{ AND application_name = 'nginx session pool'});
+    my $get = qr/\ASELECT s\.id, s\.project_id, .*/s;
+    like($running, qr/$get FROM sessions s WHERE s\.id = \$1::uuid\z/,
+         "$name - pg_stat_activity shows the session read that waits");
+
     my @want = (
         (map { ["/api/v1/sessions/$_", 200, $_] } @sid),
         ["/api/v1/sessions/$other", 403, 'session belongs to another project'],

@@ -55,6 +55,7 @@ static void ngx_http_session_db_probed(ngx_http_session_db_conn_t *dc,
 static void ngx_http_session_db_check(ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_flush(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_read(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_prepare_read(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_answered(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 
@@ -1059,15 +1060,33 @@ ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
 
 ngx_uint_t
 ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
-    const char *sql, ngx_uint_t pooler)
+    const ngx_http_session_db_prepare_t *prep, ngx_uint_t pooler)
 {
-    if (sql == NULL || dc->prepared
+    ngx_uint_t  i;
+
+    if (prep == NULL || dc->prepared
         || (dc->pooled && pooler == NGX_HTTP_SESSION_POOLER_OFF))
     {
         return 0;
     }
 
-    if (ngx_http_session_db_conn_send(dc, sql) != NGX_OK) {
+    if (!PQenterPipelineMode(dc->pg)) {
+        goto failed;
+    }
+
+    for (i = 0; i < prep->n; i++) {
+        if (!PQsendPrepare(dc->pg, prep->names[i], prep->sqls[i], 0, NULL)) {
+            goto failed;
+        }
+    }
+
+    if (!PQpipelineSync(dc->pg)) {
+        goto failed;
+    }
+
+    dc->reader = ngx_http_session_db_prepare_read;
+
+    if (ngx_http_session_db_conn_busy(dc) != NGX_OK) {
         ngx_http_session_db_conn_fail(dc);
         return 1;
     }
@@ -1077,6 +1096,65 @@ ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
     ngx_add_timer(&dc->timer, dc->timeout);
 
     return 1;
+
+failed:
+
+    ngx_log_error(NGX_LOG_ERR, dc->log, 0, "session db: send failed: %s",
+                  ngx_http_session_db_message(PQerrorMessage(dc->pg)));
+
+    ngx_http_session_db_conn_fail(dc);
+
+    return 1;
+}
+
+
+/*
+ * dc's reader while its statements are prepared: the first error among
+ * the answers is kept (the PREPAREs after it are skipped), and at the
+ * Sync it goes to the owner as a statement's answer would
+ */
+
+static void
+ngx_http_session_db_prepare_read(ngx_http_session_db_conn_t *dc)
+{
+    PGresult  *res;
+
+    while (!PQisBusy(dc->pg)) {
+        res = PQgetResult(dc->pg);
+
+        if (res == NULL) {
+            /* the end of one PREPARE's answer */
+            continue;
+        }
+
+        if (PQresultStatus(res) != PGRES_PIPELINE_SYNC) {
+            ngx_http_session_db_conn_keep(dc, res);
+            continue;
+        }
+
+        PQclear(res);
+
+        if (!PQexitPipelineMode(dc->pg)) {
+            ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                          "session db: leaving pipeline mode failed: %s",
+                          ngx_http_session_db_message(
+                              PQerrorMessage(dc->pg)));
+            ngx_http_session_db_conn_fail(dc);
+            return;
+        }
+
+        dc->reader = NULL;
+
+        res = dc->result;
+        dc->result = NULL;
+
+        ngx_http_session_db_answered(dc, res);
+        return;
+    }
+
+    if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_http_session_db_conn_fail(dc);
+    }
 }
 
 

@@ -182,16 +182,32 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);
 
 /*
- * A connection just ready: its owner's statements first, sql their
- * PREPARE as text (NULL: none, through a pooler in transaction mode),
- * unless they are prepared, or a pooler that session_db_pooler (pooler)
- * does not name stands in between.  Returns whether they are sent: the
- * answer comes to dc->answer with dc->preparing set, within
- * session_db_timeout, or the connection is made again (at once, when the
- * PREPARE could not be sent); the owner's queries wait for it.
+ * The statements an owner prepares on each of its connections: n names
+ * and their texts.  Each goes to the server in a Parse of its own, not
+ * as one "PREPARE a AS ...; PREPARE b AS ..." text: PostgreSQL keeps a
+ * prepared statement's source text and shows it for each run of it (in
+ * pg_stat_activity, and after every error in its log), so the one text
+ * made every statement of a connection appear as the first one, with
+ * all the others after it.
+ */
+typedef struct {
+    ngx_uint_t                       n;
+    const char                     **names;
+    const char                     **sqls;
+} ngx_http_session_db_prepare_t;
+
+/*
+ * A connection just ready: its owner's statements first (prep; NULL:
+ * none, through a pooler in transaction mode), in one pipeline, unless
+ * they are prepared, or a pooler that session_db_pooler (pooler) does
+ * not name stands in between.  Returns whether they are sent: the answer
+ * (the first error, or a result of them) comes to dc->answer with
+ * dc->preparing set, within session_db_timeout, or the connection is
+ * made again (at once, when they could not be sent); the owner's queries
+ * wait for it.
  */
 ngx_uint_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
-    const char *sql, ngx_uint_t pooler);
+    const ngx_http_session_db_prepare_t *prep, ngx_uint_t pooler);
 
 /* the PREPARE's answer in: prepared, or said once that they go as text */
 void ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,

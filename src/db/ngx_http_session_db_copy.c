@@ -37,12 +37,12 @@
 
 typedef struct {
     /*
-     * "PREPARE ngx_upload_1 AS ...; ...": sent once per connection; NULL
+     * The statements ngx_upload_<n>, prepared once per connection; NULL
      * through a pooler in transaction mode (session_db_pooler)
      */
-    char                        *prepare;
-    ngx_http_session_db_conn_t  *conns;
-    ngx_uint_t                   nconns;
+    ngx_http_session_db_prepare_t  *prepare;
+    ngx_http_session_db_conn_t     *conns;
+    ngx_uint_t                      nconns;
     /* the connections opened so far: they open as uploads need them */
     ngx_uint_t                   opened;
     /* copies that wait for a connection, each until its timeout */
@@ -55,7 +55,8 @@ typedef struct {
 
 static ngx_int_t ngx_http_session_db_copy_start(
     ngx_http_session_db_copy_t *cp, ngx_http_session_db_conn_t *dc);
-static char *ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle);
+static ngx_http_session_db_prepare_t *ngx_http_session_db_copy_prepare(
+    ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
     ngx_http_session_db_query_t *q, ngx_uint_t begin);
 static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
@@ -261,35 +262,37 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 }
 
 
-static char *
+static ngx_http_session_db_prepare_t *
 ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle)
 {
-    u_char      *p, *prepare;
-    size_t       len;
-    ngx_uint_t   i;
+    u_char                         *name;
+    ngx_uint_t                      i;
+    ngx_http_session_db_prepare_t  *prep;
 
-    len = 1;
-
-    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
-        len += sizeof("PREPARE ngx_upload_ AS ; ") - 1 + NGX_INT_T_LEN
-               + ngx_strlen(ngx_http_session_db_copy_stmts[i]);
-    }
-
-    prepare = ngx_pnalloc(cycle->pool, len);
-    if (prepare == NULL) {
+    prep = ngx_palloc(cycle->pool, sizeof(ngx_http_session_db_prepare_t));
+    if (prep == NULL) {
         return NULL;
     }
 
-    p = prepare;
+    prep->n = NGX_HTTP_SESSION_DB_COPY_NSTMTS;
+    prep->sqls = ngx_http_session_db_copy_stmts;
 
-    for (i = 0; i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
-        p = ngx_sprintf(p, "PREPARE ngx_upload_%ui AS %s; ", i + 1,
-                        ngx_http_session_db_copy_stmts[i]);
+    prep->names = ngx_palloc(cycle->pool, prep->n * sizeof(const char *));
+    if (prep->names == NULL) {
+        return NULL;
     }
 
-    *p = '\0';
+    for (i = 0; i < prep->n; i++) {
+        name = ngx_pnalloc(cycle->pool, sizeof("ngx_upload_") + NGX_INT_T_LEN);
+        if (name == NULL) {
+            return NULL;
+        }
 
-    return (char *) prepare;
+        ngx_sprintf(name, "ngx_upload_%ui%Z", i + 1);
+        prep->names[i] = (const char *) name;
+    }
+
+    return prep;
 }
 
 
@@ -364,14 +367,16 @@ static ngx_int_t
 ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q)
 {
-    ngx_uint_t  i;
-    u_char      name[sizeof("ngx_upload_") + NGX_INT_T_LEN];
+    ngx_uint_t                      i;
+    ngx_http_session_db_prepare_t  *prep;
 
-    for (i = 0; dc->prepared && i < NGX_HTTP_SESSION_DB_COPY_NSTMTS; i++) {
-        if (q->sql == ngx_http_session_db_copy_stmts[i]) {
-            ngx_sprintf(name, "ngx_upload_%ui%Z", i + 1);
+    /* a connection that prepared them is one of the copies' */
 
-            return PQsendQueryPrepared(dc->pg, (char *) name, q->nparams,
+    prep = dc->prepared ? ngx_http_session_db_copies->prepare : NULL;
+
+    for (i = 0; prep && i < prep->n; i++) {
+        if (q->sql == prep->sqls[i]) {
+            return PQsendQueryPrepared(dc->pg, prep->names[i], q->nparams,
                                        q->values, q->lengths, q->formats, 1)
                    ? NGX_OK : NGX_ERROR;
         }

@@ -34,12 +34,12 @@
 
 typedef struct {
     /*
-     * "PREPARE ngx_session_1 AS ...; ...": sent once per connection;
-     * NULL through a pooler in transaction mode (session_db_pooler)
+     * The statements ngx_session_<n>, prepared once per connection; NULL
+     * through a pooler in transaction mode (session_db_pooler)
      */
-    char                        *prepare;
-    ngx_http_session_db_conn_t  *conns;
-    ngx_uint_t                   nconns;
+    ngx_http_session_db_prepare_t  *prepare;
+    ngx_http_session_db_conn_t     *conns;
+    ngx_uint_t                      nconns;
     /*
      * Queries that wait for a connection, each until session_db_timeout
      * at most.  Not capped: an entry is the query object its request (or

@@ -1,8 +1,8 @@
 /*
  * The statements every pool connection prepares when it connects
- * (db_query.c sends the PREPARE text built here), their texts, and the
- * send of a query: by name, with no parse and no plan, or as its text on
- * a connection where preparing failed.
+ * (db_conn.c sends them, with the names given here), their texts, and
+ * the send of a query: by name, with no parse and no plan, or as its
+ * text on a connection where preparing failed.
  */
 
 #include "ngx_http_session_db_stmt.h"
@@ -44,40 +44,33 @@ static char  ngx_http_session_db_names[NGX_HTTP_SESSION_NSTMTS][
                                            sizeof("ngx_session_") + 4];
 
 
-char *
+ngx_http_session_db_prepare_t *
 ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
 {
-    char        *prepare;
-    u_char      *p;
-    size_t       len;
-    ngx_uint_t   i;
+    ngx_uint_t                      i;
+    ngx_http_session_db_prepare_t  *prep;
 
-    len = 1;
+    prep = ngx_palloc(cycle->pool, sizeof(ngx_http_session_db_prepare_t));
+    if (prep == NULL) {
+        return NULL;
+    }
+
+    prep->n = NGX_HTTP_SESSION_NSTMTS - 1;
+    prep->sqls = &ngx_http_session_db_stmts[1];
+
+    prep->names = ngx_palloc(cycle->pool, prep->n * sizeof(const char *));
+    if (prep->names == NULL) {
+        return NULL;
+    }
 
     for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
         ngx_sprintf((u_char *) ngx_http_session_db_names[i],
                     "ngx_session_%ui%Z", i);
 
-        len += sizeof("PREPARE  AS ; ") - 1
-               + ngx_strlen(ngx_http_session_db_names[i])
-               + ngx_strlen(ngx_http_session_db_stmts[i]);
+        prep->names[i - 1] = ngx_http_session_db_names[i];
     }
 
-    p = ngx_pnalloc(cycle->pool, len);
-    if (p == NULL) {
-        return NULL;
-    }
-
-    prepare = (char *) p;
-
-    for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
-        p = ngx_sprintf(p, "PREPARE %s AS %s; ", ngx_http_session_db_names[i],
-                        ngx_http_session_db_stmts[i]);
-    }
-
-    *p = '\0';
-
-    return prepare;
+    return prep;
 }
 
 

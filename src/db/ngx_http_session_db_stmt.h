@@ -12,8 +12,9 @@
 #include "ngx_http_session_db_conn.h"
 
 
-/* "PREPARE ngx_session_1 AS ...; ...": sent once per connection */
-char *ngx_http_session_db_stmt_init(ngx_cycle_t *cycle);
+/* the statements, named ngx_session_<n>, that each connection prepares */
+ngx_http_session_db_prepare_t *ngx_http_session_db_stmt_init(
+    ngx_cycle_t *cycle);
 
 /* a statement's text, sent where a connection could not prepare it */
 const char *ngx_http_session_db_stmt_sql(ngx_http_session_stmt_e stmt);
