@@ -262,6 +262,54 @@ $ENV{TEST_NGINX_SESSION_DB_NOTIMEOUT} = nginx_quote(
 $ENV{TEST_NGINX_SESSION_DB_LOCKTIMEOUT} = nginx_quote(
     "$ENV{TEST_NGINX_SESSION_DB} options='-c lock_timeout=200'");
 
+# desync_on(RE): a stand-in that relays to the real server until the
+# client sends what RE matches (the Parse that prepares the pool's
+# statements, the Bind of an upload's first statement), then answers it
+# with one ParseComplete and a message whose length (2) cannot be: libpq
+# loses the stream and gives up on the connection, and from then on has
+# nothing but NULL to give, never the pipeline's Sync
+sub desync_on {
+    my ($re) = @_;
+
+    return sub {
+        my ($c) = @_;
+
+        my ($packet) = startup($c) or return;
+        my $pg = to_live($packet) or return;
+
+        my $sel = IO::Select->new($c, $pg);
+
+        while (1) {
+            for my $from ($sel->can_read(30)) {
+                my $got = sysread $from, my $buf, 65536;
+                return unless $got;
+
+                if ($from == $c && $buf =~ $re) {
+                    syswrite $c, '1' . pack('N', 4) . 'C' . pack('N', 2);
+                    sleep 5;
+                    return;
+                }
+
+                my $to = $from == $c ? $pg : $c;
+                my $off = 0;
+                while ($off < length $buf) {
+                    my $w = syswrite $to, $buf, length($buf) - $off, $off;
+                    return unless $w;
+                    $off += $w;
+                }
+            }
+        }
+    };
+}
+
+$ENV{TEST_NGINX_SESSION_DB_DESYNC} = nginx_quote(
+    "host=127.0.0.1 port="
+    . stand_in(desync_on(qr/\AP....ngx_session_1\0/s)) . " $REST");
+
+$ENV{TEST_NGINX_SESSION_DB_DESYNCUPLOAD} = nginx_quote(
+    "host=127.0.0.1 port="
+    . stand_in(desync_on(qr/B....\0ngx_upload_\d+\0/s)) . " $REST");
+
 # the options of the pool connections that the stand-in has seen (one
 # per worker, and one more for a worker that connected again, as one did
 # once under make asan), once there are two; the records are removed
@@ -677,7 +725,13 @@ sub prepare_held {
 
     psql_end($held, 'ROLLBACK');
 
-    my ($back) = wait_until(10, 0.05, sub { get_status() == 200 });
+    # by both workers: one may still wait out its backoff when the other
+    # answers (the block's own request then met it, once, with a 503)
+    my $streak = 0;
+    my ($back) = wait_until(15, 0.05, sub {
+        $streak = get_status() == 200 ? $streak + 1 : 0;
+        return $streak >= 6;
+    });
     ok($back, "$name - served once the lock is gone");
 }
 
@@ -715,6 +769,54 @@ sub prepare_refused {
     my $id = $r->{json}{id} // 'none';
     is(http_request('GET', "/api/v1/sessions/$id", auth_header($F->{key}),
                     5)->{status}, 200, "$name - and read as text");
+}
+
+# The stream lost in the middle of the statements' PREPARE: the worker
+# gives the connection up and answers 503 at once, as for a connection
+# lost any other way (a reader that waited for the pipeline's Sync
+# would have spun, the worker answering nothing again)
+sub prepare_desync {
+    my ($name) = @_;
+
+    my $re = qr/session db: connection lost: lost synchronization/;
+    my ($met) = wait_until(10, 0.05, sub { error_log_count($re) >= 2 });
+    ok($met, "$name - the stream lost in the PREPARE, on both workers");
+
+    for my $i (1 .. 4) {
+        my $r = http_request('GET', '/api/v1/sessions?limit=1',
+                             auth_header($F->{key}), 5);
+        is($r->{status}, 503, "$name - request $i: 503");
+        cmp_ok($r->{elapsed}, '<', 2, "$name - request $i: at once");
+    }
+}
+
+# The same in an upload's first statements (BEGIN and the session's
+# row, a pipeline on an upload connection): the upload answers 503 at
+# once and the worker serves on
+sub upload_desync {
+    my ($name) = @_;
+
+    my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
+    ok($up, "$name - served before");
+
+    my $s = SessionTest::api_request('POST', '/api/v1/sessions', $F->{key},
+                                     { delivery_mode => 'long_poll' });
+    is($s->{status}, 201, "$name - a session");
+
+    my $r = SessionTest::api_request(
+        'POST', "/api/v1/sessions/" . ($s->{json}{id} // 'none') . '/images',
+        $F->{key}, "\x89PNG\r\n\x1a\n" . ('x' x 64),
+        { 'Content-Type' => 'image/png' }, { raw => 1, timeout => 5 });
+    is($r->{status}, 503, "$name - the streamed upload: 503");
+    cmp_ok($r->{elapsed}, '<', 2, "$name - at once");
+
+    my $re = qr/session db: .*lost synchronization/;
+    ok(error_log_count($re) >= 1, "$name - the stream lost in its pair")
+        or Test::More::diag(grep { /session db|upload/ }
+                            split /^/, SessionTest::error_log());
+
+    my @st = map { get_status() } 1 .. 4;
+    is("@st", '200 200 200 200', "$name - the worker serves on");
 }
 
 # --- a connection in its first statement is not given up by another's
@@ -857,6 +959,9 @@ add_block_preprocessor(sub {
         }
     }
 EOF
+
+    $extra .= "    session_image_chunk_size " . $block->chunk . ";\n"
+        if defined $block->chunk;
 
     $block->set_value('http_config', <<EOF);
     session_db $db;
@@ -1103,3 +1208,30 @@ qr/preparing the statements failed, they are sent as text/
 --- no_error_log
 [alert]
 does not exist
+
+
+
+=== TEST 16: the stream lost in the statements' PREPARE: 503, the worker free
+--- db: DESYNC
+--- check: prepare_desync
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 503
+--- no_error_log
+[alert]
+
+
+
+=== TEST 17: the stream lost in an upload's first statements: 503, the worker free
+--- db: DESYNCUPLOAD
+--- chunk: 16
+--- check: upload_desync
+--- request
+GET /api/v1/sessions?limit=1
+--- more_headers eval
+"Authorization: Bearer $::F->{key}"
+--- error_code: 200
+--- no_error_log
+[alert]

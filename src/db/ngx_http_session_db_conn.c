@@ -1123,6 +1123,11 @@ ngx_http_session_db_prepare_read(ngx_http_session_db_conn_t *dc)
         res = PQgetResult(dc->pg);
 
         if (res == NULL) {
+            if (PQstatus(dc->pg) == CONNECTION_BAD) {
+                /* libpq gave up on it: NULL from here on, never a Sync */
+                break;
+            }
+
             /* the end of one PREPARE's answer */
             continue;
         }
@@ -1153,6 +1158,9 @@ ngx_http_session_db_prepare_read(ngx_http_session_db_conn_t *dc)
     }
 
     if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: connection lost: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         ngx_http_session_db_conn_fail(dc);
     }
 }

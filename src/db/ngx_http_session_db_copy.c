@@ -411,6 +411,11 @@ ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc)
         res = PQgetResult(dc->pg);
 
         if (res == NULL) {
+            if (PQstatus(dc->pg) == CONNECTION_BAD) {
+                /* libpq gave up on it: NULL from here on, never a Sync */
+                break;
+            }
+
             /* the end of a statement's results */
             cp->npipe++;
             continue;
@@ -440,6 +445,9 @@ ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc)
     }
 
     if (PQstatus(dc->pg) == CONNECTION_BAD) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: connection lost: %s",
+                      ngx_http_session_db_message(PQerrorMessage(dc->pg)));
         ngx_http_session_db_conn_fail(dc);
     }
 }
