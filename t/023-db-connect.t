@@ -30,6 +30,11 @@
 # statement's answer is not taken for an attempt lost with the link when
 # another one connects (ngx_http_session_db_kick_one() gives up only
 # connections still CONNECTING; the first statement runs BUSY).
+# TEST 15-17: the statements are prepared in one pipeline, a Parse each
+# (docs/decisions.md (nj)): one refused by lock_timeout sends them as
+# text; a stream libpq cannot follow, met in that pipeline or in an
+# upload's first statements, fails the connection with 503 at once and
+# leaves the worker serving.
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
