@@ -269,7 +269,7 @@ $ENV{TEST_NGINX_SESSION_DB_LOCKTIMEOUT} = nginx_quote(
 
 # desync_on(RE): a stand-in that relays to the real server until the
 # client sends what RE matches (the Parse that prepares the pool's
-# statements, the Bind of an upload's first statement), then answers it
+# statements, the BEGIN of an upload's first statements), then answers it
 # with one ParseComplete and a message whose length (2) cannot be: libpq
 # loses the stream and gives up on the connection, and from then on has
 # nothing but NULL to give, never the pipeline's Sync
@@ -283,13 +283,18 @@ sub desync_on {
         my $pg = to_live($packet) or return;
 
         my $sel = IO::Select->new($c, $pg);
+        my $tail = '';
 
         while (1) {
             for my $from ($sel->can_read(30)) {
                 my $got = sysread $from, my $buf, 65536;
                 return unless $got;
 
-                if ($from == $c && $buf =~ $re) {
+                # with the client's last bytes: a message may come in two
+                my $seen = $from == $c ? $tail . $buf : '';
+                $tail = substr($seen, -64) if $from == $c;
+
+                if ($seen =~ $re) {
                     syswrite $c, '1' . pack('N', 4) . 'C' . pack('N', 2);
                     sleep 5;
                     return;
@@ -309,11 +314,11 @@ sub desync_on {
 
 $ENV{TEST_NGINX_SESSION_DB_DESYNC} = nginx_quote(
     "host=127.0.0.1 port="
-    . stand_in(desync_on(qr/\AP....ngx_session_1\0/s)) . " $REST");
+    . stand_in(desync_on(qr/P....ngx_session_1\0/s)) . " $REST");
 
 $ENV{TEST_NGINX_SESSION_DB_DESYNCUPLOAD} = nginx_quote(
     "host=127.0.0.1 port="
-    . stand_in(desync_on(qr/B....\0ngx_upload_\d+\0/s)) . " $REST");
+    . stand_in(desync_on(qr/P....\0BEGIN\0/s)) . " $REST");
 
 # the options of the pool connections that the stand-in has seen (one
 # per worker, and one more for a worker that connected again, as one did
