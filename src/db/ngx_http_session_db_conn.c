@@ -1051,6 +1051,44 @@ ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc, const char *sql)
 }
 
 
+ngx_http_session_db_prepare_t *
+ngx_http_session_db_prepare_create(ngx_cycle_t *cycle, const char *prefix,
+    const char **sqls, ngx_uint_t n)
+{
+    u_char                         *name;
+    size_t                          len;
+    ngx_uint_t                      i;
+    ngx_http_session_db_prepare_t  *prep;
+
+    prep = ngx_palloc(cycle->pool, sizeof(ngx_http_session_db_prepare_t));
+    if (prep == NULL) {
+        return NULL;
+    }
+
+    prep->n = n;
+    prep->sqls = sqls;
+
+    prep->names = ngx_palloc(cycle->pool, n * sizeof(const char *));
+    if (prep->names == NULL) {
+        return NULL;
+    }
+
+    len = ngx_strlen(prefix) + NGX_INT_T_LEN + 1;
+
+    for (i = 0; i < n; i++) {
+        name = ngx_pnalloc(cycle->pool, len);
+        if (name == NULL) {
+            return NULL;
+        }
+
+        ngx_sprintf(name, "%s%ui%Z", prefix, i + 1);
+        prep->names[i] = (const char *) name;
+    }
+
+    return prep;
+}
+
+
 /*
  * A PREPARE waits for the locks of the tables it names (a migration's
  * ACCESS EXCLUSIVE among them) and the server's statement_timeout may be

@@ -196,6 +196,10 @@ typedef struct {
     const char                     **sqls;
 } ngx_http_session_db_prepare_t;
 
+/* the n statements sqls, named <prefix>1 to <prefix>n; NULL without memory */
+ngx_http_session_db_prepare_t *ngx_http_session_db_prepare_create(
+    ngx_cycle_t *cycle, const char *prefix, const char **sqls, ngx_uint_t n);
+
 /*
  * A connection just ready: its owner's statements first (prep; NULL:
  * none, through a pooler in transaction mode), in one pipeline, unless

@@ -55,8 +55,6 @@ typedef struct {
 
 static ngx_int_t ngx_http_session_db_copy_start(
     ngx_http_session_db_copy_t *cp, ngx_http_session_db_conn_t *dc);
-static ngx_http_session_db_prepare_t *ngx_http_session_db_copy_prepare(
-    ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
     ngx_http_session_db_query_t *q, ngx_uint_t begin);
 static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
@@ -130,7 +128,10 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
     copies->pooler = smcf->db_pooler;
 
     if (copies->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
-        copies->prepare = ngx_http_session_db_copy_prepare(cycle);
+        copies->prepare = ngx_http_session_db_prepare_create(cycle,
+                                        "ngx_upload_",
+                                        ngx_http_session_db_copy_stmts,
+                                        NGX_HTTP_SESSION_DB_COPY_NSTMTS);
         if (copies->prepare == NULL) {
             return NGX_ERROR;
         }
@@ -259,40 +260,6 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
     ngx_add_timer(&cp->timeout, copies->timeout);
 
     return NGX_OK;
-}
-
-
-static ngx_http_session_db_prepare_t *
-ngx_http_session_db_copy_prepare(ngx_cycle_t *cycle)
-{
-    u_char                         *name;
-    ngx_uint_t                      i;
-    ngx_http_session_db_prepare_t  *prep;
-
-    prep = ngx_palloc(cycle->pool, sizeof(ngx_http_session_db_prepare_t));
-    if (prep == NULL) {
-        return NULL;
-    }
-
-    prep->n = NGX_HTTP_SESSION_DB_COPY_NSTMTS;
-    prep->sqls = ngx_http_session_db_copy_stmts;
-
-    prep->names = ngx_palloc(cycle->pool, prep->n * sizeof(const char *));
-    if (prep->names == NULL) {
-        return NULL;
-    }
-
-    for (i = 0; i < prep->n; i++) {
-        name = ngx_pnalloc(cycle->pool, sizeof("ngx_upload_") + NGX_INT_T_LEN);
-        if (name == NULL) {
-            return NULL;
-        }
-
-        ngx_sprintf(name, "ngx_upload_%ui%Z", i + 1);
-        prep->names[i] = (const char *) name;
-    }
-
-    return prep;
 }
 
 

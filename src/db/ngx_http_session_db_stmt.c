@@ -39,38 +39,19 @@ static const char  *ngx_http_session_db_stmts[] = {
     NGX_HTTP_SESSION_SQL_IMAGE_SLICE
 };
 
-/* the name a statement is prepared under: "ngx_session_<n>" */
-static char  ngx_http_session_db_names[NGX_HTTP_SESSION_NSTMTS][
-                                           sizeof("ngx_session_") + 4];
+/* the statements and their names, "ngx_session_<n>" for stmt n */
+static ngx_http_session_db_prepare_t  *ngx_http_session_db_prepared;
 
 
 ngx_http_session_db_prepare_t *
 ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
 {
-    ngx_uint_t                      i;
-    ngx_http_session_db_prepare_t  *prep;
+    ngx_http_session_db_prepared = ngx_http_session_db_prepare_create(cycle,
+                                        "ngx_session_",
+                                        &ngx_http_session_db_stmts[1],
+                                        NGX_HTTP_SESSION_NSTMTS - 1);
 
-    prep = ngx_palloc(cycle->pool, sizeof(ngx_http_session_db_prepare_t));
-    if (prep == NULL) {
-        return NULL;
-    }
-
-    prep->n = NGX_HTTP_SESSION_NSTMTS - 1;
-    prep->sqls = &ngx_http_session_db_stmts[1];
-
-    prep->names = ngx_palloc(cycle->pool, prep->n * sizeof(const char *));
-    if (prep->names == NULL) {
-        return NULL;
-    }
-
-    for (i = 1; i < NGX_HTTP_SESSION_NSTMTS; i++) {
-        ngx_sprintf((u_char *) ngx_http_session_db_names[i],
-                    "ngx_session_%ui%Z", i);
-
-        prep->names[i - 1] = ngx_http_session_db_names[i];
-    }
-
-    return prep;
+    return ngx_http_session_db_prepared;
 }
 
 
@@ -89,8 +70,11 @@ ngx_http_session_db_stmt_send(ngx_http_session_db_conn_t *dc,
 {
     int  i;
 
+    /* a connection that prepared them did so with these names */
+
     if (q->stmt != NGX_HTTP_SESSION_STMT_NONE && dc->prepared
-        ? !PQsendQueryPrepared(dc->pg, ngx_http_session_db_names[q->stmt],
+        ? !PQsendQueryPrepared(dc->pg,
+                               ngx_http_session_db_prepared->names[q->stmt - 1],
                                q->nparams, q->values, q->lengths, q->formats,
                                q->result_format)
         : !PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,
