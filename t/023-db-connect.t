@@ -702,11 +702,11 @@ sub resolved_again {
     ok($back, "$name - requests are answered after the reconnect");
 }
 
-# A PREPARE held by a lock on sessions, which every pool connection's
-# statements name: the connections made again under the lock wait in it
-# until session_db_timeout, say so, and connect again; requests meanwhile
-# get 503 (the query's own timeout), and all is served once it is gone
-sub prepare_held {
+# reconnect_under_lock(NAME): once nginx serves, sessions locked (ACCESS
+# EXCLUSIVE, by a psql of its own) and the pool connections cut, so that
+# they connect again and prepare their statements under the lock;
+# returns the psql, for psql_end()
+sub reconnect_under_lock {
     my ($name) = @_;
 
     my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
@@ -719,6 +719,18 @@ sub prepare_held {
 
     psql(q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
          . q{ WHERE application_name = 'nginx session pool'});
+
+    return $held;
+}
+
+# A PREPARE held by a lock on sessions, which every pool connection's
+# statements name: the connections made again under the lock wait in it
+# until session_db_timeout, say so, and connect again; requests meanwhile
+# get 503 (the query's own timeout), and all is served once it is gone
+sub prepare_held {
+    my ($name) = @_;
+
+    my $held = reconnect_under_lock($name);
 
     my $re = qr/no answer to the statements' PREPARE within 1000 ms,/;
     my ($gave_up) = wait_until(10, 0.05, sub { error_log_count($re) >= 2 });
@@ -752,16 +764,7 @@ sub prepare_held {
 sub prepare_refused {
     my ($name) = @_;
 
-    my ($up) = wait_until(10, 0.05, sub { get_status() == 200 });
-    ok($up, "$name - served before");
-
-    my $held = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE;'
-                          . " SET application_name = 't023-lock'",
-                          q{SELECT count(*) FROM pg_stat_activity}
-                          . q{ WHERE application_name = 't023-lock'});
-
-    psql(q{SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity}
-         . q{ WHERE application_name = 'nginx session pool'});
+    my $held = reconnect_under_lock($name);
 
     my $re = qr/preparing the statements failed, they are sent as text/;
     my ($refused) = wait_until(10, 0.05, sub { error_log_count($re) >= 2 });
