@@ -11,9 +11,17 @@
 # What would break them, each caught here:
 #   - startup options: this PgBouncer refuses them (no
 #     ignore_startup_parameters), so every request would answer 503;
-#   - named statements: PgBouncer is told to replace its server
+#   - named statements on a PgBouncer that keeps none for its clients
+#     (1.18, or max_prepared_statements = 0: TEST 7): all four clients
+#     share the one server connection, so a second PREPARE of the same
+#     names would fail there, and PgBouncer is told to replace its server
 #     connection (RECONNECT), after which a statement prepared on the old
 #     one is gone: every kind of request runs again on the new one;
+#   - where PgBouncer keeps them (1.21 and later, max_prepared_statements
+#     100 here: docs/decisions.md (pg)), the statements are prepared and
+#     run by name: the server shows PgBouncer's names for them, with
+#     their runs counted, and after the RECONNECT it prepares them again
+#     on the new server connection;
 #   - LISTEN through the pooler: no notification would come back; the
 #     long poll, the revocation and the webhook are woken only by theirs
 #     here (session_auth_cache_ttl 1h, no other wake-up within the waits);
@@ -48,9 +56,21 @@ BEGIN {
 our $TAG = sprintf 't048-%d-%d', $$, time;
 
 our $PGB = pgbouncer_start(pool_mode => 'transaction', pool_size => 1,
+                           prepared => 100,
                            connect_query => 'SET statement_timeout = 5000');
 
+# one that keeps no statement for its clients, whatever its version
+# (TEST 7), on the lane's next port
+our $PGB0 = pgbouncer_start(pool_mode => 'transaction', pool_size => 1,
+                            prepared => 0,
+                            port => ($ENV{TEST_NGINX_PORT} || 1984) + 6,
+                            connect_query => 'SET statement_timeout = 5000');
+
 $ENV{TEST_NGINX_PGB_CONF} = nginx_quote($PGB->{conninfo});
+$ENV{TEST_NGINX_PGB0_CONF} = nginx_quote($PGB0->{conninfo});
+
+# does $PGB keep prepared statements for its clients (1.21 and later)?
+our $KEEPS = pgbouncer_keeps($PGB);
 
 our $F = fixture(plan => 'pro', name => "$TAG-main");
 our $GONE = fixture(plan => 'pro', name => "$TAG-gone");
@@ -61,9 +81,11 @@ our ($HOOK) = receiver_start($HOOKS);
 
 our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
 
-# over session_image_chunk_size (64k): streamed with COPY on an upload
-# connection, read back a slice at a time (docs/decisions.md (za), (zb))
-our $BIG = "\x89PNG\r\n\x1a\n" . join('', map { chr($_ % 251) } 1 .. 70000);
+# over session_image_chunk_size (64k) and session_body_buffer_size
+# (128k, under which a body is gathered whole and goes in one statement):
+# streamed with COPY on an upload connection, read back a slice at a time
+# (docs/decisions.md (za), (zb))
+our $BIG = "\x89PNG\r\n\x1a\n" . join('', map { chr($_ % 251) } 1 .. 200000);
 
 
 # --- helpers -------------------------------------------------------------
@@ -203,6 +225,55 @@ sub all_ok {
     }
 }
 
+# What the connections did with their statements, through PgBouncer B
+# (which keeps them for its clients or not: KEEPS), once every statement
+# has run (every_statement()).  Four clients share its one server
+# connection: had one of them left its statements there under its own
+# names, the next one's PREPARE would have failed.
+sub prepared_ok {
+    my ($name, $b, $keeps) = @_;
+
+    my $log = error_log();
+
+    unlike($log, qr/preparing the (upload )?statements failed/,
+           "$name - no PREPARE failed");
+
+    # the statements on the server connection: under the module's names,
+    # under PgBouncer's, and how many times those ran
+    my ($ours, $its, $runs) = split /\|/, pgbouncer_psql($b,
+        q{SELECT count(*) FILTER (WHERE name ~ '^ngx_'),}
+        . q{ count(*) FILTER (WHERE name LIKE 'PGBOUNCER%'),}
+        . q{ coalesce(sum(generic_plans + custom_plans)}
+        . q{ FILTER (WHERE name LIKE 'PGBOUNCER%'), 0)}
+        . q{ FROM pg_prepared_statements});
+
+    is($ours, 0, "$name - no statement is left under the module's names");
+
+    if ($keeps) {
+        like($log, qr/the pooler keeps prepared statements for its clients, the statements are prepared/,
+             "$name - the pooler keeps them: said once");
+        like($log, qr/session db: the statements are prepared/,
+             "$name - the pool's statements are prepared");
+        like($log, qr/session db: the upload statements are prepared/,
+             "$name - the upload statements are prepared");
+        ok($its > 0, "$name - the server holds them under PgBouncer's names")
+            or diag("$its statements");
+        ok($runs >= 20, "$name - and runs them by name")
+            or diag("$runs runs");
+        return;
+    }
+
+    like($log, qr/the pooler passes prepared statements on to one server connection and keeps none for its clients/,
+         "$name - the pooler keeps none: said once");
+    like($log, qr/session db: the statements are not kept by the pooler, sent as text/,
+         "$name - the pool's statements go as text");
+    like($log, qr/session db: the upload statements are not kept by the pooler, sent as text/,
+         "$name - the upload statements go as text");
+    unlike($log, qr/session db: the (upload )?statements are prepared/,
+           "$name - nothing counts as prepared");
+    is($its, 0, "$name - PgBouncer holds none either");
+}
+
 # PgBouncer's server connections to PostgreSQL: their backend pids
 sub server_pids {
     return sort { $a <=> $b }
@@ -259,15 +330,12 @@ $checks{endpoints} = sub {
             . q{ WHERE application_name = 'nginx session upload'}
             . q{ AND pid NOT IN (} . join(',', @servers, 0) . q{)}), 0,
        "$name - no upload connection passes PgBouncer by");
+    ok((grep { $_->{application_name} eq 'nginx session upload' }
+             pgbouncer_admin($PGB, 'SHOW CLIENTS')),
+       "$name - the streamed uploads went through an upload connection");
 
-    # four clients on one server connection: had they prepared, all but
-    # the first would have failed to
-    unlike(error_log(), qr/preparing the statements failed/,
-           "$name - nothing is prepared");
-    unlike(error_log(), qr/preparing the upload statements failed/,
-           "$name - nothing is prepared on the upload connections");
-    unlike(error_log(), qr/the statements are prepared/,
-           "$name - nothing is prepared (the debug log)");
+    prepared_ok($name, $PGB, $KEEPS);
+
     unlike(error_log(), qr/statement_timeout is/,
            "$name - the server's statement_timeout is PgBouncer's");
     unlike(error_log(), qr/connection pooler/,
@@ -275,8 +343,8 @@ $checks{endpoints} = sub {
 };
 
 # PgBouncer replaces its server connection: a statement prepared on the
-# old one would be gone ("prepared statement ... does not exist"); every
-# statement runs on the new one
+# old one would be gone ("prepared statement ... does not exist") unless
+# PgBouncer prepares it again; every statement runs on the new one
 $checks{reconnect} = sub {
     my ($name) = @_;
 
@@ -412,6 +480,19 @@ $checks{webhooks} = sub {
        "$name - the session is expired");
 };
 
+# every endpoint through the PgBouncer that keeps no statement for its
+# clients: each goes with its text, and nothing is left on its server
+# connection
+$checks{unkept} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    all_ok($name, every_statement($name));
+
+    prepared_ok($name, $PGB0, 0);
+};
+
 # reads that wait for the one connection go in one pipeline, under one
 # Sync: one transaction for PgBouncer
 $checks{pipeline} = sub {
@@ -491,7 +572,7 @@ no_shuffle();
 no_long_string();
 
 my $HTTP = <<'EOF';
-    session_db $TEST_NGINX_PGB_CONF;
+    session_db $TEST_NGINX_PGB_CONF_USED;
     session_db_pooler transaction;
     session_db_listen $TEST_NGINX_SESSION_DB_CONF;
     session_auth_cache_ttl 1h;
@@ -512,6 +593,11 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     my $one = ($block->connections // '') =~ /^\s*1\s*$/;
+
+    # the PgBouncer that keeps no statement for its clients, or the other
+    $ENV{TEST_NGINX_PGB_CONF_USED} = ($block->pgbouncer // '') =~ /unkept/
+                                     ? $ENV{TEST_NGINX_PGB0_CONF}
+                                     : $ENV{TEST_NGINX_PGB_CONF};
 
     workers($one ? 1 : 2);
 
@@ -551,7 +637,7 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 2: PgBouncer replaces its server connection: nothing was prepared
+=== TEST 2: PgBouncer replaces its server connection: every statement runs on the new one
 --- connections: 1
 --- action: fresh
 --- check: reconnect
@@ -596,6 +682,17 @@ GET /api/v1/sessions?limit=1
 === TEST 6: waiting reads in one pipeline through PgBouncer
 --- connections: 1
 --- check: pipeline
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: through a PgBouncer that keeps no prepared statement: text
+--- pgbouncer: unkept
+--- check: unkept
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -10,7 +10,14 @@
 #             and Execute in one round trip, planned every time)
 #   pgbouncer session_db through PgBouncer in transaction mode (as many
 #             server connections as the module has clients), the same
-#             unnamed statements, LISTEN straight to PostgreSQL
+#             unnamed statements, LISTEN straight to PostgreSQL; a
+#             PgBouncer that keeps no prepared statement for its clients
+#             (1.18, or max_prepared_statements = 0)
+#   pgbouncer-kept
+#             the same through a PgBouncer that keeps them
+#             (max_prepared_statements = 100, PgBouncer 1.21 and later
+#             only; left out before): the statements are prepared, each
+#             sent by name (decisions.md (pg))
 #
 # Prints a Markdown table: requests/s and the servers' CPU time per
 # request (nginx's workers, every PostgreSQL process, PgBouncer: the
@@ -28,7 +35,7 @@
 #   BENCH_ONLY         a comma list of endpoints (get, list, image-list,
 #                      create)
 #   BENCH_KEEP         keep the scratch directory
-# Everything is on loopback and bounded: 3 set-ups x 4 endpoints x
+# Everything is on loopback and bounded: 3 or 4 set-ups x 4 endpoints x
 # BENCH_ROUNDS runs of BENCH_DURATION.
 set -euo pipefail
 
@@ -64,7 +71,7 @@ W=
 DB=
 PORT=
 NGINX_UP=
-PGB_PID=
+PGB_PIDS=()
 
 
 wanted() {
@@ -90,9 +97,9 @@ servers() {
 cleanup() {
     local rc=$?
     nginx_down
-    if [ -n "$PGB_PID" ]; then
-        kill "$PGB_PID" 2>/dev/null || true
-        wait "$PGB_PID" 2>/dev/null || true
+    if [ "${#PGB_PIDS[@]}" -gt 0 ]; then
+        kill "${PGB_PIDS[@]}" 2>/dev/null || true
+        wait "${PGB_PIDS[@]}" 2>/dev/null || true
     fi
     if [ -n "$W" ]; then
         if [ "$rc" -ne 0 ] || [ -n "${BENCH_KEEP:-}" ]; then
@@ -107,43 +114,63 @@ cleanup() {
 
 # --- set-up ---------------------------------------------------------------
 
-# PgBouncer on $PGB_PORT in front of $DB, transaction mode
+# does this PgBouncer know max_prepared_statements (1.21 and later)?
+pgbouncer_keeps() {
+    pgbouncer --version 2>/dev/null | awk '
+        match($0, /[0-9]+\.[0-9]+/) {
+            split(substr($0, RSTART, RLENGTH), v, ".")
+            found = v[1] * 1000 + v[2] >= 1021
+        }
+        END { exit !found }'
+}
+
+# pgbouncer_start DIR PORT KEPT: PgBouncer on PORT in front of $DB,
+# transaction mode, its files in $W/DIR; KEPT: max_prepared_statements
+# (where it has the setting)
 pgbouncer_start() {
-    local runas=()
+    local dir=$W/$1 port=$2 kept=$3 runas=()
 
     [ "$(id -u)" != 0 ] || runas=(-u postgres)
 
-    mkdir -p "$W/pgb"
-    printf '"%s" "%s"\n' "$PGUSER" "$PGPASSWORD" > "$W/pgb/userlist.txt"
-    cat > "$W/pgb/pgbouncer.ini" <<EOF
+    mkdir -p "$dir"
+    printf '"%s" "%s"\n' "$PGUSER" "$PGPASSWORD" > "$dir/userlist.txt"
+    cat > "$dir/pgbouncer.ini" <<EOF
 [databases]
 pooled = host=$PGHOST port=$PGPORT dbname=$PGDATABASE connect_query='SET statement_timeout = 5000'
 
 [pgbouncer]
 listen_addr = 127.0.0.1
-listen_port = $PGB_PORT
+listen_port = $port
 unix_socket_dir =
 auth_type = md5
-auth_file = $W/pgb/userlist.txt
+auth_file = $dir/userlist.txt
 pool_mode = transaction
 default_pool_size = $((WORKERS * CONNS))
 max_client_conn = 1000
-logfile = $W/pgb/pgbouncer.log
-pidfile = $W/pgb/pgbouncer.pid
+logfile = $dir/pgbouncer.log
+pidfile = $dir/pgbouncer.pid
 EOF
-    [ "$(id -u)" != 0 ] || chown -R postgres "$W/pgb"
+    if pgbouncer_keeps; then
+        echo "max_prepared_statements = $kept" >> "$dir/pgbouncer.ini"
+    fi
+    [ "$(id -u)" != 0 ] || chown -R postgres "$dir"
 
-    pgbouncer "${runas[@]}" "$W/pgb/pgbouncer.ini" \
-        > "$W/pgb/stdout.log" 2>&1 &
-    PGB_PID=$!
+    pgbouncer "${runas[@]}" "$dir/pgbouncer.ini" \
+        > "$dir/stdout.log" 2>&1 &
+    PGB_PIDS+=($!)
 
     for _ in $(seq 50); do
-        psql -X -q -At -d "$PGB_DB" -c 'SELECT 1' >/dev/null 2>&1 \
+        psql -X -q -At -d "$(pgb_db "$port")" -c 'SELECT 1' >/dev/null 2>&1 \
             && return 0
         sleep 0.1
     done
-    cat "$W/pgb/pgbouncer.log" >&2
+    cat "$dir/pgbouncer.log" >&2
     die "PgBouncer did not start"
+}
+
+# the conninfo of the database through the PgBouncer on PORT
+pgb_db() {
+    echo "host=127.0.0.1 port=$1 dbname=pooled user=$PGUSER password=$PGPASSWORD"
 }
 
 fixtures() {
@@ -184,7 +211,11 @@ nginx_conf() {
             echo "    session_db_pooler transaction;"
             echo "    session_db_listen $(nginx_quote "$DB");" ;;
         pgbouncer)
-            echo "    session_db $(nginx_quote "$PGB_DB");"
+            echo "    session_db $(nginx_quote "$(pgb_db "$PGB_PORT")");"
+            echo "    session_db_pooler transaction;"
+            echo "    session_db_listen $(nginx_quote "$DB");" ;;
+        pgbouncer-kept)
+            echo "    session_db $(nginx_quote "$(pgb_db "$PGBK_PORT")");"
             echo "    session_db_pooler transaction;"
             echo "    session_db_listen $(nginx_quote "$DB");" ;;
         esac
@@ -214,7 +245,7 @@ cpu_snap() {
         case $g in
         nginx)      set -- $(pgrep -P "$(cat "$W/nginx.pid")") ;;
         pg)         set -- "$POSTMASTER" $(pgrep -P "$POSTMASTER") ;;
-        pgbouncer)  set -- "$PGB_PID" ;;
+        pgbouncer)  set -- "${PGB_PIDS[@]}" ;;
         esac
         for p in "$@"; do
             for f in /proc/"$p"/task/*/schedstat; do
@@ -291,12 +322,19 @@ inside() {
 
     PORT=$(free_port) || die "no free port"
     PGB_PORT=$(free_port) || die "no free port"
-    PGB_DB="host=127.0.0.1 port=$PGB_PORT dbname=pooled user=$PGUSER"
-    PGB_DB+=" password=$PGPASSWORD"
+    PGBK_PORT=$(free_port) || die "no free port"
 
     "$SESSIONCTL" -d "$DB" migrate >/dev/null || die "migrate failed"
     fixtures
-    pgbouncer_start
+    pgbouncer_start pgb "$PGB_PORT" 0
+
+    if pgbouncer_keeps; then
+        pgbouncer_start pgbk "$PGBK_PORT" 100
+        SETUPS+=" pgbouncer-kept"
+    else
+        log "PgBouncer before 1.21 keeps no prepared statement:" \
+            "no pgbouncer-kept set-up"
+    fi
 
     # the checkpointer lives as long as the postmaster, its parent
     POSTMASTER=$(ps -o ppid= -p "$(sql "SELECT pid FROM pg_stat_activity

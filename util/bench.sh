@@ -891,6 +891,7 @@ $(part cluster "## Three nodes on one PostgreSQL (session_limit_scope)" BENCH_CL
     BENCH_DB_MODE=cost bash util/bench-db.sh       # CPU per request at a fixed rate alone
     make bench-poll                                # the long poll beside nchan and its floor
     bash util/bench-pooler.sh                      # named, unnamed and through PgBouncer
+    bash util/debroot.sh run-debian13 bash util/bench-pooler.sh   # and PgBouncer 1.24 keeping them
 
 \`BENCH_OUT=-\` prints the table without writing this page.
 

@@ -12,6 +12,9 @@
 #       The package is left in build/deb-trixie/.
 #   bash util/debroot.sh test-debian13 t/012-poll.t ...
 #       make build and only those scripts (util/test.sh) in the root
+#   bash util/debroot.sh run-debian13 COMMAND [ARG...]
+#       make build, then COMMAND in /src of the same root (for example
+#       bash util/bench-pooler.sh, with Debian 13's PgBouncer 1.24)
 #   bash util/debroot.sh deb-test [SUITE [DEB]]        (make deb-test)
 #       build/deb/*.deb (made by make deb on this machine), or DEB, in a
 #       clean root of this machine's release (or SUITE): apt-get update,
@@ -336,7 +339,9 @@ test_debian13() {
         bash util/install-deps.sh
         bash util/install-deps.sh --deb'
 
-    if [ "$#" -gt 0 ]; then
+    if [ -n "${DEBROOT_COMMAND:-}" ]; then
+        run="make build && $DEBROOT_COMMAND"
+    elif [ "$#" -gt 0 ]; then
         run="make build && bash util/test.sh$(printf ' %q' "$@")"
     fi
     say "${run:-make test} in the root"
@@ -350,7 +355,7 @@ test_debian13() {
             libtest-nginx-perl gcc || true
         '"${run:-make test}"
     if [ -n "$run" ]; then
-        say "the chosen scripts passed in the Debian 13 root"
+        say "$run: done in the Debian 13 root"
         return 0
     fi
 
@@ -396,6 +401,11 @@ case ${1:-} in
         shift
         test_debian13 "$@"
         ;;
+    run-debian13)
+        shift
+        [ "$#" -gt 0 ] || die "usage: util/debroot.sh run-debian13 COMMAND"
+        DEBROOT_COMMAND=$(printf '%q ' "$@") test_debian13
+        ;;
     deb-test)
         suite=${2:-$(. /etc/os-release && echo "$VERSION_CODENAME")}
         [ -n "$suite" ] || die "cannot tell this machine's release"
@@ -406,6 +416,6 @@ case ${1:-} in
         ;;
     *)
         die "usage: util/debroot.sh test-debian13 [SCRIPT...] |" \
-            "deb-test [SUITE [DEB]]"
+            "run-debian13 COMMAND [ARG...] | deb-test [SUITE [DEB]]"
         ;;
 esac

@@ -1103,10 +1103,20 @@ ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
     ngx_uint_t  i;
 
     if (prep == NULL || dc->prepared
-        || (dc->pooled && pooler == NGX_HTTP_SESSION_POOLER_OFF))
+        || (dc->pooled ? pooler == NGX_HTTP_SESSION_POOLER_OFF
+                       : pooler == NGX_HTTP_SESSION_POOLER_TRANSACTION))
     {
         return 0;
     }
+
+    /*
+     * Through a pooler in transaction mode the pipeline is one
+     * transaction, so one server connection: after the Parses it can
+     * show under which names they arrived
+     */
+
+    dc->asking = (pooler == NGX_HTTP_SESSION_POOLER_TRANSACTION);
+    dc->renamed = 0;
 
     if (!PQenterPipelineMode(dc->pg)) {
         goto failed;
@@ -1116,6 +1126,15 @@ ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
         if (!PQsendPrepare(dc->pg, prep->names[i], prep->sqls[i], 0, NULL)) {
             goto failed;
         }
+    }
+
+    if (dc->asking
+        && (!PQsendQueryParams(dc->pg, NGX_HTTP_SESSION_SQL_PREPARED_NAMES,
+                               0, NULL, NULL, NULL, NULL, 0)
+            || !PQsendQueryParams(dc->pg, NGX_HTTP_SESSION_SQL_PREPARED_DROP,
+                                  0, NULL, NULL, NULL, NULL, 0)))
+    {
+        goto failed;
     }
 
     if (!PQpipelineSync(dc->pg)) {
@@ -1149,7 +1168,9 @@ failed:
 /*
  * dc's reader while its statements are prepared: the first error among
  * the answers is kept (the PREPAREs after it are skipped), and at the
- * Sync it goes to the owner as a statement's answer would
+ * Sync it goes to the owner as a statement's answer would.  The one
+ * answer with a row is the count of the names the server holds as the
+ * module gave them (SQL_PREPARED_NAMES).
  */
 
 static void
@@ -1167,6 +1188,13 @@ ngx_http_session_db_prepare_read(ngx_http_session_db_conn_t *dc)
             }
 
             /* the end of one PREPARE's answer */
+            continue;
+        }
+
+        if (PQresultStatus(res) == PGRES_TUPLES_OK) {
+            dc->renamed = (PQntuples(res) == 1 && PQnfields(res) == 1
+                           && ngx_strcmp(PQgetvalue(res, 0, 0), "0") == 0);
+            PQclear(res);
             continue;
         }
 
@@ -1209,17 +1237,24 @@ ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
     PGresult *res, const char *what)
 {
     dc->preparing = 0;
-    dc->prepared = (res && PQresultStatus(res) == PGRES_COMMAND_OK);
 
-    if (!dc->prepared) {
+    if (res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK) {
+        dc->prepared = 0;
+
         ngx_log_error(NGX_LOG_WARN, dc->log, 0,
                       "session db: preparing the %s failed, they are sent "
                       "as text on this connection", what);
         return;
     }
 
-    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
-                   "session db: the %s are prepared", what);
+    /* asked, and not renamed: they were on one server connection only */
+
+    dc->prepared = (!dc->asking || dc->renamed);
+
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session db: the %s are %s", what,
+                   dc->prepared ? "prepared"
+                                : "not kept by the pooler, sent as text");
 }
 
 

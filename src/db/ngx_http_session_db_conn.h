@@ -136,6 +136,13 @@ struct ngx_http_session_db_conn_s {
      */
     unsigned                         preparing:1;
     unsigned                         prepared:1;
+    /*
+     * behind a transaction pooler, the PREPARE asks the server whether
+     * the pooler renamed the statements (it keeps them for its clients):
+     * only then do they count as prepared
+     */
+    unsigned                         asking:1;
+    unsigned                         renamed:1;
     /* a result of the pipeline was large: reconnect once it is over */
     unsigned                         recycle:1;
     /* libpq holds output that the socket did not take yet */
@@ -201,19 +208,25 @@ ngx_http_session_db_prepare_t *ngx_http_session_db_prepare_create(
     ngx_cycle_t *cycle, const char *prefix, const char **sqls, ngx_uint_t n);
 
 /*
- * A connection just ready: its owner's statements first (prep; NULL:
- * none, through a pooler in transaction mode), in one pipeline, unless
- * they are prepared, or a pooler that session_db_pooler (pooler) does
- * not name stands in between.  Returns whether they are sent: the answer
- * (the first error, or a result of them) comes to dc->answer with
- * dc->preparing set, within session_db_timeout, or the connection is
- * made again (at once, when they could not be sent); the owner's queries
- * wait for it.
+ * A connection just ready: its owner's statements first (prep), in one
+ * pipeline, unless they are prepared, or a pooler that session_db_pooler
+ * (pooler) does not name stands in between, or one is named
+ * "transaction" and the probe found none (each statement goes with its
+ * text then).  Behind a transaction pooler the pipeline also asks
+ * whether the pooler keeps the statements for its clients, and takes
+ * them back from the server connection where it does not (decisions.md
+ * (pg)).  Returns whether they are sent: the answer (the first error, or
+ * a result of them) comes to dc->answer with dc->preparing set, within
+ * session_db_timeout, or the connection is made again (at once, when
+ * they could not be sent); the owner's queries wait for it.
  */
 ngx_uint_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
     const ngx_http_session_db_prepare_t *prep, ngx_uint_t pooler);
 
-/* the PREPARE's answer in: prepared, or said once that they go as text */
+/*
+ * the PREPARE's answer in: prepared, or they go as text (said as a
+ * warning when the PREPARE failed)
+ */
 void ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
     PGresult *res, const char *what);
 

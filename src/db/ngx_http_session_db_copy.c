@@ -37,8 +37,8 @@
 
 typedef struct {
     /*
-     * The statements ngx_upload_<n>, prepared once per connection; NULL
-     * through a pooler in transaction mode (session_db_pooler)
+     * The statements ngx_upload_<n>, prepared once per connection where
+     * they can be (ngx_http_session_db_conn_prepare())
      */
     ngx_http_session_db_prepare_t  *prepare;
     ngx_http_session_db_conn_t     *conns;
@@ -119,22 +119,19 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
     }
 
     /*
-     * As the pool's (decisions (pa), (pc)): no statement prepared through
-     * a pooler that pools transactions (each goes with its text); a
-     * streamed upload's transaction keeps its server connection from
-     * BEGIN to COMMIT there too
+     * As the pool's (decisions (pa), (pc), (pg)): through a pooler that
+     * pools transactions the statements are prepared only where it keeps
+     * them for its clients, else each goes with its text; a streamed
+     * upload's transaction keeps its server connection from BEGIN to
+     * COMMIT there too
      */
 
     copies->pooler = smcf->db_pooler;
-
-    if (copies->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
-        copies->prepare = ngx_http_session_db_prepare_create(cycle,
-                                        "ngx_upload_",
+    copies->prepare = ngx_http_session_db_prepare_create(cycle, "ngx_upload_",
                                         ngx_http_session_db_copy_stmts,
                                         NGX_HTTP_SESSION_DB_COPY_NSTMTS);
-        if (copies->prepare == NULL) {
-            return NGX_ERROR;
-        }
+    if (copies->prepare == NULL) {
+        return NGX_ERROR;
     }
 
     ngx_queue_init(&copies->waiting);

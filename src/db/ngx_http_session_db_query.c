@@ -34,8 +34,8 @@
 
 typedef struct {
     /*
-     * The statements ngx_session_<n>, prepared once per connection; NULL
-     * through a pooler in transaction mode (session_db_pooler)
+     * The statements ngx_session_<n>, prepared once per connection where
+     * they can be (ngx_http_session_db_conn_prepare())
      */
     ngx_http_session_db_prepare_t  *prepare;
     ngx_http_session_db_conn_t     *conns;
@@ -73,12 +73,15 @@ typedef struct {
     /* what ngx_http_session_db_pool_ready() warns of, once per worker */
     unsigned                     said_pooled:1;
     unsigned                     said_timeout:1;
+    unsigned                     said_prepared:1;
 } ngx_http_session_db_pool_t;
 
 
 static void ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
     ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_pool_prepared(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
 static void ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static void ngx_http_session_db_pool_checked(ngx_http_session_db_conn_t *dc);
@@ -156,17 +159,16 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
 
     /*
      * Through a pooler in transaction mode nothing of a session lasts
-     * beyond its transaction: no statement prepared on one server
-     * connection to be run on another; each statement goes with its
-     * text, unnamed (Parse, Bind and Execute in one round trip, planned
-     * every time)
+     * beyond its transaction, unless the pooler keeps prepared statements
+     * for its clients: a connection finds out when it prepares (db_conn.c,
+     * decisions.md (pg)), and where it does not, each statement goes with
+     * its text, unnamed (Parse, Bind and Execute in one round trip,
+     * planned every time)
      */
 
-    if (pool->pooler != NGX_HTTP_SESSION_POOLER_TRANSACTION) {
-        pool->prepare = ngx_http_session_db_stmt_init(cycle);
-        if (pool->prepare == NULL) {
-            return NGX_ERROR;
-        }
+    pool->prepare = ngx_http_session_db_stmt_init(cycle);
+    if (pool->prepare == NULL) {
+        return NGX_ERROR;
     }
 
     for (i = 0; i < pool->nconns; i++) {
@@ -284,6 +286,45 @@ ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
 }
 
 
+/*
+ * What the PREPARE found behind a pooler named "transaction", once per
+ * worker: whether it keeps prepared statements for its clients, so that
+ * the statements are prepared, or each goes with its text (decisions.md
+ * (pg)).  A PREPARE that failed has said so already.
+ */
+
+static void
+ngx_http_session_db_pool_prepared(ngx_http_session_db_conn_t *dc,
+    PGresult *res)
+{
+    ngx_http_session_db_pool_t  *pool;
+
+    pool = ngx_http_session_db_pool;
+
+    if (pool == NULL || !dc->asking || pool->said_prepared
+        || res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK)
+    {
+        return;
+    }
+
+    pool->said_prepared = 1;
+
+    if (dc->prepared) {
+        ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
+                      "session db: the pooler keeps prepared statements "
+                      "for its clients, the statements are prepared");
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
+                  "session db: the pooler passes prepared statements on "
+                  "to one server connection and keeps none for its "
+                  "clients (PgBouncer before 1.21, or "
+                  "max_prepared_statements = 0), each statement is sent "
+                  "with its text");
+}
+
+
 /* the answer to what the pool sent alone: a query, or the PREPARE */
 
 static void
@@ -309,6 +350,7 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
     if (q == NULL) {
         if (dc->preparing) {
             ngx_http_session_db_conn_prepared(dc, res, "statements");
+            ngx_http_session_db_pool_prepared(dc, res);
         }
 
         /* the PREPARE, or a query that went away meanwhile */

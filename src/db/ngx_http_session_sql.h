@@ -939,5 +939,26 @@ typedef enum {
     "SELECT pg_backend_pid(), setting FROM pg_settings"                       \
     " WHERE name = 'statement_timeout'"
 
+/*
+ * Behind a transaction pooler, in the pipeline that prepares a
+ * connection's statements (db_conn.c, decisions.md (pg)): how many of
+ * them the server holds under the names the module gave them (those of
+ * the pool, ngx_session_<n>, and of the uploads, ngx_upload_<n>).  None:
+ * the pooler renamed them, it keeps statements for its clients and
+ * prepares them on whichever server connection runs the next Bind
+ * (PgBouncer 1.21 and later with max_prepared_statements).  Some: it
+ * passed them on as they are, to a server connection that the next
+ * transaction may not get; then the second statement takes them back.
+ */
+#define NGX_HTTP_SESSION_SQL_PREPARED_NAMES                                   \
+    "SELECT count(*) FROM pg_prepared_statements"                             \
+    " WHERE name ~ '^ngx_(session|upload)_[0-9]+$'"
+
+#define NGX_HTTP_SESSION_SQL_PREPARED_DROP                                    \
+    "DO $$DECLARE s text; BEGIN"                                              \
+    " FOR s IN SELECT name FROM pg_prepared_statements"                       \
+    " WHERE name ~ '^ngx_(session|upload)_[0-9]+$' LOOP"                      \
+    " EXECUTE format('DEALLOCATE %I', s); END LOOP; END$$"
+
 
 #endif /* _NGX_HTTP_SESSION_SQL_H_INCLUDED_ */

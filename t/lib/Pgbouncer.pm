@@ -14,6 +14,12 @@ package Pgbouncer;
 #                  client that sends "options" is refused, as by default)
 #   connect_query  run on every server connection it opens (PgBouncer's
 #                  per-database connect_query), e.g. a SET
+#   prepared       max_prepared_statements: how many protocol-level
+#                  statements it keeps for its clients on each server
+#                  connection (PgBouncer 1.21 and later; 0: none, it
+#                  passes them on as they are, as older ones do).  Not
+#                  written where not given, nor to a PgBouncer that has
+#                  no such setting
 #   port           default TEST_NGINX_PORT + 5 (inside the lane's ten
 #                  ports, see util/test.sh), else any free port
 #
@@ -23,7 +29,9 @@ package Pgbouncer;
 # "postgres" (PgBouncer refuses root).  It is killed when the script
 # ends, or with pgbouncer_stop($b).  pgbouncer_admin($b, SQL) runs a
 # command on its admin console (SHOW POOLS, SHOW SERVERS...) and returns
-# its rows, each a hash of the columns.
+# its rows, each a hash of the columns; pgbouncer_psql($b, SQL) runs SQL
+# through it.  pgbouncer_keeps($b): does it keep prepared statements for
+# its clients (its max_prepared_statements)?
 
 use strict;
 use warnings;
@@ -35,8 +43,9 @@ use POSIX ();
 use Session ();
 use SessionTest ();
 
-our @EXPORT = qw(pgbouncer_path pgbouncer_start pgbouncer_stop
-                 pgbouncer_admin);
+our @EXPORT = qw(pgbouncer_path pgbouncer_version pgbouncer_start
+                 pgbouncer_stop pgbouncer_admin pgbouncer_keeps
+                 pgbouncer_psql);
 
 my %Running;
 
@@ -48,6 +57,49 @@ sub pgbouncer_path {
     }
 
     return undef;
+}
+
+
+# its version, as [major, minor, patch] ("PgBouncer 1.18.0"), or undef
+sub pgbouncer_version {
+    my $bin = pgbouncer_path() or return undef;
+
+    my ($code, $out) = Session::_run($bin, '--version');
+
+    return undef unless $code == 0
+                        && $out =~ /PgBouncer\s+(\d+)\.(\d+)(?:\.(\d+))?/;
+
+    return [$1, $2, $3 // 0];
+}
+
+
+# SQL run through PgBouncer B (psql, unaligned, no header): its output,
+# without the last newline
+sub pgbouncer_psql {
+    my ($b, $sql) = @_;
+
+    my ($code, $out, $err) =
+        Session::_run('psql', '-X', '-q', '-A', '-t', '-v',
+                      'ON_ERROR_STOP=1', '-d', $b->{conninfo}, '-c', $sql);
+
+    die "pgbouncer_psql $sql: exit $code: $err" if $code != 0;
+
+    chomp $out;
+
+    return $out;
+}
+
+
+# does the running PgBouncer B keep protocol-level prepared statements
+# for its clients?  Its own word: max_prepared_statements over 0 in SHOW
+# CONFIG (1.21 and later; older ones have no such setting)
+sub pgbouncer_keeps {
+    my ($b) = @_;
+
+    my ($row) = grep { ($_->{key} // '') eq 'max_prepared_statements' }
+                pgbouncer_admin($b, 'SHOW CONFIG');
+
+    return $row && ($row->{value} // 0) =~ /^\d+$/ && $row->{value} > 0;
 }
 
 
@@ -132,6 +184,12 @@ sub pgbouncer_start {
     );
 
     $ini{ignore_startup_parameters} = $opt{ignore} if defined $opt{ignore};
+
+    my $v = pgbouncer_version();
+
+    if (defined $opt{prepared} && $v && $v->[0] * 1000 + $v->[1] >= 1021) {
+        $ini{max_prepared_statements} = $opt{prepared};
+    }
 
     open my $fh, '>', "$dir/pgbouncer.ini" or die "$dir: $!";
     print $fh "[databases]\n$dbline\n\n[pgbouncer]\n";
