@@ -66,8 +66,6 @@ our $PGB0 = pgbouncer_start(pool_mode => 'transaction', pool_size => 1,
                             port => ($ENV{TEST_NGINX_PORT} || 1984) + 6,
                             connect_query => 'SET statement_timeout = 5000');
 
-$ENV{TEST_NGINX_PGB_CONF} = nginx_quote($PGB->{conninfo});
-$ENV{TEST_NGINX_PGB0_CONF} = nginx_quote($PGB0->{conninfo});
 
 # does $PGB keep prepared statements for its clients (1.21 and later)?
 our $KEEPS = pgbouncer_keeps($PGB);
@@ -271,7 +269,7 @@ sub prepared_ok {
          "$name - the upload statements go as text");
     unlike($log, qr/session db: the (upload )?statements are prepared/,
            "$name - nothing counts as prepared");
-    is($its, 0, "$name - PgBouncer holds none either");
+    is($its, 0, "$name - nor under PgBouncer's (this one keeps none)");
 }
 
 # PgBouncer's server connections to PostgreSQL: their backend pids
@@ -302,9 +300,28 @@ sub hooks_of {
 
 my %actions;
 
+# the PgBouncer of the block being run ($PGB, or $PGB0 for
+# "--- pgbouncer: unkept")
+our $USED = $PGB;
+
 # before nginx starts: PgBouncer's server connection is a new one, which
 # holds no statement from an earlier block
 $actions{fresh} = sub { pgbouncer_admin($PGB, 'RECONNECT pooled') };
+
+# before nginx starts: the server connection holds a statement of the
+# module's first name, as a client's pipeline that failed after its
+# first Parse leaves it (PostgreSQL keeps what a Parse before the error
+# made); a Parse of that name would fail there
+$actions{leftover} = sub {
+    pgbouncer_admin($USED, 'RECONNECT pooled');
+    pgbouncer_psql($USED, 'PREPARE ngx_session_1 AS SELECT 1');
+
+    my $left = pgbouncer_psql($USED, q{SELECT count(*)}
+                                     . q{ FROM pg_prepared_statements}
+                                     . q{ WHERE name = 'ngx_session_1'});
+    die "no statement left on PgBouncer's server connection: $left\n"
+        unless $left eq '1';
+};
 
 my %checks;
 
@@ -480,17 +497,17 @@ $checks{webhooks} = sub {
        "$name - the session is expired");
 };
 
-# every endpoint through the PgBouncer that keeps no statement for its
-# clients: each goes with its text, and nothing is left on its server
-# connection
-$checks{unkept} = sub {
+# every endpoint through the block's PgBouncer: through the one that
+# keeps no statement for its clients each goes with its text; through
+# the other, as TEST 1; nothing is left under the module's names
+$checks{used} = sub {
     my ($name) = @_;
 
     listening();
 
     all_ok($name, every_statement($name));
 
-    prepared_ok($name, $PGB0, 0);
+    prepared_ok($name, $USED, $USED == $PGB ? $KEEPS : 0);
 };
 
 # reads that wait for the one connection go in one pipeline, under one
@@ -595,9 +612,8 @@ add_block_preprocessor(sub {
     my $one = ($block->connections // '') =~ /^\s*1\s*$/;
 
     # the PgBouncer that keeps no statement for its clients, or the other
-    $ENV{TEST_NGINX_PGB_CONF_USED} = ($block->pgbouncer // '') =~ /unkept/
-                                     ? $ENV{TEST_NGINX_PGB0_CONF}
-                                     : $ENV{TEST_NGINX_PGB_CONF};
+    $USED = ($block->pgbouncer // '') =~ /unkept/ ? $PGB0 : $PGB;
+    $ENV{TEST_NGINX_PGB_CONF_USED} = nginx_quote($USED->{conninfo});
 
     workers($one ? 1 : 2);
 
@@ -692,7 +708,30 @@ GET /api/v1/sessions?limit=1
 
 === TEST 7: through a PgBouncer that keeps no prepared statement: text
 --- pgbouncer: unkept
---- check: unkept
+--- check: used
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: a statement left by a failed PREPARE does not stop the next (keeping none)
+--- pgbouncer: unkept
+--- action: leftover
+--- check: used
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 9: a statement left by a failed PREPARE does not stop the next
+--- action: leftover
+--- check: used
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

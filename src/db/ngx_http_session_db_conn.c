@@ -1112,13 +1112,23 @@ ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
     /*
      * Through a pooler in transaction mode the pipeline is one
      * transaction, so one server connection: after the Parses it can
-     * show under which names they arrived
+     * show under which names they arrived.  Its statements of the
+     * module's names go first: those a client left there when its
+     * pipeline failed halfway (PostgreSQL does not take back what the
+     * Parses before the error made), which would make these Parses fail.
      */
 
     dc->asking = (pooler == NGX_HTTP_SESSION_POOLER_TRANSACTION);
     dc->renamed = 0;
 
     if (!PQenterPipelineMode(dc->pg)) {
+        goto failed;
+    }
+
+    if (dc->asking
+        && !PQsendQueryParams(dc->pg, NGX_HTTP_SESSION_SQL_PREPARED_DROP,
+                              0, NULL, NULL, NULL, NULL, 0))
+    {
         goto failed;
     }
 
@@ -1234,7 +1244,7 @@ ngx_http_session_db_prepare_read(ngx_http_session_db_conn_t *dc)
 
 void
 ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
-    PGresult *res, const char *what)
+    PGresult *res, const char *what, ngx_uint_t *said)
 {
     dc->preparing = 0;
 
@@ -1255,6 +1265,26 @@ ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
                    "session db: the %s are %s", what,
                    dc->prepared ? "prepared"
                                 : "not kept by the pooler, sent as text");
+
+    if (!dc->asking || said == NULL || *said) {
+        return;
+    }
+
+    *said = 1;
+
+    if (dc->prepared) {
+        ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
+                      "session db: the pooler keeps prepared statements "
+                      "for its clients, the %s are prepared", what);
+        return;
+    }
+
+    ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
+                  "session db: the pooler passes prepared statements on "
+                  "to one server connection and keeps none for its "
+                  "clients (PgBouncer before 1.21, or "
+                  "max_prepared_statements = 0), the %s are sent as text",
+                  what);
 }
 
 

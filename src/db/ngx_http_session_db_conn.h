@@ -225,10 +225,12 @@ ngx_uint_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
 
 /*
  * the PREPARE's answer in: prepared, or they go as text (said as a
- * warning when the PREPARE failed)
+ * warning when the PREPARE failed).  Behind a transaction pooler, what
+ * it found is said as a notice where *said (the owner's, per worker) is
+ * still 0, and *said is set.
  */
 void ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
-    PGresult *res, const char *what);
+    PGresult *res, const char *what, ngx_uint_t *said);
 
 /*
  * The owner has handed libpq what to send (PQsendQueryParams(), a

@@ -50,6 +50,8 @@ typedef struct {
     ngx_msec_t                   timeout;
     /* session_db_pooler */
     ngx_uint_t                   pooler;
+    /* whether a pooler keeps the statements, said once per worker */
+    ngx_uint_t                   said_prepared;
 } ngx_http_session_db_copies_t;
 
 
@@ -633,7 +635,9 @@ ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_copy_t  *cp;
 
     if (dc->preparing) {
-        ngx_http_session_db_conn_prepared(dc, res, "upload statements");
+        ngx_http_session_db_conn_prepared(dc, res, "upload statements",
+                        ngx_http_session_db_copies
+                        ? &ngx_http_session_db_copies->said_prepared : NULL);
         ngx_http_session_db_conn_clear(dc, res);
         ngx_http_session_db_copy_dispatch();
         return;

@@ -70,18 +70,17 @@ typedef struct {
      */
     ngx_event_t                  post;
 
+    /* whether a pooler keeps the statements, said once per worker */
+    ngx_uint_t                   said_prepared;
     /* what ngx_http_session_db_pool_ready() warns of, once per worker */
     unsigned                     said_pooled:1;
     unsigned                     said_timeout:1;
-    unsigned                     said_prepared:1;
 } ngx_http_session_db_pool_t;
 
 
 static void ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
     ngx_http_session_db_conn_t *dc);
-static void ngx_http_session_db_pool_prepared(ngx_http_session_db_conn_t *dc,
-    PGresult *res);
 static void ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 static void ngx_http_session_db_pool_checked(ngx_http_session_db_conn_t *dc);
@@ -286,45 +285,6 @@ ngx_http_session_db_pool_probed(ngx_http_session_db_pool_t *pool,
 }
 
 
-/*
- * What the PREPARE found behind a pooler named "transaction", once per
- * worker: whether it keeps prepared statements for its clients, so that
- * the statements are prepared, or each goes with its text (decisions.md
- * (pg)).  A PREPARE that failed has said so already.
- */
-
-static void
-ngx_http_session_db_pool_prepared(ngx_http_session_db_conn_t *dc,
-    PGresult *res)
-{
-    ngx_http_session_db_pool_t  *pool;
-
-    pool = ngx_http_session_db_pool;
-
-    if (pool == NULL || !dc->asking || pool->said_prepared
-        || res == NULL || PQresultStatus(res) != PGRES_COMMAND_OK)
-    {
-        return;
-    }
-
-    pool->said_prepared = 1;
-
-    if (dc->prepared) {
-        ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
-                      "session db: the pooler keeps prepared statements "
-                      "for its clients, the statements are prepared");
-        return;
-    }
-
-    ngx_log_error(NGX_LOG_NOTICE, dc->log, 0,
-                  "session db: the pooler passes prepared statements on "
-                  "to one server connection and keeps none for its "
-                  "clients (PgBouncer before 1.21, or "
-                  "max_prepared_statements = 0), each statement is sent "
-                  "with its text");
-}
-
-
 /* the answer to what the pool sent alone: a query, or the PREPARE */
 
 static void
@@ -349,8 +309,9 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
 
     if (q == NULL) {
         if (dc->preparing) {
-            ngx_http_session_db_conn_prepared(dc, res, "statements");
-            ngx_http_session_db_pool_prepared(dc, res);
+            ngx_http_session_db_conn_prepared(dc, res, "statements",
+                        ngx_http_session_db_pool
+                        ? &ngx_http_session_db_pool->said_prepared : NULL);
         }
 
         /* the PREPARE, or a query that went away meanwhile */

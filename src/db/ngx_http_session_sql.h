@@ -949,14 +949,16 @@ typedef enum {
  * (PgBouncer 1.21 and later with max_prepared_statements).  Some: it
  * passed them on as they are, to a server connection that the next
  * transaction may not get; then the second statement takes them back.
+ * The second also comes first in the pipeline, for what a pipeline
+ * that failed halfway left there.
  */
 #define NGX_HTTP_SESSION_SQL_PREPARED_NAMES                                   \
-    "SELECT count(*) FROM pg_prepared_statements"                             \
+    "SELECT count(*) FROM pg_catalog.pg_prepared_statements"                  \
     " WHERE name ~ '^ngx_(session|upload)_[0-9]+$'"
 
 #define NGX_HTTP_SESSION_SQL_PREPARED_DROP                                    \
     "DO $$DECLARE s text; BEGIN"                                              \
-    " FOR s IN SELECT name FROM pg_prepared_statements"                       \
+    " FOR s IN SELECT name FROM pg_catalog.pg_prepared_statements"            \
     " WHERE name ~ '^ngx_(session|upload)_[0-9]+$' LOOP"                      \
     " EXECUTE format('DEALLOCATE %I', s); END LOOP; END$$"
 

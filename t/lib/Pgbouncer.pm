@@ -18,8 +18,9 @@ package Pgbouncer;
 #                  statements it keeps for its clients on each server
 #                  connection (PgBouncer 1.21 and later; 0: none, it
 #                  passes them on as they are, as older ones do).  Not
-#                  written where not given, nor to a PgBouncer that has
-#                  no such setting
+#                  written where not given (PgBouncer's own default then
+#                  holds: pgbouncer_keeps() tells), nor to a PgBouncer
+#                  that has no such setting
 #   port           default TEST_NGINX_PORT + 5 (inside the lane's ten
 #                  ports, see util/test.sh), else any free port
 #
