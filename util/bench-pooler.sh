@@ -117,7 +117,7 @@ cleanup() {
 # does this PgBouncer know max_prepared_statements (1.21 and later)?
 pgbouncer_keeps() {
     pgbouncer --version 2>/dev/null | awk '
-        match($0, /[0-9]+\.[0-9]+/) {
+        /^PgBouncer / && match($0, /[0-9]+\.[0-9]+/) {
             split(substr($0, RSTART, RLENGTH), v, ".")
             found = v[1] * 1000 + v[2] >= 1021
         }
