@@ -21,7 +21,9 @@
 #     100 here: docs/decisions.md (pg)), the statements are prepared and
 #     run by name: the server shows PgBouncer's names for them, with
 #     their runs counted, and after the RECONNECT it prepares them again
-#     on the new server connection;
+#     on the new server connection; told to keep none any more (TEST 10),
+#     it leaves the server without the names: each connection answers
+#     503 once and goes on with text;
 #   - LISTEN through the pooler: no notification would come back; the
 #     long poll, the revocation and the webhook are woken only by theirs
 #     here (session_auth_cache_ttl 1h, no other wake-up within the waits);
@@ -510,6 +512,68 @@ $checks{used} = sub {
     prepared_ok($name, $USED, $USED == $PGB ? $KEEPS : 0);
 };
 
+# PgBouncer is told to keep no statement for its clients any more
+# (max_prepared_statements 0, RELOAD) while the connections send theirs
+# by name: the server has none of those names.  A statement that meets
+# this answers 503 (it did not run), its connection sends text from then
+# on, and every endpoint works again.  Only where PgBouncer kept them.
+$checks{stops_keeping} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip 'this PgBouncer keeps no prepared statement (before 1.21)', 1
+            unless $KEEPS;
+
+        listening();
+
+        all_ok("$name - before", every_statement("$name-before"));
+        like(error_log(), qr/session db: the statements are prepared/,
+             "$name - before: the statements are prepared");
+
+        my $sid = create();
+        my (@got, $run, $n503, $ok, $err);
+
+        pgbouncer_set($PGB, max_prepared_statements => 0);
+
+        # each connection (two workers: four of the pool, four for
+        # uploads) meets the lost names once at the most, whenever it is
+        # first used; then 200 and 201 from them all
+        $ok = eval {
+            ($run, $n503) = (0, 0);
+
+            for (1 .. 40) {
+                my $list = api('GET', '/api/v1/sessions?limit=1')->{status};
+                my $big = api('POST', "/api/v1/sessions/$sid/images", $BIG,
+                              { 'Content-Type' => 'image/png' })->{status};
+
+                push @got, "$list/$big";
+                $n503 += grep { $_ == 503 } $list, $big;
+                $run = ($list == 200 && $big == 201) ? $run + 1 : 0;
+
+                last if $run == 8;
+            }
+            1;
+        };
+        $err = $@;
+
+        pgbouncer_set($PGB, max_prepared_statements => 100);
+
+        ok($ok, "$name - the requests were answered") or diag($err);
+        is(join(' ', grep { !m{^(200|503)/(201|503)$} } @got), '',
+           "$name - 200, 201 or 503 only");
+        ok($n503 >= 1, "$name - a statement met the lost names: 503")
+            or diag("@got");
+        ok($n503 <= 8, "$name - 503 once a connection at the most")
+            or diag("@got");
+        is($run, 8, "$name - then 200 and 201, eight times in a row")
+            or diag("@got");
+        like(error_log(), qr/session db: the server does not have the statements this connection prepared/,
+             "$name - said");
+
+        all_ok("$name - after", every_statement("$name-after"));
+    }
+};
+
 # reads that wait for the one connection go in one pipeline, under one
 # Sync: one transaction for PgBouncer
 $checks{pipeline} = sub {
@@ -737,3 +801,11 @@ GET /api/v1/sessions?limit=1
 --- error_code: 200
 --- no_error_log
 [error]
+
+
+
+=== TEST 10: PgBouncer stops keeping the statements: one 503 a connection, then text
+--- check: stops_keeping
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200

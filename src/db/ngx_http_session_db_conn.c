@@ -1025,6 +1025,8 @@ ngx_http_session_db_answered(ngx_http_session_db_conn_t *dc, PGresult *res)
 void
 ngx_http_session_db_conn_keep(ngx_http_session_db_conn_t *dc, PGresult *res)
 {
+    ngx_http_session_db_conn_check(dc, res);
+
     if (dc->result == NULL) {
         dc->result = res;
 
@@ -1035,6 +1037,41 @@ ngx_http_session_db_conn_keep(ngx_http_session_db_conn_t *dc, PGresult *res)
     } else {
         PQclear(res);
     }
+}
+
+
+/*
+ * res, an answer read on dc: a server that does not know the statement
+ * that dc sent by name (26000) has lost what dc prepared, as when a
+ * pooler that kept them for its clients is told to keep none (PgBouncer
+ * reloaded with max_prepared_statements = 0): the statement did not run
+ * (the owner answers 503, ngx_http_session_db_unavailable()), and dc
+ * sends its statements as text from then on, rather than fail every one
+ */
+
+void
+ngx_http_session_db_conn_check(ngx_http_session_db_conn_t *dc, PGresult *res)
+{
+    char  *state;
+
+    if (!dc->prepared || PQresultStatus(res) != PGRES_FATAL_ERROR) {
+        return;
+    }
+
+    state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+
+    if (state == NULL || ngx_strcmp(state, "26000") != 0) {
+        return;
+    }
+
+    dc->prepared = 0;
+
+    ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                  "session db: the server does not have the statements "
+                  "this connection prepared (a pooler that no longer keeps "
+                  "them for its clients?), they are sent as text on it "
+                  "from now on: %s",
+                  ngx_http_session_db_message(PQresultErrorMessage(res)));
 }
 
 
@@ -1334,10 +1371,15 @@ ngx_http_session_db_unavailable(PGresult *res)
         return 1;
     }
 
-    /* 08 connection, 53 resources, 57 operator intervention, 3D000 no db */
+    /*
+     * 08 connection, 53 resources, 57 operator intervention, 3D000 no db,
+     * 26000 a prepared statement the server lost (the statement did not
+     * run; see ngx_http_session_db_conn_check())
+     */
 
     return ngx_strncmp(state, "08", 2) == 0
            || ngx_strncmp(state, "53", 2) == 0
            || ngx_strncmp(state, "57", 2) == 0
-           || ngx_strncmp(state, "3D000", 5) == 0;
+           || ngx_strncmp(state, "3D000", 5) == 0
+           || ngx_strncmp(state, "26000", 5) == 0;
 }

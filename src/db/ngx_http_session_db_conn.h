@@ -250,6 +250,13 @@ void ngx_http_session_db_conn_clear(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 
 /*
+ * an answer read on dc: a prepared statement the server does not have
+ * (26000) makes dc send its statements as text from then on
+ */
+void ngx_http_session_db_conn_check(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
+
+/*
  * Does res (an error) mean "the database is not there", not "the
  * statement is wrong"?  Its requests answer 503 then.
  */

@@ -402,6 +402,8 @@ ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc)
             return;
         }
 
+        ngx_http_session_db_conn_check(dc, res);
+
         if (cp->npipe < 2 && cp->pipe[cp->npipe] == NULL) {
             cp->pipe[cp->npipe] = res;
 

@@ -32,7 +32,8 @@ package Pgbouncer;
 # command on its admin console (SHOW POOLS, SHOW SERVERS...) and returns
 # its rows, each a hash of the columns; pgbouncer_psql($b, SQL) runs SQL
 # through it.  pgbouncer_keeps($b): does it keep prepared statements for
-# its clients (its max_prepared_statements)?
+# its clients (its max_prepared_statements)?  pgbouncer_set($b, KEY,
+# VALUE) changes a setting and reloads it.
 
 use strict;
 use warnings;
@@ -46,7 +47,7 @@ use SessionTest ();
 
 our @EXPORT = qw(pgbouncer_path pgbouncer_version pgbouncer_start
                  pgbouncer_stop pgbouncer_admin pgbouncer_keeps
-                 pgbouncer_psql);
+                 pgbouncer_psql pgbouncer_set);
 
 my %Running;
 
@@ -71,6 +72,25 @@ sub pgbouncer_version {
                         && $out =~ /PgBouncer\s+(\d+)\.(\d+)(?:\.(\d+))?/;
 
     return [$1, $2, $3 // 0];
+}
+
+
+# KEY = VALUE in the [pgbouncer] section of B's configuration (the last
+# one), in place of what was there, then RELOAD
+sub pgbouncer_set {
+    my ($b, $key, $value) = @_;
+
+    my $ini = "$b->{dir}/pgbouncer.ini";
+
+    open my $in, '<', $ini or die "$ini: $!";
+    my @lines = grep { !/^\Q$key\E\s*=/ } <$in>;
+    close $in;
+
+    open my $out, '>', $ini or die "$ini: $!";
+    print $out @lines, "$key = $value\n";
+    close $out;
+
+    pgbouncer_admin($b, 'RELOAD');
 }
 
 
