@@ -189,50 +189,6 @@ ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);
 
 /*
- * The statements an owner prepares on each of its connections: n names
- * and their texts.  Each goes to the server in a Parse of its own, not
- * as one "PREPARE a AS ...; PREPARE b AS ..." text: PostgreSQL keeps a
- * prepared statement's source text and shows it for each run of it (in
- * pg_stat_activity, and after every error in its log), so the one text
- * made every statement of a connection appear as the first one, with
- * all the others after it.
- */
-typedef struct {
-    ngx_uint_t                       n;
-    const char                     **names;
-    const char                     **sqls;
-} ngx_http_session_db_prepare_t;
-
-/* the n statements sqls, named <prefix>1 to <prefix>n; NULL without memory */
-ngx_http_session_db_prepare_t *ngx_http_session_db_prepare_create(
-    ngx_cycle_t *cycle, const char *prefix, const char **sqls, ngx_uint_t n);
-
-/*
- * A connection just ready: its owner's statements first (prep), in one
- * pipeline, unless they are prepared, or a pooler that session_db_pooler
- * (pooler) does not name stands in between, or one is named
- * "transaction" and the probe found none (each statement goes with its
- * text then).  Behind a transaction pooler the pipeline also asks
- * whether the pooler keeps the statements for its clients, and takes
- * them back from the server connection where it does not (decisions.md
- * (pg)).  Returns whether they are sent: the answer (the first error, or
- * a result of them) comes to dc->answer with dc->preparing set, within
- * session_db_timeout, or the connection is made again (at once, when
- * they could not be sent); the owner's queries wait for it.
- */
-ngx_uint_t ngx_http_session_db_conn_prepare(ngx_http_session_db_conn_t *dc,
-    const ngx_http_session_db_prepare_t *prep, ngx_uint_t pooler);
-
-/*
- * the PREPARE's answer in: prepared, or they go as text (said as a
- * warning when the PREPARE failed).  Behind a transaction pooler, what
- * it found is said as a notice where *said (the owner's, per worker) is
- * still 0, and *said is set.
- */
-void ngx_http_session_db_conn_prepared(ngx_http_session_db_conn_t *dc,
-    PGresult *res, const char *what, ngx_uint_t *said);
-
-/*
  * The owner has handed libpq what to send (PQsendQueryParams(), a
  * pipeline): the connection is busy until it is answered
  */
@@ -240,6 +196,14 @@ ngx_int_t ngx_http_session_db_conn_busy(ngx_http_session_db_conn_t *dc);
 
 /* answered: the connection is idle, and checks itself from now on */
 void ngx_http_session_db_conn_idle(ngx_http_session_db_conn_t *dc);
+
+/*
+ * the statement in flight is answered with res (kept, or NULL): idle
+ * again, and res goes to the first statement's, the idle check's or the
+ * owner's reader (for a reader of a pipeline, at its Sync)
+ */
+void ngx_http_session_db_conn_answered(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
 
 /* a result of the statement being read (dc->result: the one kept) */
 void ngx_http_session_db_conn_keep(ngx_http_session_db_conn_t *dc,

@@ -25,6 +25,7 @@
 
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_db_conn.h"
+#include "ngx_http_session_db_prepare.h"
 #include "ngx_http_session_stats.h"
 
 
@@ -38,7 +39,7 @@
 typedef struct {
     /*
      * The statements ngx_upload_<n>, prepared once per connection where
-     * they can be (ngx_http_session_db_conn_prepare())
+     * they can be (ngx_http_session_db_prepare())
      */
     ngx_http_session_db_prepare_t  *prepare;
     ngx_http_session_db_conn_t     *conns;
@@ -607,7 +608,7 @@ ngx_http_session_db_copy_ready(ngx_http_session_db_conn_t *dc)
     copies = ngx_http_session_db_copies;
 
     if (copies
-        && ngx_http_session_db_conn_prepare(dc, copies->prepare,
+        && ngx_http_session_db_prepare(dc, copies->prepare,
                                             copies->pooler))
     {
         return;
@@ -637,7 +638,7 @@ ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_copy_t  *cp;
 
     if (dc->preparing) {
-        ngx_http_session_db_conn_prepared(dc, res, "upload statements",
+        ngx_http_session_db_prepared(dc, res, "upload statements",
                         ngx_http_session_db_copies
                         ? &ngx_http_session_db_copies->said_prepared : NULL);
         ngx_http_session_db_conn_clear(dc, res);

@@ -17,6 +17,7 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_db_batch.h"
 #include "ngx_http_session_db_conn.h"
+#include "ngx_http_session_db_prepare.h"
 #include "ngx_http_session_db_stmt.h"
 #include "ngx_http_session_backoff.h"
 #include "ngx_http_session_stats.h"
@@ -35,7 +36,7 @@
 typedef struct {
     /*
      * The statements ngx_session_<n>, prepared once per connection where
-     * they can be (ngx_http_session_db_conn_prepare())
+     * they can be (ngx_http_session_db_prepare())
      */
     ngx_http_session_db_prepare_t  *prepare;
     ngx_http_session_db_conn_t     *conns;
@@ -159,10 +160,10 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
     /*
      * Through a pooler in transaction mode nothing of a session lasts
      * beyond its transaction, unless the pooler keeps prepared statements
-     * for its clients: a connection finds out when it prepares (db_conn.c,
-     * decisions.md (pg)), and where it does not, each statement goes with
-     * its text, unnamed (Parse, Bind and Execute in one round trip,
-     * planned every time)
+     * for its clients: a connection finds out when it prepares
+     * (db_prepare.c, decisions.md (pg)), and where it does not, each
+     * statement goes with its text, unnamed (Parse, Bind and Execute in
+     * one round trip, planned every time)
      */
 
     pool->prepare = ngx_http_session_db_stmt_init(cycle);
@@ -229,7 +230,7 @@ ngx_http_session_db_pool_ready(ngx_http_session_db_conn_t *dc)
     /* the statements first: queries wait for them like for a busy one */
 
     if (pool
-        && ngx_http_session_db_conn_prepare(dc, pool->prepare, pool->pooler))
+        && ngx_http_session_db_prepare(dc, pool->prepare, pool->pooler))
     {
         return;
     }
@@ -309,7 +310,7 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
 
     if (q == NULL) {
         if (dc->preparing) {
-            ngx_http_session_db_conn_prepared(dc, res, "statements",
+            ngx_http_session_db_prepared(dc, res, "statements",
                         ngx_http_session_db_pool
                         ? &ngx_http_session_db_pool->said_prepared : NULL);
         }

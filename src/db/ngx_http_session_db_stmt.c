@@ -40,18 +40,18 @@ static const char  *ngx_http_session_db_stmts[] = {
 };
 
 /* the statements and their names, "ngx_session_<n>" for stmt n */
-static ngx_http_session_db_prepare_t  *ngx_http_session_db_prepared;
+static ngx_http_session_db_prepare_t  *ngx_http_session_db_named;
 
 
 ngx_http_session_db_prepare_t *
 ngx_http_session_db_stmt_init(ngx_cycle_t *cycle)
 {
-    ngx_http_session_db_prepared = ngx_http_session_db_prepare_create(cycle,
+    ngx_http_session_db_named = ngx_http_session_db_prepare_create(cycle,
                                         "ngx_session_",
                                         &ngx_http_session_db_stmts[1],
                                         NGX_HTTP_SESSION_NSTMTS - 1);
 
-    return ngx_http_session_db_prepared;
+    return ngx_http_session_db_named;
 }
 
 
@@ -74,7 +74,7 @@ ngx_http_session_db_stmt_send(ngx_http_session_db_conn_t *dc,
 
     if (q->stmt != NGX_HTTP_SESSION_STMT_NONE && dc->prepared
         ? !PQsendQueryPrepared(dc->pg,
-                               ngx_http_session_db_prepared->names[q->stmt - 1],
+                               ngx_http_session_db_named->names[q->stmt - 1],
                                q->nparams, q->values, q->lengths, q->formats,
                                q->result_format)
         : !PQsendQueryParams(dc->pg, q->sql, q->nparams, NULL, q->values,

@@ -9,7 +9,7 @@
 
 #include "ngx_http_session_common.h"
 
-#include "ngx_http_session_db_conn.h"
+#include "ngx_http_session_db_prepare.h"
 
 
 /* the statements, named ngx_session_<n>, that each connection prepares */

@@ -941,7 +941,7 @@ typedef enum {
 
 /*
  * Behind a transaction pooler, in the pipeline that prepares a
- * connection's statements (db_conn.c, decisions.md (pg)): how many of
+ * connection's statements (db_prepare.c, decisions.md (pg)): how many of
  * them the server holds under the names the module gave them (those of
  * the pool, ngx_session_<n>, and of the uploads, ngx_upload_<n>).  None:
  * the pooler renamed them, it keeps statements for its clients and
