@@ -33,7 +33,7 @@ use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use Images qw(png_bytes);
 use SessionTest qw(:DEFAULT error_body api_request raw_http burst check_init
-                    db_http_config key_headers);
+                    db_http_config key_headers error_log);
 
 our (%KEY, %PROJECT, %SID, %IMG);
 
@@ -464,9 +464,12 @@ $checks{big} = sub {
     }
 
     # around the first slice (16k with the answer's headers), the chunk
-    # (64k: uploads over it are streamed) and the next slices (twice the
-    # chunk less 16k, 112k; docs/decisions.md (zg)): byte for byte
+    # (64k: uploads over it are streamed, unless gathered whole in memory
+    # up to session_body_buffer_size, 128k, as by default; TEST 76 turns
+    # that off) and the next slices (twice the chunk less 16k, 112k;
+    # docs/decisions.md (zg)): byte for byte
     my $slice = 2 * 65536 - 16384;
+    my $spooled = () = error_log() =~ /a client request body is buffered/g;
 
     for my $n (16383, 16384, 16385, 65536, 65537, 16384 + 65536,
                16384 + $slice, 16384 + $slice + 1, 16384 + 2 * $slice,
@@ -478,6 +481,15 @@ $checks{big} = sub {
                            . '/content', $KEY{MAIN});
         is($c->{status}, 200, "$name - $n bytes - 200");
         ok(($c->{content} // '') eq $b, "$name - $n bytes - byte for byte");
+    }
+
+    # where gathering is off (TEST 76) every body went through nginx's
+    # temporary file (ten here; five of them at most where the five from
+    # 16k + 1 to 128k are gathered), and those over 64k were streamed
+    if ($::NO_GATHER) {
+        my $now = () = error_log() =~ /a client request body is buffered/g;
+        cmp_ok($now - $spooled, '>=', 8,
+               "$name - the bodies went through the temporary file");
     }
 };
 
@@ -755,6 +767,10 @@ add_block_preprocessor(sub {
     my $block = shift;
 
     workers(defined $block->workers ? $block->workers : 1);
+
+    # bodies are not gathered whole in memory (TEST 76)
+    $::NO_GATHER = ($block->http_config // '')
+                   =~ /session_body_buffer_size\s+0\s*;/ ? 1 : 0;
 
     db_http_config($block);
 
@@ -1691,5 +1707,19 @@ $::EXPIRED
 --- error_log
 session image: slice of 114688 bytes from byte 16384
 session image: slice of 1 bytes from byte 131072
+--- no_error_log
+[error]
+
+
+
+=== TEST 76: TEST 4 with no body gathered whole: over 64k streamed
+--- skip_eval: 1: $::SMALL_CHUNK
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_body_buffer_size 0;
+--- check: big
+--- request eval
+"GET /api/v1/sessions/$::SID{OPEN}/images"
+--- error_code: 200
 --- no_error_log
 [error]

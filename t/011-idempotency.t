@@ -35,7 +35,7 @@ use IO::Socket::INET ();
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT error_body api_request burst check_init
-                    db_http_config key_headers png_upload);
+                    db_http_config key_headers png_upload error_log);
 
 our (%KEY, %PROJECT);
 
@@ -829,7 +829,8 @@ $checks{killed} = sub {
        $n, "$name - every answered session is in the database");
 };
 
-# a body nginx spooled to a file hashes the same as one in memory
+# a body nginx spooled to a file hashes the same as one in memory (the
+# block turns off session_body_buffer_size, which would gather it whole)
 $checks{spooled} = sub {
     my ($name) = @_;
     my $k = new_key('spooled');
@@ -838,6 +839,8 @@ $checks{spooled} = sub {
 
     my $r1 = api('POST', '/api/v1/sessions', $KEY{A}, $body, idem($k));
     is($r1->{status}, 201, "$name - first: 201");
+    like(error_log(), qr/a client request body is buffered to a temporary file/,
+         "$name - first: nginx spooled it");
     is(key_row('A', $k, q{encode(body_sha256, 'hex')}),
        Digest::SHA::sha256_hex($body), "$name - SHA-256 of the whole body");
 
@@ -972,6 +975,7 @@ GET /api/v1/sessions?limit=1
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     client_body_buffer_size 1k;
+    session_body_buffer_size 0;
 --- check: spooled
 --- request
 GET /api/v1/sessions?limit=1

@@ -945,7 +945,7 @@ sub db_http_config {
     my ($block, $lines) = @_;
 
     # TEST_NGINX_SESSION_IMAGE_CHUNK: a script run again with images
-    # streamed in pieces of that size (t/042, t/043, t/045), its blocks
+    # streamed in pieces of that size (t/042, t/043, t/050), its blocks
     # with an http_config of their own too
     my $chunk = $ENV{TEST_NGINX_SESSION_IMAGE_CHUNK};
 
