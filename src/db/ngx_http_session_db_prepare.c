@@ -69,7 +69,7 @@ ngx_http_session_db_prepare(ngx_http_session_db_conn_t *dc,
 {
     ngx_uint_t  i;
 
-    if (prep == NULL || dc->prepared
+    if (dc->prepared
         || (dc->pooled ? pooler == NGX_HTTP_SESSION_POOLER_OFF
                        : pooler == NGX_HTTP_SESSION_POOLER_TRANSACTION))
     {
