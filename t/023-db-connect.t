@@ -109,13 +109,17 @@ sub read_n {
     return $buf;
 }
 
+# relay(A, B, SEEN): bytes both ways until either side closes; SEEN, when
+# given, sees each read from A first and ends the relay by returning true
+# (what it read then is not passed on)
 sub relay {
-    my ($a, $b) = @_;
+    my ($a, $b, $seen) = @_;
     my $sel = IO::Select->new($a, $b);
     while (1) {
         for my $from ($sel->can_read(30)) {
             my $got = sysread $from, my $buf, 65536;
             return unless $got;
+            return if $seen && $from == $a && $seen->($buf);
             my $to = $from == $a ? $b : $a;
             my $off = 0;
             while ($off < length $buf) {
@@ -282,33 +286,21 @@ sub desync_on {
         my ($packet) = startup($c) or return;
         my $pg = to_live($packet) or return;
 
-        my $sel = IO::Select->new($c, $pg);
         my $tail = '';
 
-        while (1) {
-            for my $from ($sel->can_read(30)) {
-                my $got = sysread $from, my $buf, 65536;
-                return unless $got;
+        relay($c, $pg, sub {
+            my ($buf) = @_;
 
-                # with the client's last bytes: a message may come in two
-                my $seen = $from == $c ? $tail . $buf : '';
-                $tail = substr($seen, -64) if $from == $c;
+            # with the client's last bytes: a message may come in two
+            my $seen = $tail . $buf;
+            $tail = substr($seen, -64);
 
-                if ($seen =~ $re) {
-                    syswrite $c, '1' . pack('N', 4) . 'C' . pack('N', 2);
-                    sleep 5;
-                    return;
-                }
+            return 0 unless $seen =~ $re;
 
-                my $to = $from == $c ? $pg : $c;
-                my $off = 0;
-                while ($off < length $buf) {
-                    my $w = syswrite $to, $buf, length($buf) - $off, $off;
-                    return unless $w;
-                    $off += $w;
-                }
-            }
-        }
+            syswrite $c, '1' . pack('N', 4) . 'C' . pack('N', 2);
+            sleep 5;
+            return 1;
+        });
     };
 }
 
