@@ -21,9 +21,10 @@
 #     100 here: docs/decisions.md (pg)), the statements are prepared and
 #     run by name: the server shows PgBouncer's names for them, with
 #     their runs counted, and after the RECONNECT it prepares them again
-#     on the new server connection; told to keep none any more (TEST 10),
-#     it leaves the server without the names: each connection answers
-#     503 once and goes on with text;
+#     on the new server connection; told to keep none any more (TEST 10,
+#     TEST 11 under a pipeline), it leaves the server without the names:
+#     a statement that meets this goes again as text, and no request
+#     sees it;
 #   - LISTEN through the pooler: no notification would come back; the
 #     long poll, the revocation and the webhook are woken only by theirs
 #     here (session_auth_cache_ttl 1h, no other wake-up within the waits);
@@ -515,8 +516,10 @@ $checks{used} = sub {
 # PgBouncer is told to keep no statement for its clients any more
 # (max_prepared_statements 0, RELOAD) while the connections send theirs
 # by name: the server has none of those names.  A statement that meets
-# this answers 503 (it did not run), its connection sends text from then
-# on, and every endpoint works again.  Only where PgBouncer kept them.
+# this did not run: it goes again as text (a streamed upload waits again
+# for a connection, none of its body read yet), its connection sends
+# text from then on, and no request sees it.  Only where PgBouncer kept
+# them.
 $checks{stops_keeping} = sub {
     my ($name) = @_;
 
@@ -531,46 +534,109 @@ $checks{stops_keeping} = sub {
              "$name - before: the statements are prepared");
 
         my $sid = create();
-        my (@got, $run, $n503, $ok, $err);
+        my $mark = length error_log();
+        my (@got, $ok, $err);
 
         pgbouncer_set($PGB, max_prepared_statements => 0);
 
-        # each connection (two workers: four of the pool, four for
-        # uploads) meets the lost names once at the most, whenever it is
-        # first used; then 200 and 201 from them all
+        # two workers, each with pool and upload connections that meet
+        # the lost names whenever they are first used
         $ok = eval {
-            ($run, $n503) = (0, 0);
-
-            for (1 .. 40) {
+            for (1 .. 12) {
                 my $list = api('GET', '/api/v1/sessions?limit=1')->{status};
                 my $big = api('POST', "/api/v1/sessions/$sid/images", $BIG,
                               { 'Content-Type' => 'image/png' })->{status};
 
                 push @got, "$list/$big";
-                $n503 += grep { $_ == 503 } $list, $big;
-                $run = ($list == 200 && $big == 201) ? $run + 1 : 0;
-
-                last if $run == 8;
             }
             1;
         };
         $err = $@;
 
+        all_ok("$name - after", every_statement("$name-after"));
+
+        my $log = substr error_log(), $mark;
+
         pgbouncer_set($PGB, max_prepared_statements => 100);
 
         ok($ok, "$name - the requests were answered") or diag($err);
-        is(join(' ', grep { !m{^(200|503)/(201|503)$} } @got), '',
-           "$name - 200, 201 or 503 only");
-        ok($n503 >= 1, "$name - a statement met the lost names: 503")
+        is(join(' ', grep { $_ ne '200/201' } @got), '',
+           "$name - 200 and 201 every time, no 503")
             or diag("@got");
-        ok($n503 <= 8, "$name - 503 once a connection at the most")
-            or diag("@got");
-        is($run, 8, "$name - then 200 and 201, eight times in a row")
-            or diag("@got");
-        like(error_log(), qr/session db: the server does not have the statements this connection prepared/,
+        like($log, qr/session db: the server does not have the statements this connection prepared/,
              "$name - said");
+        like($log, qr/session db: a statement the server did not have goes again, as text/,
+             "$name - a statement of the pool went again");
+        like($log, qr/session db: an upload whose first statement the server did not have waits again/,
+             "$name - an upload went again");
+    }
+};
 
-        all_ok("$name - after", every_statement("$name-after"));
+# the same, met by a pipeline of reads: the first read's error (26000)
+# and the reads skipped after it all go again, as text, each with its
+# own answer
+$checks{stops_keeping_pipeline} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip 'this PgBouncer keeps no prepared statement (before 1.21)', 1
+            unless $KEEPS;
+
+        listening();
+
+        my @sid = map { create() } 1 .. 6;
+
+        # the key in the auth cache: the only statements are the reads
+        is(api('GET', "/api/v1/sessions/$sid[0]")->{status}, 200,
+           "$name - a read by name");
+
+        my $lock = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE',
+                              q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+                              . q{ ON c.oid = l.relation}
+                              . q{ WHERE c.relname = 'sessions'}
+                              . q{ AND l.mode = 'AccessExclusiveLock'}
+                              . q{ AND l.granted});
+
+        my $holder = send_get("/api/v1/sessions/$sid[0]", $F->{key});
+
+        my ($blocked) = wait_until(10, 0.02, sub {
+            psql(q{SELECT count(*) FROM pg_stat_activity}
+                 . q{ WHERE wait_event_type = 'Lock'}
+                 . q{ AND application_name = 'nginx session pool'});
+        });
+        ok($blocked, "$name - the holder waits for the lock, in PostgreSQL");
+
+        my $mark = length error_log();
+        my @req = map { send_get("/api/v1/sessions/$_", $F->{key}) } @sid;
+
+        my ($waiting) = wait_until(10, 0.02, sub {
+            return status_json()->{database}{waiting} >= @sid;
+        });
+        ok($waiting, "$name - the reads wait for the connection");
+
+        pgbouncer_set($PGB, max_prepared_statements => 0);
+
+        psql_end($lock);
+
+        is(answer($holder, 20)->{status}, 200, "$name - the holder: 200");
+
+        for my $i (0 .. $#sid) {
+            my $r = answer($req[$i], 20);
+
+            is($r->{status}, 200, "$name - read $i: 200");
+            is($r->{json}{id}, $sid[$i], "$name - read $i: its own answer");
+        }
+
+        my $log = substr error_log(), $mark;
+
+        pgbouncer_set($PGB, max_prepared_statements => 100);
+
+        like($log, qr/session db: \d+ reads in one pipeline/,
+             "$name - the reads went in a pipeline");
+        like($log, qr/session db: a read of a pipeline goes again: the server did not have its statement/,
+             "$name - its first read went again");
+        like($log, qr/session db: a read of a pipeline goes again: skipped after an error/,
+             "$name - the others too");
     }
 };
 
@@ -804,8 +870,17 @@ GET /api/v1/sessions?limit=1
 
 
 
-=== TEST 10: PgBouncer stops keeping the statements: one 503 a connection, then text
+=== TEST 10: PgBouncer stops keeping the statements: they go again as text, no request sees it
 --- check: stops_keeping
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+
+
+
+=== TEST 11: PgBouncer stops keeping the statements under a pipeline of reads: they go again as text
+--- connections: 1
+--- check: stops_keeping_pipeline
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -1042,9 +1042,9 @@ ngx_http_session_db_conn_keep(ngx_http_session_db_conn_t *dc, PGresult *res)
  * res, an answer read on dc: a server that does not know the statement
  * that dc sent by name (26000) has lost what dc prepared, as when a
  * pooler that kept them for its clients is told to keep none (PgBouncer
- * reloaded with max_prepared_statements = 0): the statement did not run
- * (the owner answers 503, ngx_http_session_db_unavailable()), and dc
- * sends its statements as text from then on, rather than fail every one
+ * reloaded with max_prepared_statements = 0): the statement did not run,
+ * and its owner sends it again (ngx_http_session_db_conn_lost()), as
+ * text, since dc sends its statements as text from then on
  */
 
 void
@@ -1063,6 +1063,7 @@ ngx_http_session_db_conn_check(ngx_http_session_db_conn_t *dc, PGresult *res)
     }
 
     dc->prepared = 0;
+    dc->lost = 1;
 
     ngx_log_error(NGX_LOG_ERR, dc->log, 0,
                   "session db: the server does not have the statements "
@@ -1070,6 +1071,19 @@ ngx_http_session_db_conn_check(ngx_http_session_db_conn_t *dc, PGresult *res)
                   "them for its clients?), they are sent as text on it "
                   "from now on: %s",
                   ngx_http_session_db_message(PQresultErrorMessage(res)));
+}
+
+
+ngx_uint_t
+ngx_http_session_db_conn_lost(ngx_http_session_db_conn_t *dc, PGresult *res)
+{
+    if (!dc->lost || PQresultStatus(res) != PGRES_FATAL_ERROR) {
+        return 0;
+    }
+
+    dc->lost = 0;
+
+    return 1;
 }
 
 
@@ -1095,6 +1109,9 @@ ngx_http_session_db_conn_busy(ngx_http_session_db_conn_t *dc)
     }
 
     dc->state = NGX_HTTP_SESSION_DB_BUSY;
+
+    /* what goes now has met no lost statement yet */
+    dc->lost = 0;
 
     return ngx_http_session_db_flush(dc);
 }
@@ -1135,7 +1152,8 @@ ngx_http_session_db_unavailable(PGresult *res)
     /*
      * 08 connection, 53 resources, 57 operator intervention, 3D000 no db,
      * 26000 a prepared statement the server lost (the statement did not
-     * run; see ngx_http_session_db_conn_check())
+     * run; its owner sends it again where it can, see
+     * ngx_http_session_db_conn_lost())
      */
 
     return ngx_strncmp(state, "08", 2) == 0

@@ -143,6 +143,12 @@ struct ngx_http_session_db_conn_s {
      */
     unsigned                         asking:1;
     unsigned                         renamed:1;
+    /*
+     * a result of what was sent last found the statements lost and made
+     * the connection send text (ngx_http_session_db_conn_check()): its
+     * statement goes again (ngx_http_session_db_conn_lost())
+     */
+    unsigned                         lost:1;
     /* a result of the pipeline was large: reconnect once it is over */
     unsigned                         recycle:1;
     /* libpq holds output that the socket did not take yet */
@@ -218,6 +224,14 @@ void ngx_http_session_db_conn_clear(ngx_http_session_db_conn_t *dc,
  * (26000) makes dc send its statements as text from then on
  */
 void ngx_http_session_db_conn_check(ngx_http_session_db_conn_t *dc,
+    PGresult *res);
+
+/*
+ * Did res, read on dc, make dc send text (ngx_http_session_db_conn_check())?
+ * Its statement did not run: its owner sends it again, as text.  Yes once
+ * for each such result, so that nothing goes again for ever.
+ */
+ngx_uint_t ngx_http_session_db_conn_lost(ngx_http_session_db_conn_t *dc,
     PGresult *res);
 
 /*

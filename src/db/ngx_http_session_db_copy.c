@@ -77,6 +77,7 @@ static void ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp,
     PGresult *res, ngx_uint_t abort);
 static void ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp);
 static void ngx_http_session_db_copy_lost(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp);
 static ngx_uint_t ngx_http_session_db_copy_open(
     ngx_http_session_db_copies_t *copies);
 static void ngx_http_session_db_copy_dispatch(void);
@@ -484,6 +485,12 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
 
     PQclear(other);
 
+    if (before && res && ngx_http_session_db_conn_lost(cp->conn, res)) {
+        PQclear(res);
+        ngx_http_session_db_copy_again(cp);
+        return;
+    }
+
     if (res == NULL || PQresultStatus(res) != PGRES_TUPLES_OK) {
         ngx_http_session_db_copy_fail(cp, res, 1);
         return;
@@ -509,6 +516,43 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
 
     cp->handler(cp, res);
     PQclear(res);
+
+    ngx_http_session_db_copy_dispatch();
+}
+
+
+/*
+ * before was sent by name to a server that does not have it (26000, see
+ * ngx_http_session_db_conn_check()): nothing ran and no byte of the body
+ * was read, so cp waits again, first in line.  Its connection, in a
+ * transaction that failed, connects again, and its statements go as text
+ * unless the pooler keeps them again.
+ */
+
+static void
+ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp)
+{
+    ngx_http_session_db_conn_t    *dc;
+    ngx_http_session_db_copies_t  *copies;
+
+    copies = ngx_http_session_db_copies;
+    dc = cp->conn;
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, cp->log, 0,
+                   "session db: an upload whose first statement the server "
+                   "did not have waits again");
+
+    ngx_http_session_db_copy_release(cp);
+
+    ngx_http_session_db_conn_close(dc);
+    ngx_http_session_db_conn_open(dc);
+
+    cp->phase = NGX_HTTP_SESSION_DB_COPY_WAITING;
+
+    ngx_queue_insert_head(&copies->waiting, &cp->queue);
+    cp->queued = 1;
+
+    ngx_add_timer(&cp->timeout, copies->timeout);
 
     ngx_http_session_db_copy_dispatch();
 }

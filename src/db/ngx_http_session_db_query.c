@@ -323,6 +323,23 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
         return;
     }
 
+    if (res && PQstatus(dc->pg) != CONNECTION_BAD
+        && ngx_http_session_db_conn_lost(dc, res))
+    {
+        /* it did not run: it waits again, first in line, to go as text */
+        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                       "session db: a statement the server did not have "
+                       "goes again, as text");
+        PQclear(res);
+
+        q->conn = NULL;
+        ngx_http_session_db_enqueue(ngx_http_session_db_pool, q, 1);
+
+        ngx_http_session_db_dispatch();
+
+        return;
+    }
+
     if ((res == NULL || ngx_http_session_db_unavailable(res))
         && PQstatus(dc->pg) == CONNECTION_BAD)
     {
@@ -428,8 +445,19 @@ static void
 ngx_http_session_db_batch_answer(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q, PGresult *res)
 {
-    if (res && PQresultStatus(res) == PGRES_PIPELINE_ABORTED) {
-        /* it did not run: it waits again, first in line */
+    if (res && (PQresultStatus(res) == PGRES_PIPELINE_ABORTED
+                || ngx_http_session_db_conn_lost(dc, res)))
+    {
+        /*
+         * it did not run (skipped after an error, or sent by name to a
+         * server that does not have the statement, which dc now sends as
+         * text): it waits again, first in line
+         */
+        ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                       "session db: a read of a pipeline goes again: %s",
+                       (PQresultStatus(res) == PGRES_PIPELINE_ABORTED)
+                       ? "skipped after an error"
+                       : "the server did not have its statement");
         PQclear(res);
 
         if (q) {
