@@ -310,7 +310,39 @@ $::MALFORMED
 
 
 
-=== TEST 15: no space after the scheme
+=== TEST 15: tabs and spaces around the value are not part of it (RFC 9110 5.5)
+--- raw_request eval
+"GET /api/v1/nope HTTP/1.1\r
+Host: localhost\r
+Authorization:\t \tBearer $::KEY\t \t\r
+Connection: close\r
+\r
+"
+--- error_code: 404
+--- response_body eval
+$::NOT_FOUND
+--- no_error_log
+[error]
+
+
+
+=== TEST 16: a tab after the key
+--- raw_request eval
+"GET /api/v1/nope HTTP/1.1\r
+Host: localhost\r
+Authorization: Bearer $::KEY\t\r
+Connection: close\r
+\r
+"
+--- error_code: 404
+--- response_body eval
+$::NOT_FOUND
+--- no_error_log
+[error]
+
+
+
+=== TEST 17: no space after the scheme
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -325,7 +357,7 @@ $::MALFORMED
 
 
 
-=== TEST 16: something after the key
+=== TEST 18: something after the key
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -340,7 +372,7 @@ $::MALFORMED
 
 
 
-=== TEST 17: the key alone, without a scheme
+=== TEST 19: the key alone, without a scheme
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -355,7 +387,7 @@ $::MALFORMED
 
 
 
-=== TEST 18: two Authorization headers: 400 bad request, JSON
+=== TEST 20: two Authorization headers: 400 bad request, JSON
 --- raw_request eval
 "GET /api/v1/nope HTTP/1.1\r
 Host: localhost\r
@@ -373,7 +405,7 @@ $::BAD_REQUEST
 
 
 
-=== TEST 19: two Authorization headers, the first one malformed: still 400
+=== TEST 21: two Authorization headers, the first one malformed: still 400
 --- raw_request eval
 "GET /api/v1/nope HTTP/1.1\r
 Host: localhost\r
@@ -390,7 +422,7 @@ $::BAD_REQUEST
 
 
 
-=== TEST 20: a valid key authenticates (404 from the route stage)
+=== TEST 22: a valid key authenticates (404 from the route stage)
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -406,7 +438,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 21: scheme in lower case
+=== TEST 23: scheme in lower case
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -421,7 +453,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 22: scheme in upper case
+=== TEST 24: scheme in upper case
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -436,7 +468,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 23: scheme in mixed case, several spaces
+=== TEST 25: scheme in mixed case, several spaces
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -451,7 +483,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 24: hex digits in upper case are the same key
+=== TEST 26: hex digits in upper case are the same key
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -466,7 +498,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 25: hex digits in mixed case, asked twice (the cached answer)
+=== TEST 27: hex digits in mixed case, asked twice (the cached answer)
 --- pipelined_requests eval
 ["GET /api/v1/nope", "GET /api/v1/nope"]
 --- more_headers eval
@@ -480,7 +512,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 26: unknown key
+=== TEST 28: unknown key
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -496,7 +528,7 @@ $::INVALID
 
 
 
-=== TEST 27: unknown key, asked twice (the cached negative answer)
+=== TEST 29: unknown key, asked twice (the cached negative answer)
 --- pipelined_requests eval
 ["GET /api/v1/nope", "GET /api/v1/sessions"]
 --- more_headers eval
@@ -510,7 +542,7 @@ $::INVALID
 
 
 
-=== TEST 28: deleted key
+=== TEST 30: deleted key
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -525,7 +557,7 @@ $::INVALID
 
 
 
-=== TEST 29: a key made with another prefix is malformed here
+=== TEST 31: a key made with another prefix is malformed here
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -540,7 +572,7 @@ $::MALFORMED
 
 
 
-=== TEST 30: suspended account
+=== TEST 32: suspended account
 --- request
 GET /api/v1/nope
 --- more_headers eval
@@ -556,7 +588,7 @@ $::SUSPENDED_BODY
 
 
 
-=== TEST 31: suspended account on a known route with a wrong method: 403 first
+=== TEST 33: suspended account on a known route with a wrong method: 403 first
 --- request
 DELETE /api/v1/sessions
 --- more_headers eval
@@ -571,7 +603,7 @@ $::SUSPENDED_BODY
 
 
 
-=== TEST 32: HEAD without a key: same status and headers, no body
+=== TEST 34: HEAD without a key: same status and headers, no body
 --- request
 HEAD /api/v1/sessions
 --- error_code: 401
@@ -584,7 +616,7 @@ Content-Type: application/json
 
 
 
-=== TEST 33: session_key_prefix abcd: an abcd key authenticates
+=== TEST 35: session_key_prefix abcd: an abcd key authenticates
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_key_prefix abcd;
@@ -602,7 +634,7 @@ $::NOT_FOUND
 
 
 
-=== TEST 34: session_key_prefix abcd: a sess key is malformed
+=== TEST 36: session_key_prefix abcd: a sess key is malformed
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_key_prefix abcd;
@@ -620,7 +652,7 @@ $::MALFORMED
 
 
 
-=== TEST 35: session_key_prefix abcd: ABCD_ is malformed (case-sensitive)
+=== TEST 37: session_key_prefix abcd: ABCD_ is malformed (case-sensitive)
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_key_prefix abcd;
@@ -638,7 +670,7 @@ $::MALFORMED
 
 
 
-=== TEST 36: no key material anywhere in a debug-level error log
+=== TEST 38: no key material anywhere in a debug-level error log
 --- debug_log: nginx's debug-level "http header" lines
 --- log_level: debug
 --- request
@@ -653,7 +685,7 @@ qr/http header: "Authorization: Bearer sess_/
 
 
 
-=== TEST 37: no key material in the log after 404 and 405 answers
+=== TEST 39: no key material in the log after 404 and 405 answers
 --- debug_log: the debug-level lines a key would be in
 --- log_level: debug
 --- pipelined_requests eval
@@ -667,7 +699,7 @@ qr/http header: "Authorization: Bearer sess_/
 
 
 
-=== TEST 38: a real key sent with a prefix other than the server's is not logged
+=== TEST 40: a real key sent with a prefix other than the server's is not logged
 --- debug_log: the debug-level lines a key would be in
 --- log_level: debug
 --- request
@@ -680,7 +712,7 @@ $::MALFORMED
 
 
 
-=== TEST 39: the same with session_key_prefix abcd and a sess key
+=== TEST 41: the same with session_key_prefix abcd and a sess key
 --- debug_log: the debug-level lines a key would be in
 --- http_config
     session_db $TEST_NGINX_SESSION_DB_CONF;

@@ -264,8 +264,14 @@ $checks{fail_limit} = sub {
         is($m->{status}, 404, "$name - the cached valid key: 404");
         is($m->{headers}{'x-ratelimit-limit'}, 200,
            "$name - the cached valid key is rate limited as usual");
-        is(api('GET', '/api/v1/nope', $unknown[0])->{status}, 401,
-           "$name - a cached unknown key: 401");
+
+        # only a key found valid is served past the limit: one the cache
+        # knows unknown is refused too (docs/api.md §10.12)
+        my $u = api('GET', '/api/v1/nope', $unknown[0]);
+        is($u->{status}, 429, "$name - a cached unknown key: 429");
+        is($u->{content}, $TOO_MANY, "$name - a cached unknown key: the message");
+        ok(($u->{headers}{'retry-after'} // '') =~ /^\d+$/,
+           "$name - a cached unknown key: Retry-After");
         1;
     };
     unlock_keys($lock);
@@ -276,6 +282,14 @@ $checks{fail_limit} = sub {
     is($o->{status}, 401, "$name - another address: 401");
     is(api_from('127.0.0.2', '/api/v1/nope', $KEY{LIMIT})->{status}, 404,
        "$name - another address with an uncached valid key: 404");
+
+    # one unknown key sent again and again: its answers from the cache
+    # count as failures too, up to the limit (5), then 429
+    my $again = random_key('sess');
+    my @seq = map { api_from('127.0.0.3', '/api/v1/nope', $again)->{status} }
+              1 .. 7;
+    is("@seq", '401 401 401 401 401 429 429',
+       "$name - one unknown key seven times: five 401, then 429");
 };
 
 # session_auth_fail_limit off: nothing is counted

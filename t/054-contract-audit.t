@@ -521,9 +521,30 @@ $checks{conditional} = sub {
     # the content has its ETag: If-None-Match: * is a 304 there
     my $sid = create();
     my $img = upload($sid);
-    my $r = api('GET', path_of($sid) . "/images/$img->{id}/content",
-                $KEY{MAIN}, undef, { 'If-None-Match' => '*' });
+    my $content = path_of($sid) . "/images/$img->{id}/content";
+    my $r = api('GET', $content, $KEY{MAIN}, undef,
+                { 'If-None-Match' => '*' });
     is($r->{status}, 304, "$name - the content with If-None-Match: *: 304");
+
+    # and If-Match or If-Unmodified-Since are not evaluated there: the
+    # bytes never change (docs/api.md §5.8); the 412 nginx would answer
+    # is none of the API's, and came without the rate limit's headers
+    for my $c (['If-Match', '"x"'], ['If-Match', qq{W/"$img->{sha256}"}],
+               ['If-Unmodified-Since', 'Thu, 01 Jan 2099 00:00:00 GMT'],
+               ['If-Unmodified-Since', 'Sat, 28 Nov 2020 00:00:00 GMT'])
+    {
+        my ($h, $v) = @$c;
+
+        for my $m ('GET', 'HEAD') {
+            my $got = api($m, $content, $KEY{MAIN}, undef, { $h => $v });
+
+            is($got->{status}, 200, "$name - the content, $m, $h: $v: 200");
+            is($got->{headers}{etag}, qq{"$img->{sha256}"},
+               "$name - the content, $m, $h: $v: the ETag");
+            ok(defined $got->{headers}{'x-ratelimit-limit'},
+               "$name - the content, $m, $h: $v: X-RateLimit-Limit");
+        }
+    }
 };
 
 # a malformed escape in a query parameter's name or value: as written

@@ -188,6 +188,16 @@ ngx_http_session_image_send_bytes(ngx_http_request_t *r,
 
     r->headers_out.etag = h;
 
+    /*
+     * If-None-Match was judged by the statement (the column before the
+     * slice); If-Match and If-Unmodified-Since are not evaluated: an
+     * image's bytes never change, so no tag or date could tell of a
+     * newer one, and a 412 is not one of the API's answers (docs/api.md
+     * §5.8).  nginx's check would answer them 412 without the rate
+     * limit's headers.
+     */
+    r->disable_not_modified = 1;
+
     if (PQgetvalue(res, 0, 5)[0]) {
         r->headers_out.status = NGX_HTTP_NOT_MODIFIED;
         r->headers_out.content_length_n = -1;

@@ -58,7 +58,7 @@ typedef struct {
 static ngx_int_t ngx_http_session_auth_hash(const u_char *token,
     u_char *hash);
 static ngx_int_t ngx_http_session_auth_fail_check(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx);
+    ngx_http_session_ctx_t *ctx, ngx_uint_t op);
 static void ngx_http_session_auth_fail_count(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t op);
 static void ngx_http_session_auth_addr(ngx_http_request_t *r, u_char *key);
@@ -114,6 +114,8 @@ ngx_http_session_auth_exit_process(void)
 ngx_int_t
 ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
+    size_t                         len;
+    u_char                        *value;
     ngx_uint_t                     n;
     ngx_list_t                    *headers;
     ngx_list_part_t               *part;
@@ -156,8 +158,25 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    if (ngx_http_session_key_parse_header(auth->value.data, auth->value.len,
-                                          smcf->key_prefix.data, &token)
+    /*
+     * the field's value is without the white space around it (RFC 9110
+     * 5.5): nginx takes the spaces off, not the tabs
+     */
+
+    value = auth->value.data;
+    len = auth->value.len;
+
+    while (len && (value[0] == ' ' || value[0] == '\t')) {
+        value++;
+        len--;
+    }
+
+    while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) {
+        len--;
+    }
+
+    if (ngx_http_session_key_parse_header(value, len, smcf->key_prefix.data,
+                                          &token)
         != NGX_HTTP_SESSION_KEY_OK)
     {
         ctx->err = NGX_HTTP_SESSION_ERR_KEY_MALFORMED;
@@ -181,8 +200,22 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     case NGX_HTTP_SESSION_AUTH_INVALID:
         ngx_http_session_stat(auth_hits, 1);
-        ngx_http_session_auth_fail_count(r, ctx, NGX_HTTP_SESSION_FAIL_ADD);
-        ctx->err = NGX_HTTP_SESSION_ERR_KEY_INVALID;
+
+        /*
+         * a failure of the address, counted, or 429 at its limit: only
+         * a key found valid is served past it (docs/api.md §10.12)
+         */
+
+        if (ngx_http_session_auth_fail_check(r, ctx,
+                                             NGX_HTTP_SESSION_FAIL_RESERVE)
+            == NGX_BUSY)
+        {
+            ctx->err = NGX_HTTP_SESSION_ERR_KEY_INVALID;
+        }
+
+        /* counted for good: nothing gives it back */
+        ctx->fail_reserved = 0;
+
         return NGX_DECLINED;
 
     case NGX_HTTP_SESSION_AUTH_SUSPENDED:
@@ -203,7 +236,13 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 
     default:
         ngx_http_session_stat(auth_misses, 1);
-        return ngx_http_session_auth_fail_check(r, ctx);
+
+        /* joining a lookup that runs costs nothing and counts nothing */
+
+        return ngx_http_session_auth_fail_check(r, ctx,
+                   ngx_http_session_flight_find(ctx->principal.hash)
+                   ? NGX_HTTP_SESSION_FAIL_CHECK
+                   : NGX_HTTP_SESSION_FAIL_RESERVE);
     }
 }
 
@@ -254,17 +293,18 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
 
 
 /*
- * Stage 1 on a cache miss of a key not seen valid within the hour: a
- * client address at session_auth_fail_limit gets 429 without a lookup.
- * Starting a lookup counts a failure in advance (given back when the key
- * turns out known), so that however many lookups a client has in flight,
- * it never has more than the limit per minute; joining one that runs
- * costs nothing and counts nothing yet.
+ * Stage 1 for a key not seen valid within the hour, on a cache miss or
+ * known unknown: a client address at session_auth_fail_limit gets 429
+ * without a lookup.  Starting a lookup counts a failure in advance (op
+ * RESERVE, given back when the key turns out known), so that however
+ * many lookups a client has in flight, it never has more than the limit
+ * per minute; joining one that runs only checks (CHECK).  NGX_BUSY: under
+ * the limit (and op done).
  */
 
 static ngx_int_t
 ngx_http_session_auth_fail_check(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx)
+    ngx_http_session_ctx_t *ctx, ngx_uint_t op)
 {
     u_char                        *p;
     size_t                         len;
@@ -282,8 +322,7 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
     tp = ngx_timeofday();
 
     ngx_http_session_auth_addr(r, f.key);
-    f.op = ngx_http_session_flight_find(ctx->principal.hash)
-           ? NGX_HTTP_SESSION_FAIL_CHECK : NGX_HTTP_SESSION_FAIL_RESERVE;
+    f.op = op;
     f.limit = (uint32_t) smcf->auth_fail_limit;
     f.minute = (uint32_t) ngx_http_session_window_minute(tp->sec);
 
