@@ -17,7 +17,10 @@
 # AB_MODULE_A, AB_MODULE_B: the builds (default: build/'s for both);
 # AB_HTTP_A, AB_HTTP_B, AB_LOCATION_A, AB_LOCATION_B: directives added to
 # the http{} block and to the session_api location of each, e.g.
-# AB_LOCATION_B='session_image_chunk_size 128k;'.  AB_ROUNDS (5).
+# AB_LOCATION_B='session_image_chunk_size 128k;' for the downloads (in
+# "up", an AB_SIZE body up to session_body_buffer_size, 128k, is
+# gathered and sent whole whatever the chunk: compare
+# AB_LOCATION_B='session_body_buffer_size 0;' there).  AB_ROUNDS (5).
 # Runs inside pg_virtualenv (its PG* variables); 127.0.0.1 only, ports
 # from BENCH_PORTS as the other benchmarks.
 set -euo pipefail

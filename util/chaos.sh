@@ -29,7 +29,9 @@
 #   CHAOS_CONNECTIONS  session_db_connections (default 4)
 #   CHAOS_IMAGE_CHUNK  session_image_chunk_size (default 512): half the
 #                   clients upload images over it (streamed with COPY on
-#                   an upload connection, decision (za)), half under it
+#                   an upload connection, decision (za); over 128k when
+#                   the chunk is between 8k and 128k, since a body in
+#                   between is gathered and sent whole), half under it
 #                   (one statement on the query connections)
 #   CHAOS_PORT      nginx's port (default: a free one)
 #   CHAOS_KEEP      keep the scratch directory
@@ -106,9 +108,15 @@ client() {
         $| = 1;
         my $http = HTTP::Tiny->new(keep_alive => 0, timeout => 10);
         my $base = "http://127.0.0.1:$port/api/v1/sessions";
-        # odd clients: an image over the chunk (streamed), even: under it
+        # odd clients: an image over the chunk (streamed), even: under it.
+        # A body over client_body_buffer_size (8k at the least) and up to
+        # session_body_buffer_size (128k) is gathered and sent whole, not
+        # streamed (decision (zh)): with a chunk in between, the streamed
+        # ones are over 128k.
+        my $over = $chunk + 8;
+        $over = 131072 if $over + 8 > 8192 && $over + 8 <= 131072;
         my $png = "\x89PNG\r\n\x1a\n"
-                  . ("c" x ($n % 2 ? $chunk + 8 : int($chunk / 2)));
+                  . ("c" x ($n % 2 ? $over : int($chunk / 2)));
         my $seq = 0;
 
         # the answer for a key, however many attempts it takes
