@@ -112,10 +112,16 @@ static char *ngx_http_session_webhook_attempts_check(ngx_conf_t *cf,
     void *post, void *data);
 static char *ngx_http_session_webhook_concurrency_check(ngx_conf_t *cf,
     void *post, void *data);
+static char *ngx_http_session_trusted_where(ngx_conf_t *cf, void *post,
+    void *data);
 static ngx_int_t ngx_http_session_init_module(ngx_cycle_t *cycle);
 static ngx_int_t ngx_http_session_init_process(ngx_cycle_t *cycle);
 static void ngx_http_session_exit_process(ngx_cycle_t *cycle);
 
+
+static ngx_conf_post_t  ngx_http_session_trusted_post = {
+    ngx_http_session_trusted_where
+};
 
 static ngx_conf_post_t  ngx_http_session_db_connections_post = {
     ngx_http_session_db_connections_check
@@ -352,7 +358,7 @@ static ngx_command_t  ngx_http_session_commands[] = {
       ngx_conf_set_str_slot,
       NGX_HTTP_MAIN_CONF_OFFSET,
       offsetof(ngx_http_session_main_conf_t, webhook_trusted_certificate),
-      NULL },
+      &ngx_http_session_trusted_post },
 
     { ngx_string("session_key_prefix"),
       NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
@@ -688,15 +694,6 @@ ngx_http_session_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_sec_value(conf->ttl, prev->ttl, 3600);
     ngx_conf_merge_sec_value(conf->max_ttl, prev->max_ttl, 86400);
 
-    /* lifetimes go to PostgreSQL as 32-bit integers */
-    if (conf->max_ttl > NGX_MAX_INT32_VALUE) {
-        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                           "\"session_max_ttl\" %T is too large, the "
-                           "maximum is %T seconds", conf->max_ttl,
-                           (time_t) NGX_MAX_INT32_VALUE);
-        return NGX_CONF_ERROR;
-    }
-
     if (conf->ttl > conf->max_ttl) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "\"session_ttl\" %T must not be greater than "
@@ -862,8 +859,13 @@ ngx_http_session_positive_msec(ngx_conf_t *cf, void *post, void *data)
 {
     ngx_msec_t  *ms = data;
 
-    if (*ms == 0) {
-        return "must be greater than zero";
+    /*
+     * session_db_timeout is sent as statement_timeout, an int of
+     * milliseconds for PostgreSQL: above it every connection is refused
+     */
+
+    if (*ms == 0 || *ms > NGX_MAX_INT32_VALUE) {
+        return "must be between 1ms and 2147483647ms (24d)";
     }
 
     return NGX_CONF_OK;
@@ -1008,8 +1010,10 @@ ngx_http_session_positive_sec(ngx_conf_t *cf, void *post, void *data)
 {
     time_t  *sec = data;
 
-    if (*sec == 0) {
-        return "must be at least one second";
+    /* lifetimes go to PostgreSQL as 32-bit integers */
+
+    if (*sec == 0 || *sec > NGX_MAX_INT32_VALUE) {
+        return "must be between 1s and 2147483647s (68y)";
     }
 
     return NGX_CONF_OK;
@@ -1025,6 +1029,25 @@ ngx_http_session_webhook_attempts_check(ngx_conf_t *cf, void *post,
     if (*n < 1 || *n > NGX_HTTP_SESSION_WEBHOOK_ATTEMPTS_MAX) {
         return "must be between 1 and 100";
     }
+
+    return NGX_CONF_OK;
+}
+
+
+/*
+ * the file is loaded once the http block is read (webhook_client.c):
+ * where the directive is, for its message
+ */
+
+static char *
+ngx_http_session_trusted_where(ngx_conf_t *cf, void *post, void *data)
+{
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_conf_get_module_main_conf(cf, ngx_http_session_module);
+
+    smcf->webhook_trusted_file = cf->conf_file->file.name;
+    smcf->webhook_trusted_line = cf->conf_file->line;
 
     return NGX_CONF_OK;
 }

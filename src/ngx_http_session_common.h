@@ -89,6 +89,9 @@ typedef struct {
     ngx_uint_t                  webhook_concurrency;
     /* CA certificates for https targets; empty: the system's */
     ngx_str_t                   webhook_trusted_certificate;
+    /* where it is written, for a file that cannot be loaded */
+    ngx_str_t                   webhook_trusted_file;
+    ngx_uint_t                  webhook_trusted_line;
     /* the TLS client context (ngx_ssl_t), NULL without SSL */
     void                       *webhook_ssl;
 

@@ -645,3 +645,158 @@ ok
 looks a host name
 [emerg]
 [alert]
+
+
+
+=== TEST 38: session_db_timeout over what statement_timeout holds (2147483647 ms)
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 25d;
+--- must_die
+--- directive_line: session_db_timeout 25d;
+--- error_log eval
+qr/\[emerg\] .*"session_db_timeout" directive must be between 1ms and 2147483647ms \(24d\) in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 39: session_db_timeout 24d is accepted
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 24d;
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 40: session_db with a value libpq refuses only as it connects: sslmode
+--- http_config
+    session_db "host=127.0.0.1 dbname=x sslmode=bogus";
+--- must_die
+--- directive_line: session_db "host=127.0.0.1 dbname=x sslmode=bogus";
+--- error_log eval
+qr/\[emerg\] .*invalid sslmode "bogus" in "session_db", expected one of disable, allow, prefer, require, verify-ca, verify-full in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 41: session_db with a port that is not one
+--- http_config
+    session_db "host=127.0.0.1 dbname=x port=abc";
+--- must_die
+--- directive_line: session_db "host=127.0.0.1 dbname=x port=abc";
+--- error_log eval
+qr/\[emerg\] .*invalid port "abc" in "session_db", expected integers from 1 to 65535, one a host in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 42: session_db with a hostaddr that is not an address
+--- http_config
+    session_db "host=db dbname=x hostaddr=notanip";
+--- must_die
+--- directive_line: session_db "host=db dbname=x hostaddr=notanip";
+--- error_log eval
+qr/\[emerg\] .*invalid hostaddr "notanip" in "session_db", expected numeric IP addresses, one a host in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 43: session_db_listen with a value libpq refuses only as it connects
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_listen "host=127.0.0.1 dbname=x target_session_attrs=READ-WRITE";
+--- must_die
+--- directive_line: session_db_listen "host=127.0.0.1 dbname=x target_session_attrs=READ-WRITE";
+--- error_log eval
+qr/\[emerg\] .*invalid target_session_attrs "READ-WRITE" in "session_db_listen", expected one of any, read-write/
+
+
+
+=== TEST 44: session_db with values libpq takes
+--- http_config
+    session_db "host=127.0.0.1 port=5432 dbname=x sslmode=verify-full connect_timeout=3 keepalives_idle=30 target_session_attrs=read-write ssl_min_protocol_version=tlsv1.2 hostaddr=127.1";
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 45: session_ttl 0
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_ttl 0;
+--- must_die
+--- directive_line: session_ttl 0;
+--- error_log eval
+qr/\[emerg\] .*"session_ttl" directive must be between 1s and 2147483647s \(68y\) in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 46: session_ttl abc
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_ttl abc;
+--- must_die
+--- directive_line: session_ttl abc;
+--- error_log eval
+qr/\[emerg\] .*"session_ttl" directive invalid value in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 47: session_max_ttl over what the database takes, named at its own line
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+--- config
+    location /api/ {
+        session_api;
+        session_max_ttl 69y;
+    }
+--- must_die
+--- directive_line: session_max_ttl 69y;
+--- error_log eval
+qr/\[emerg\] .*"session_max_ttl" directive must be between 1s and 2147483647s \(68y\) in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 48: session_max_ttl 68y and session_ttl 68y are accepted
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_max_ttl 68y;
+    session_ttl 68y;
+--- config
+    location = /t {
+        return 200 "ok\n";
+    }
+--- request
+GET /t
+--- response_body
+ok
+--- no_error_log
+[emerg]
+
+
+
+=== TEST 49: session_ttl over the session_max_ttl that applies
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+--- config
+    location /api/ {
+        session_api;
+        session_ttl 2h;
+        session_max_ttl 1h;
+    }
+--- must_die
+--- error_log eval
+qr/\[emerg\] .*"session_ttl" 7200 must not be greater than "session_max_ttl" 3600 in \S+nginx\.conf:\d+$/

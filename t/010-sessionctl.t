@@ -354,6 +354,27 @@ ok_run($r, '-d wins over $SESSION_DB');
 
 db_failed(ctl('-d', 'host=/nonexistent', 'migrate'), 'unreachable -d',
           qr/cannot connect to the database/);
+
+# a connection string that could never connect is a bad value (exit 1),
+# not "the database failed, try again later" (exit 3); a value libpq
+# takes goes on to connect
+for my $c (['bogus=1', qr/invalid connection string: invalid connection option "bogus"/],
+           ["dbname=$DB sslmode=bogus", qr/invalid sslmode "bogus" in the connection string, expected one of disable/],
+           ["dbname=$DB port=abc", qr/invalid port "abc"/],
+           ["dbname=$DB port=0", qr/invalid port "0"/],
+           ["dbname=$DB hostaddr=notanip", qr/invalid hostaddr "notanip"/],
+           ["dbname=$DB target_session_attrs=READ-WRITE", qr/invalid target_session_attrs/],
+           ["dbname=$DB connect_timeout=soon", qr/invalid connect_timeout "soon"/],
+           ["postgresql://x/y?sslmode=bogus", qr/invalid sslmode "bogus"/],
+           ["dbname='x", qr/invalid connection string/])
+{
+    refused(ctl('-d', $c->[0], 'migrate'), "-d $c->[0]", $c->[1]);
+    refused(ctl({ SESSION_DB => $c->[0] }, 'migrate'),
+            "\$SESSION_DB $c->[0]", $c->[1]);
+}
+
+ok_run(ctl('-d', "dbname=$DB sslmode=disable connect_timeout=5", 'migrate'),
+       '-d with values libpq takes');
 for my $cmd (['plan', 'set', 'gold'], ['account', 'create', 'A', '--plan',
              'free'], ['account', 'suspend', $NO_SUCH],
              ['project', 'create', $NO_SUCH, 'P'], ['key', 'create', $NO_SUCH],

@@ -1285,7 +1285,7 @@ no "resolver" in the http block: webhooks to host names will fail
     session_webhook_timeout 0;
 --- must_die
 --- error_log eval
-qr/\[emerg\] .*"session_webhook_timeout" directive must be greater than zero in \S+nginx\.conf:\d+$/
+qr/\[emerg\] .*"session_webhook_timeout" directive must be between 1ms and 2147483647ms \(24d\) in \S+nginx\.conf:\d+$/
 
 
 
@@ -1356,7 +1356,7 @@ qr/\[emerg\] .*"session_webhook_concurrency" directive must be between 1 and 409
     session_webhook_trusted_certificate /nonexistent/ca.pem;
 --- must_die
 --- error_log eval
-qr/\[emerg\] .*cannot load "session_webhook_trusted_certificate" "\/nonexistent\/ca\.pem"/
+qr/\[emerg\] .*cannot load "session_webhook_trusted_certificate" "\/nonexistent\/ca\.pem" in \S+nginx\.conf:\d+ \(SSL:/
 
 
 

@@ -447,7 +447,7 @@ __DATA__
     session_retention 0;
 --- must_die
 --- error_log eval
-qr/\[emerg\] .*"session_retention" directive must be at least 1s, or off in \S+nginx\.conf:\d+$/
+qr/\[emerg\] .*"session_retention" directive must be between 1s and 2147483647s \(68y\), or off in \S+nginx\.conf:\d+$/
 
 
 
@@ -491,3 +491,22 @@ qr/\[emerg\] .*"session_retention" directive is not allowed here in \S+nginx\.co
 --- must_die
 --- error_log eval
 qr/\[emerg\] .*invalid number of arguments in "session_retention" directive in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 12: session_retention past what PostgreSQL's timestamps hold before now
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_retention 7000y;
+--- must_die
+--- error_log eval
+qr/\[emerg\] .*"session_retention" directive must be between 1s and 2147483647s \(68y\), or off in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 13: session_retention 68y is accepted
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_retention 68y;
+--- no_error_log
+[emerg]

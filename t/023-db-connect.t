@@ -1167,7 +1167,7 @@ GET /api/v1/sessions?limit=1
 --- db: UNKNOWN
 --- must_die
 --- error_log eval
-qr/\[emerg\] .*host not found in "session_db": "nowhere\.t023\.invalid"/
+qr/\[emerg\] .*host not found in "session_db": "nowhere\.t023\.invalid" in \S+nginx\.conf:\d+$/
 
 
 

@@ -220,7 +220,8 @@ $checks{sessionctl} = sub {
        "$name - set polled");
 
     my ($code, $res) = sessionctl('wakeups', 'some');
-    is($code, 2, "$name - another word is a usage error (exit 2)");
+    is("$code $res", '1 sessionctl: invalid mode "some": all or polled',
+       "$name - another word is a bad value (exit 1), as a bad --state");
     is(wakeups(), 'polled', "$name - and changes nothing");
 
     ($code, $res) = sessionctl('wakeups', 'all', 'polled');

@@ -371,9 +371,11 @@ sessionctl_wakeups(sessionctl_ctx_t *ctx, int argc, char **argv)
             return rc;
         }
 
+        /* a bad value, as webhook list's --state: exit 1 */
+
         if (strcmp(pos[0], "all") != 0 && strcmp(pos[0], "polled") != 0) {
-            return sessionctl_usage("the mode is all or polled, not \"%s\"",
-                                    pos[0]);
+            return sessionctl_refuse("invalid mode \"%s\": all or polled",
+                                     pos[0]);
         }
     }
 

@@ -4,10 +4,12 @@
  */
 
 #include "sessionctl.h"
+#include "ngx_http_session_conninfo.h"
 
 
 static int sessionctl_connect(sessionctl_ctx_t *ctx);
 static void sessionctl_notice(void *arg, const char *message);
+static int sessionctl_conninfo_check(const char *conninfo);
 static void sessionctl_say(const char *fmt, va_list args);
 
 
@@ -27,6 +29,7 @@ const char  sessionctl_usage_text[] =
     "  webhook list (--project ID | --session ID) [--state STATE]"
     " [--limit N]\n"
     "  webhook retry EVENT_ID\n"
+    "  wakeups [all|polled]\n"
     "  help [COMMAND]\n"
     "\n"
     "options:\n"
@@ -212,7 +215,15 @@ sessionctl_id_row(sessionctl_ctx_t *ctx, int argc, char **argv,
 static int
 sessionctl_connect(sessionctl_ctx_t *ctx)
 {
+    int          rc;
     const char  *keys[3], *values[3];
+
+    /* a connection string that could never connect is a bad value */
+
+    rc = sessionctl_conninfo_check(ctx->conninfo);
+    if (rc != SESSIONCTL_OK) {
+        return rc;
+    }
 
     /* an empty dbname is ignored, so the libpq environment applies */
     keys[0] = "dbname";
@@ -245,6 +256,70 @@ sessionctl_connect(sessionctl_ctx_t *ctx)
 static void
 sessionctl_notice(void *arg, const char *message)
 {
+}
+
+
+/*
+ * What libpq would refuse only as it connects (exit 3, "try again
+ * later"), refused now as the bad value it is (exit 1): the syntax, and
+ * the values of ngx_http_session_conninfo_check().  A plain database
+ * name is left to libpq.
+ */
+
+static int
+sessionctl_conninfo_check(const char *conninfo)
+{
+    int                rc;
+    char              *err;
+    size_t             len;
+    const char        *expect;
+    PQconninfoOption  *opts, *opt;
+
+    if (strchr(conninfo, '=') == NULL
+        && strncmp(conninfo, "postgresql://", sizeof("postgresql://") - 1)
+           != 0
+        && strncmp(conninfo, "postgres://", sizeof("postgres://") - 1) != 0)
+    {
+        return SESSIONCTL_OK;
+    }
+
+    err = NULL;
+    opts = PQconninfoParse(conninfo, &err);
+
+    if (opts == NULL) {
+        if (err == NULL) {
+            return sessionctl_refuse("out of memory");
+        }
+
+        len = strlen(err);
+
+        while (len && (err[len - 1] == '\n' || err[len - 1] == ' ')) {
+            len--;
+        }
+
+        rc = sessionctl_refuse("invalid connection string: %.*s", (int) len,
+                               err);
+        PQfreemem(err);
+
+        return rc;
+    }
+
+    rc = SESSIONCTL_OK;
+
+    for (opt = opts; opt->keyword; opt++) {
+        expect = ngx_http_session_conninfo_check(opt->keyword, opt->val);
+
+        if (expect) {
+            rc = sessionctl_refuse("invalid %s \"%s\" in the connection "
+                                   "string, expected %s", opt->keyword,
+                                   opt->val, expect);
+            break;
+        }
+    }
+
+    PQconninfoFree(opts);
+
+    return rc;
 }
 
 

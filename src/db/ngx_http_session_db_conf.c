@@ -21,6 +21,7 @@
 #include "ngx_http_session_db_conf.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_db_hosts.h"
+#include "ngx_http_session_conninfo.h"
 
 #include <libpq-fe.h>
 
@@ -106,6 +107,7 @@ ngx_http_session_db_conninfo(ngx_conf_t *cf, ngx_command_t *cmd,
     char              *err;
     size_t             len;
     ngx_str_t         *value;
+    const char        *expect;
     PQconninfoOption  *opts, *opt;
 
     if (conninfo->data) {
@@ -143,6 +145,19 @@ ngx_http_session_db_conninfo(ngx_conf_t *cf, ngx_command_t *cmd,
     /* the operator's own server options, to which the module adds */
 
     for (opt = opts; opt->keyword; opt++) {
+
+        /* what libpq would refuse only when it connects */
+
+        expect = ngx_http_session_conninfo_check(opt->keyword, opt->val);
+
+        if (expect) {
+            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                               "invalid %s \"%s\" in \"%V\", expected %s",
+                               opt->keyword, opt->val, &cmd->name, expect);
+            PQconninfoFree(opts);
+            return NGX_CONF_ERROR;
+        }
+
         if (ngx_strcmp(opt->keyword, "options") == 0 && opt->val) {
             len = ngx_strlen(opt->val);
 

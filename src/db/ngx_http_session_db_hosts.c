@@ -128,6 +128,8 @@ ngx_http_session_dbhost_parse(ngx_conf_t *cf, ngx_str_t *name,
     }
 
     hosts->name = *name;
+    hosts->file = cf->conf_file->file.name;
+    hosts->line = cf->conf_file->line;
     hosts->ports = (portv.nelts > 1);
 
     for (i = 0; i < hostv.nelts; i++) {
@@ -360,8 +362,9 @@ ngx_http_session_dbhost_init_conf(ngx_conf_t *cf,
 
         if (ngx_inet_resolve_host(cf->pool, &u) != NGX_OK) {
             ngx_log_error(NGX_LOG_EMERG, cf->log, 0,
-                          "host not found in \"%V\": \"%V\"",
-                          &hosts->name, &h[i].host);
+                          "host not found in \"%V\": \"%V\" in %V:%ui",
+                          &hosts->name, &h[i].host, &hosts->file,
+                          hosts->line);
             return NGX_ERROR;
         }
 

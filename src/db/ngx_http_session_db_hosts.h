@@ -41,6 +41,9 @@ typedef struct {
 struct ngx_http_session_dbhosts_s {
     /* the directive, "session_db" or "session_db_listen", for messages */
     ngx_str_t                        name;
+    /* where it is written, for a name that does not resolve */
+    ngx_str_t                        file;
+    ngx_uint_t                       line;
     /* of ngx_http_session_dbhost_t, in the order of host= */
     ngx_array_t                      hosts;
     /* port= has one entry per host */

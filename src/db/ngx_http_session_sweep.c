@@ -98,8 +98,10 @@ ngx_http_session_retention(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         return "invalid value";
     }
 
-    if (sec < 1) {
-        return "must be at least 1s, or off";
+    /* PostgreSQL's timestamps end 4713 BC: now() minus it must be one */
+
+    if (sec < 1 || sec > NGX_MAX_INT32_VALUE) {
+        return "must be between 1s and 2147483647s (68y), or off";
     }
 
     smcf->retention = sec;

@@ -154,7 +154,10 @@ ngx_http_session_webhook_init_conf(ngx_conf_t *cf,
         {
             ngx_ssl_error(NGX_LOG_EMERG, cf->log, 0,
                           "cannot load \"session_webhook_trusted_certificate\""
-                          " \"%V\"", &smcf->webhook_trusted_certificate);
+                          " \"%V\" in %V:%ui",
+                          &smcf->webhook_trusted_certificate,
+                          &smcf->webhook_trusted_file,
+                          smcf->webhook_trusted_line);
             return NGX_ERROR;
         }
 

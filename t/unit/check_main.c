@@ -27,6 +27,7 @@ static const ngx_http_session_suite_pt  ngx_http_session_suites[] = {
     make_doc_suite,
     make_delivery_suite,
     make_backoff_suite,
+    make_conninfo_suite,
     make_fast_suite,
     NULL
 };

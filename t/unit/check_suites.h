@@ -24,6 +24,7 @@ Suite *make_image_suite(void);
 Suite *make_doc_suite(void);
 Suite *make_delivery_suite(void);
 Suite *make_backoff_suite(void);
+Suite *make_conninfo_suite(void);
 Suite *make_fast_suite(void);
 
 
