@@ -364,6 +364,48 @@ $checks{retry} = sub {
            "$name - session_status: delivered");
 };
 
+# what decides is the final status line: interim answers (100, 103)
+# before a 2xx are gone over, a long reason phrase does not matter; an
+# endless run of interim answers and a 101 are failures
+$checks{answer_heads} = sub {
+    my ($name) = @_;
+
+    my %want = (
+        interim => undef,
+        longreason => undef,
+        interim500 => 'answered 500',
+        upgrade => 'answered 101',
+        endless => "the answer of 127.0.0.1:$HOOK has no final HTTP status"
+                   . ' line in its first 65536 bytes',
+    );
+    my %sid;
+
+    for my $kind (sort keys %want) {
+        $sid{$kind} = session_to("http://127.0.0.1:$HOOK/head/$kind/"
+                                 . tag());
+        complete($sid{$kind});
+    }
+
+    for my $kind (sort keys %want) {
+        ok(wait_session($sid{$kind}, 10,
+                        sub { @_ == 1 && $_[0]{attempts} >= 1
+                              && !$_[0]{claimed} }),
+           "$name - $kind: the first attempt is over");
+
+        my ($row) = session_rows($sid{$kind});
+
+        if (defined $want{$kind}) {
+            ok(!$row->{delivered}, "$name - $kind: not delivered");
+            is($row->{last_error}, $want{$kind}, "$name - $kind: last_error");
+
+        } else {
+            ok($row->{delivered}, "$name - $kind: delivered");
+            is($row->{attempts}, 1, "$name - $kind: at the first attempt");
+            is($row->{last_error}, undef, "$name - $kind: no error");
+        }
+    }
+};
+
 # a 3xx is a failure, and the Location is not followed
 $checks{redirect} = sub {
     my ($name) = @_;
@@ -1369,3 +1411,10 @@ qr/\[emerg\] .*cannot load "session_webhook_trusted_certificate" "\/nonexistent\
 --- must_die
 --- error_log eval
 qr/\[emerg\] .*"session_webhook_timeout" directive is not allowed here in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 28: interim answers, a long reason phrase, endless interim answers, a 101
+--- check: answer_heads
+--- no_error_log
+[alert]

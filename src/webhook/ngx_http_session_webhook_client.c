@@ -6,10 +6,10 @@
  * layer (verification against the system trust store or
  * session_webhook_trusted_certificate, SNI, host name check), and
  * ngx_http_parse_status_line() for the answer.  One timer bounds it all
- * (session_webhook_timeout).  The status line decides; the rest of the
- * answer is not read.  The outcome goes to the handler that the
- * dispatcher set on the delivery (d->done); this file knows nothing of
- * the outbox.
+ * (session_webhook_timeout).  The final status line decides (interim 1xx
+ * answers before it are gone over); the rest of the answer is not read.
+ * The outcome goes to the handler that the dispatcher set on the
+ * delivery (d->done); this file knows nothing of the outbox.
  *
  * Over 1,000 lines, and kept whole: it is one state machine, from the URL
  * to the status line, whose stages hand over to each other and to
@@ -25,8 +25,10 @@
 
 /* "resolver_timeout" when the http block sets none, as nginx's default */
 #define NGX_HTTP_SESSION_WEBHOOK_RESOLVER_TIMEOUT  30000
-/* the status line must fit in this many bytes */
+/* the buffer of the answer's head, read again and again if need be */
 #define NGX_HTTP_SESSION_WEBHOOK_ANSWER     1024
+/* the final status line must come within this many bytes of the answer */
+#define NGX_HTTP_SESSION_WEBHOOK_HEAD_MAX   65536
 #define NGX_HTTP_SESSION_WEBHOOK_ERROR_MAX  256
 
 #define NGX_HTTP_SESSION_WEBHOOK_USER_AGENT  "ngx_http_session_module"
@@ -69,6 +71,8 @@ static void ngx_http_session_webhook_event(ngx_event_t *ev);
 static void ngx_http_session_webhook_send(
     ngx_http_session_webhook_delivery_t *d);
 static void ngx_http_session_webhook_read(
+    ngx_http_session_webhook_delivery_t *d);
+static ngx_int_t ngx_http_session_webhook_status(
     ngx_http_session_webhook_delivery_t *d);
 static ngx_int_t ngx_http_session_webhook_stale(
     ngx_http_session_webhook_delivery_t *d);
@@ -965,12 +969,23 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
     b = d->answer;
 
     for ( ;; ) {
-        if (b->last == b->end) {
+        if (d->received >= NGX_HTTP_SESSION_WEBHOOK_HEAD_MAX) {
             ngx_http_session_webhook_fail(d, "the answer of %V has no "
-                                          "HTTP status line in its first "
-                                          "%uz bytes", d->peer.name,
-                                          (size_t) (b->end - b->start));
+                                          "final HTTP status line in its "
+                                          "first %uz bytes", d->peer.name,
+                                          (size_t)
+                                          NGX_HTTP_SESSION_WEBHOOK_HEAD_MAX);
             return;
+        }
+
+        if (b->last == b->end) {
+            /*
+             * the parsers keep their state, not the bytes they went
+             * over (a long reason phrase, interim answers): room again
+             */
+            b->pos = b->start;
+            b->last = b->start;
+            d->wrapped = 1;
         }
 
         n = c->recv(c, b->last, b->end - b->last);
@@ -984,7 +999,7 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
         }
 
         if (n == 0 || n == NGX_ERROR) {
-            if (b->last == b->start
+            if (d->received == 0
                 && ngx_http_session_webhook_stale(d) == NGX_OK)
             {
                 return;
@@ -997,8 +1012,9 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
         }
 
         b->last += n;
+        d->received += n;
 
-        rc = ngx_http_parse_status_line(d->parser, b, &d->status);
+        rc = ngx_http_session_webhook_status(d);
 
         if (rc == NGX_AGAIN) {
             continue;
@@ -1016,7 +1032,7 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
     code = d->status.code;
 
     if (ngx_http_session_webhook_delivered(code)) {
-        if (d->conn
+        if (d->conn && !d->wrapped
             && ngx_http_session_webhook_keepalive_allowed(&d->status,
                                                           d->answer,
                                                           d->parser))
@@ -1035,6 +1051,50 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
     }
 
     ngx_http_session_webhook_fail(d, "answered %ui", code);
+}
+
+
+/*
+ * The final status line of what is in d->answer: NGX_OK, NGX_AGAIN (not
+ * there yet) or NGX_ERROR (not HTTP).  Interim answers (1xx but 101,
+ * which only an Upgrade asks for) come before it, each a status line and
+ * header lines (RFC 9110 15.2: 100 Continue, 103 Early Hints that a proxy
+ * may add): they are gone over.
+ */
+
+static ngx_int_t
+ngx_http_session_webhook_status(ngx_http_session_webhook_delivery_t *d)
+{
+    ngx_int_t  rc;
+
+    for ( ;; ) {
+        if (d->interim) {
+            rc = ngx_http_parse_header_line(d->parser, d->answer, 1);
+
+            if (rc == NGX_OK) {
+                continue;
+            }
+
+            if (rc != NGX_HTTP_PARSE_HEADER_DONE) {
+                return (rc == NGX_AGAIN) ? NGX_AGAIN : NGX_ERROR;
+            }
+
+            d->interim = 0;
+            ngx_memzero(&d->status, sizeof(ngx_http_status_t));
+        }
+
+        rc = ngx_http_parse_status_line(d->parser, d->answer, &d->status);
+
+        if (rc != NGX_OK) {
+            return rc;
+        }
+
+        if (d->status.code >= 200 || d->status.code == 101) {
+            return NGX_OK;
+        }
+
+        d->interim = 1;
+    }
 }
 
 
@@ -1063,6 +1123,10 @@ ngx_http_session_webhook_stale(ngx_http_session_webhook_delivery_t *d)
         d->answer->pos = d->answer->start;
         d->answer->last = d->answer->start;
         ngx_memzero(d->parser, sizeof(ngx_http_request_t));
+        ngx_memzero(&d->status, sizeof(ngx_http_status_t));
+        d->received = 0;
+        d->interim = 0;
+        d->wrapped = 0;
     }
 
     d->next_addr--;

@@ -63,6 +63,8 @@ struct ngx_http_session_webhook_delivery_s {
     /* ngx_http_parse_status_line() keeps its state in a request */
     ngx_http_request_t           *parser;
     ngx_http_status_t             status;
+    /* the bytes of the answer read so far */
+    size_t                        received;
 
     ngx_http_session_webhook_state_e  state;
     ngx_str_t                     error;
@@ -75,6 +77,10 @@ struct ngx_http_session_webhook_delivery_s {
     unsigned                      reused:1;
     /* an idle connection failed: this attempt opens a new one */
     unsigned                      fresh:1;
+    /* the header lines of an interim (1xx) answer are being skipped */
+    unsigned                      interim:1;
+    /* the buffer was emptied to read on: the answer is not whole in it */
+    unsigned                      wrapped:1;
 };
 
 

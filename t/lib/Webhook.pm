@@ -120,6 +120,9 @@ sub _answer {
     my $n = ++$seen->{$path};
     my $code = 204;
 
+    # answers whose head is not one plain status line
+    return _answer_head($1) if $path =~ m{^/head/(\w+)/};
+
     if ($path =~ m{^/hold/}) {
         return undef;
 
@@ -137,6 +140,29 @@ sub _answer {
 
     return "HTTP/1.1 $code Test\r\n${extra}Content-Length: 5\r\n"
            . "Connection: close\r\n\r\nhello";
+}
+
+
+# /head/KIND/...: interim answers before the final one (RFC 9110 15.2),
+# a long reason phrase, endless interim answers, a 101 nobody asked for
+sub _answer_head {
+    my ($kind) = @_;
+
+    my $final = "Content-Length: 5\r\nConnection: close\r\n\r\nhello";
+    my $hints = "HTTP/1.1 103 Early Hints\r\n"
+                . "Link: </style.css>; rel=preload; as=style\r\n\r\n";
+
+    return "HTTP/1.1 100 Continue\r\n\r\n$hints"
+           . "HTTP/1.1 200 OK\r\n$final" if $kind eq 'interim';
+    return "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 500 Oops\r\n$final"
+        if $kind eq 'interim500';
+    return 'HTTP/1.1 200 ' . ('O' x 3000) . "\r\n$final"
+        if $kind eq 'longreason';
+    return $hints x 2000 if $kind eq 'endless';
+    return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\n\r\n"
+        if $kind eq 'upgrade';
+
+    die "receiver: no such answer head: $kind";
 }
 
 
