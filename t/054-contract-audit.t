@@ -40,7 +40,9 @@ use Test::Nginx::Socket 'no_plan';
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT error_body api_request raw_http check_init
-                    listening long_poll_session png_upload);
+                    listening long_poll_session png_upload random_key);
+use IO::Select ();
+use IO::Socket::INET ();
 
 our $TAG = sprintf 't054-%d-%d', $$, time;
 
@@ -547,6 +549,86 @@ $checks{conditional} = sub {
     }
 };
 
+# "Expect: 100-continue": the headers alone, then what the server says
+# before the body would be sent (until it closes, or WAIT seconds); with
+# BODY, once "100 Continue" came, the body too and the rest of the answer
+sub expecting {
+    my ($head, $wait, $body) = @_;
+
+    my $s = IO::Socket::INET->new(PeerAddr => '127.0.0.1',
+                                  PeerPort => $Test::Nginx::Util::ServerPort,
+                                  Proto => 'tcp', Timeout => 5)
+        or die "connect: $!";
+    my $sel = IO::Select->new($s);
+    my ($got, $sent) = ('', 0);
+    my $deadline = Time::HiRes::time() + $wait;
+
+    syswrite $s, $head;
+
+    while (Time::HiRes::time() < $deadline) {
+        if (defined $body && !$sent && $got =~ m{\AHTTP/1\.1 100 [^\r]*\r\n\r\n}) {
+            syswrite $s, $body;
+            $sent = 1;
+        }
+
+        last if defined $body && $got =~ m{\r\n\r\n\{.*\}\z}s;
+        next unless $sel->can_read(0.05);
+
+        my $n = sysread $s, my $chunk, 65536;
+        last unless $n;
+        $got .= $chunk;
+    }
+
+    close $s;
+
+    return $got;
+}
+
+# a refusal before the body is read does not ask for the body with
+# "100 Continue", and says that the connection closes; an upload that
+# is taken gets "100 Continue", then its 201
+$checks{expect_continue} = sub {
+    my ($name) = @_;
+
+    my $sid = create();
+    my $p = path_of($sid);
+    my $key = $KEY{MAIN};
+    my $head = sub {
+        my ($path, $auth, $type, $len) = @_;
+        return "POST $path HTTP/1.1\r\nHost: localhost\r\n"
+               . ($auth ? "Authorization: Bearer $auth\r\n" : '')
+               . "Content-Type: $type\r\nContent-Length: $len\r\n"
+               . "Expect: 100-continue\r\n\r\n";
+    };
+
+    for my $c (["$p/images", $key, 'image/png', 2049, 413,
+                'image exceeds 2048 bytes', 'too large'],
+               ["$p/images", $key, 'text/plain', 100, 415,
+                'unsupported image type: text/plain', 'wrong type'],
+               ['/api/v1/sessions', random_key('sess'), 'application/json',
+                30, 401, 'API key is invalid', 'unknown key'],
+               ["$p/images?x=1", $key, 'image/png', 100, 400,
+                'unknown query parameter: x', 'unknown parameter'])
+    {
+        my ($path, $auth, $type, $len, $status, $msg, $what) = @$c;
+        my $got = expecting($head->($path, $auth, $type, $len), 10);
+
+        unlike($got, qr{HTTP/1\.1 100 }, "$name - $what: no 100 Continue");
+        like($got, qr{\AHTTP/1\.1 $status }, "$name - $what: $status");
+        like($got, qr{\r\nConnection: close\r\n}i,
+             "$name - $what: the connection closes");
+        like($got, qr{"message": "\Q$msg\E"}, "$name - $what: the message");
+    }
+
+    my $got = expecting($head->("$p/images", $key, 'image/png', length $PNG),
+                        10, $PNG);
+    like($got, qr{\AHTTP/1\.1 100 Continue\r\n\r\nHTTP/1\.1 201 },
+         "$name - a taken upload: 100 Continue, then 201");
+
+    is(api('GET', $p, $KEY{MAIN})->{json}{image_count}, 1,
+       "$name - only the taken upload is stored");
+};
+
 # a malformed escape in a query parameter's name or value: as written
 $checks{escapes} = sub {
     my ($name) = @_;
@@ -865,6 +947,16 @@ GET /api/v1/sessions?limit=1
 
 === TEST 13: a malformed percent-escape in the query: as written, refused
 --- check: escapes
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 14: Expect: 100-continue: no 100 before a refusal, and the connection closes
+--- check: expect_continue
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -18,6 +18,7 @@
 #include "ngx_http_session_imagecheck.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
+#include "ngx_http_session_response.h"
 #include "ngx_http_session_sql.h"
 
 
@@ -496,9 +497,7 @@ ngx_http_session_image_content(ngx_http_request_t *r,
         return rc;
     }
 
-    if (ngx_http_discard_request_body(r) != NGX_OK) {
-        r->keepalive = 0;
-    }
+    ngx_http_session_discard_body(r);
 
     q = ngx_http_session_db_query_stmt(r, NGX_HTTP_SESSION_STMT_IMAGE_CONTENT,
                                        ngx_http_session_image_bytes);

@@ -59,10 +59,8 @@ ngx_http_session_response_send(ngx_http_request_t *r, ngx_uint_t status,
 
     ctx->own_response = 1;
 
-    if (r->request_body == NULL
-        && ngx_http_discard_request_body(r) != NGX_OK)
-    {
-        r->keepalive = 0;
+    if (r->request_body == NULL) {
+        ngx_http_session_discard_body(r);
     }
 
     r->headers_out.status = status;
@@ -118,6 +116,44 @@ ngx_http_session_response_send(ngx_http_request_t *r, ngx_uint_t status,
     out.next = NULL;
 
     return ngx_http_output_filter(r, &out);
+}
+
+
+/*
+ * An answer that needs none of the body (a refusal before it is read, a
+ * GET): a client that sent "Expect: 100-continue" is not invited to send
+ * it, as nginx's own error pages do not invite it, and since it may then
+ * send the body or not, the connection closes after the answer (RFC 9110
+ * 10.1.1: the server says whether it closes or reads on).  Otherwise the
+ * body is read and dropped, as nginx does.
+ */
+
+void
+ngx_http_session_discard_body(ngx_http_request_t *r)
+{
+    ngx_str_t  *expect;
+
+    if (!r->expect_tested && r->headers_in.expect
+        && (r->headers_in.content_length_n > 0 || r->headers_in.chunked))
+    {
+        expect = &r->headers_in.expect->value;
+
+        if (expect->len == sizeof("100-continue") - 1
+            && ngx_strncasecmp(expect->data, (u_char *) "100-continue",
+                               sizeof("100-continue") - 1)
+               == 0)
+        {
+            r->expect_tested = 1;
+
+            if (r->http_version == NGX_HTTP_VERSION_11) {
+                r->keepalive = 0;
+            }
+        }
+    }
+
+    if (ngx_http_discard_request_body(r) != NGX_OK) {
+        r->keepalive = 0;
+    }
 }
 
 

@@ -20,6 +20,12 @@ ngx_int_t ngx_http_session_response_send(ngx_http_request_t *r,
     ngx_uint_t status, ngx_str_t *status_line, ngx_str_t *type,
     ngx_buf_t *b);
 
+/*
+ * The request's body is not wanted: read and dropped, as nginx does, but
+ * a client that waits for "100 Continue" is not asked for it
+ */
+void ngx_http_session_discard_body(ngx_http_request_t *r);
+
 /* sends a JSON document with status */
 ngx_int_t ngx_http_session_send_json(ngx_http_request_t *r,
     ngx_uint_t status, ngx_buf_t *b);
