@@ -1716,6 +1716,18 @@ $::PRIVATE
 
 
 
+=== TEST 62e: webhook_url IPv4-compatible (deprecated ::/96), of 127.0.0.1
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "webhook", "webhook_url": "http://[::127.0.0.1]/h"}
+--- error_code: 400
+--- response_body eval
+$::PRIVATE
+--- no_error_log
+[error]
+
+
+
 === TEST 63: webhook_url IPv4-mapped IPv6 of 10.0.0.1
 --- request
 POST /api/v1/sessions

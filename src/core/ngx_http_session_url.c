@@ -204,7 +204,9 @@ ngx_http_session_url_check(const unsigned char *url, size_t len,
 int
 ngx_http_session_addr_private(int family, const unsigned char *addr)
 {
-    size_t                      i;
+    static const unsigned char  compatible[12] = {
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    };
     static const unsigned char  mapped[12] = {
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff
     };
@@ -255,15 +257,18 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
     }
 
     /*
-     * IPv4-mapped; IPv4-translated, ::ffff:0:0/96, which a stateless
-     * translator (SIIT) turns into the IPv4 address; and NAT64's
-     * well-known prefix 64:ff9b::/96, through which a network with a
-     * NAT64 gateway reaches the IPv4 address in the last 32 bits: judged
-     * by that address.  NAT64's prefix for local use, 64:ff9b:1::/48, is
-     * private as a whole (decisions.md (jb)).
+     * IPv4-compatible, ::/96 (deprecated, but a host with a SIT tunnel
+     * up still sends it to the IPv4 address; :: and ::1 are in it, and
+     * fall in 0.0.0.0/8); IPv4-mapped; IPv4-translated, ::ffff:0:0/96,
+     * which a stateless translator (SIIT) turns into the IPv4 address;
+     * and NAT64's well-known prefix 64:ff9b::/96, through which a
+     * network with a NAT64 gateway reaches the IPv4 address in the last
+     * 32 bits: judged by that address.  NAT64's prefix for local use,
+     * 64:ff9b:1::/48, is private as a whole (decisions.md (jb)).
      */
 
-    if (memcmp(addr, mapped, sizeof(mapped)) == 0
+    if (memcmp(addr, compatible, sizeof(compatible)) == 0
+        || memcmp(addr, mapped, sizeof(mapped)) == 0
         || memcmp(addr, translated, sizeof(translated)) == 0
         || memcmp(addr, nat64, sizeof(nat64)) == 0)
     {
@@ -271,18 +276,6 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
     }
 
     if (memcmp(addr, nat64, 4) == 0 && addr[4] == 0 && addr[5] == 1) {
-        return 1;
-    }
-
-    /* :: and ::1 */
-
-    for (i = 0; i < 15; i++) {
-        if (addr[i] != 0) {
-            break;
-        }
-    }
-
-    if (i == 15 && addr[15] <= 1) {
         return 1;
     }
 
