@@ -586,16 +586,7 @@ ngx_http_session_image_tags(ngx_http_request_t *r)
         return (u_char *) "";
     }
 
-    p = r->headers_in.if_none_match->value.data;
-    end = p + r->headers_in.if_none_match->value.len;
-
-    while (p < end && (*p == ' ' || *p == '\t')) {
-        p++;
-    }
-
-    while (end > p && (end[-1] == ' ' || end[-1] == '\t')) {
-        end--;
-    }
+    ngx_http_session_header_value(r->headers_in.if_none_match, &p, &end);
 
     if (end - p == 1 && *p == '*') {
         return (u_char *) "{*}";

@@ -22,6 +22,33 @@
 /* the header name of a created resource's address */
 extern ngx_str_t  ngx_http_session_location;
 
+
+/*
+ * A header field's value without the white space around it (RFC 9110
+ * 5.5): nginx takes the spaces off, not the tabs
+ */
+
+static ngx_inline void
+ngx_http_session_header_value(ngx_table_elt_t *h, u_char **start,
+    u_char **end)
+{
+    u_char  *p, *last;
+
+    p = h->value.data;
+    last = p + h->value.len;
+
+    while (p < last && (*p == ' ' || *p == '\t')) {
+        p++;
+    }
+
+    while (last > p && (last[-1] == ' ' || last[-1] == '\t')) {
+        last--;
+    }
+
+    *start = p;
+    *end = last;
+}
+
 /*
  * The next "name=value" of the query string from *pos, both unescaped
  * into r->pool; NGX_DONE at the end.

@@ -114,8 +114,7 @@ ngx_http_session_auth_exit_process(void)
 ngx_int_t
 ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
 {
-    size_t                         len;
-    u_char                        *value;
+    u_char                        *value, *end;
     ngx_uint_t                     n;
     ngx_list_t                    *headers;
     ngx_list_part_t               *part;
@@ -158,25 +157,10 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return NGX_DECLINED;
     }
 
-    /*
-     * the field's value is without the white space around it (RFC 9110
-     * 5.5): nginx takes the spaces off, not the tabs
-     */
+    ngx_http_session_header_value(auth, &value, &end);
 
-    value = auth->value.data;
-    len = auth->value.len;
-
-    while (len && (value[0] == ' ' || value[0] == '\t')) {
-        value++;
-        len--;
-    }
-
-    while (len && (value[len - 1] == ' ' || value[len - 1] == '\t')) {
-        len--;
-    }
-
-    if (ngx_http_session_key_parse_header(value, len, smcf->key_prefix.data,
-                                          &token)
+    if (ngx_http_session_key_parse_header(value, end - value,
+                                          smcf->key_prefix.data, &token)
         != NGX_HTTP_SESSION_KEY_OK)
     {
         ctx->err = NGX_HTTP_SESSION_ERR_KEY_MALFORMED;
