@@ -985,7 +985,6 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
              */
             b->pos = b->start;
             b->last = b->start;
-            d->wrapped = 1;
         }
 
         n = c->recv(c, b->last, b->end - b->last);
@@ -1032,7 +1031,9 @@ ngx_http_session_webhook_read(ngx_http_session_webhook_delivery_t *d)
     code = d->status.code;
 
     if (ngx_http_session_webhook_delivered(code)) {
-        if (d->conn && !d->wrapped
+        /* kept only when the whole answer is in the buffer */
+
+        if (d->conn && d->received == (size_t) (b->last - b->start)
             && ngx_http_session_webhook_keepalive_allowed(&d->status,
                                                           d->answer,
                                                           d->parser))
@@ -1126,7 +1127,6 @@ ngx_http_session_webhook_stale(ngx_http_session_webhook_delivery_t *d)
         ngx_memzero(&d->status, sizeof(ngx_http_status_t));
         d->received = 0;
         d->interim = 0;
-        d->wrapped = 0;
     }
 
     d->next_addr--;

@@ -63,7 +63,10 @@ struct ngx_http_session_webhook_delivery_s {
     /* ngx_http_parse_status_line() keeps its state in a request */
     ngx_http_request_t           *parser;
     ngx_http_status_t             status;
-    /* the bytes of the answer read so far */
+    /*
+     * the bytes of the answer read so far: more than d->answer holds
+     * once it was read again from its start
+     */
     size_t                        received;
 
     ngx_http_session_webhook_state_e  state;
@@ -79,8 +82,6 @@ struct ngx_http_session_webhook_delivery_s {
     unsigned                      fresh:1;
     /* the header lines of an interim (1xx) answer are being skipped */
     unsigned                      interim:1;
-    /* the buffer was emptied to read on: the answer is not whole in it */
-    unsigned                      wrapped:1;
 };
 
 
