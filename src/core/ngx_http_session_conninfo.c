@@ -74,6 +74,14 @@ static const ngx_http_session_conninfo_rule_t  ngx_http_session_conninfo[] = {
 };
 
 
+/* one entry of a list: whether libpq takes it */
+typedef int (*ngx_http_session_conninfo_entry_pt)(const char *s, size_t len);
+
+
+static int ngx_http_session_conninfo_list(const char *value,
+    ngx_http_session_conninfo_entry_pt ok);
+static int ngx_http_session_conninfo_port(const char *s, size_t len);
+static int ngx_http_session_conninfo_addr(const char *s, size_t len);
 static int ngx_http_session_conninfo_int(const char *s, size_t len,
     long *n);
 
@@ -82,11 +90,6 @@ const char *
 ngx_http_session_conninfo_check(const char *keyword, const char *value)
 {
     long                                     n;
-    size_t                                   len;
-    char                                     addr[64];
-    const char                              *p, *end;
-    unsigned char                            buf[16];
-    struct in_addr                           in;
     const ngx_http_session_conninfo_rule_t  *r;
     int                                      i;
 
@@ -94,54 +97,18 @@ ngx_http_session_conninfo_check(const char *keyword, const char *value)
         return NULL;
     }
 
-    /* a list, one a host: each an integer from 1 to 65535, or empty */
+    /* lists, one a host, of which an entry may be empty */
 
     if (strcmp(keyword, "port") == 0) {
-        for (p = value; ; p = end + 1) {
-            end = strchr(p, ',');
-            len = end ? (size_t) (end - p) : strlen(p);
-
-            if (len
-                && (ngx_http_session_conninfo_int(p, len, &n) != 0
-                    || n < 1 || n > 65535))
-            {
-                return "integers from 1 to 65535, one a host";
-            }
-
-            if (end == NULL) {
-                return NULL;
-            }
-        }
+        return ngx_http_session_conninfo_list(value,
+                                              ngx_http_session_conninfo_port)
+               ? NULL : "integers from 1 to 65535, one a host";
     }
 
-    /* a list of numeric IPv4 or IPv6 addresses, or empty */
-
     if (strcmp(keyword, "hostaddr") == 0) {
-        for (p = value; ; p = end + 1) {
-            end = strchr(p, ',');
-            len = end ? (size_t) (end - p) : strlen(p);
-
-            if (len) {
-                if (len >= sizeof(addr)) {
-                    return "numeric IP addresses, one a host";
-                }
-
-                memcpy(addr, p, len);
-                addr[len] = '\0';
-
-                /* as getaddrinfo() with AI_NUMERICHOST: "127.1" too */
-
-                if (inet_aton(addr, &in) == 0
-                    && inet_pton(AF_INET6, addr, buf) != 1)
-                {
-                    return "numeric IP addresses, one a host";
-                }
-            }
-
-            if (end == NULL) {
-                return NULL;
-            }
-        }
+        return ngx_http_session_conninfo_list(value,
+                                              ngx_http_session_conninfo_addr)
+               ? NULL : "numeric IP addresses, one a host";
     }
 
     for (r = ngx_http_session_conninfo; r->keyword; r++) {
@@ -167,6 +134,64 @@ ngx_http_session_conninfo_check(const char *keyword, const char *value)
     }
 
     return NULL;
+}
+
+
+/* each entry of a comma-separated value that has one */
+
+static int
+ngx_http_session_conninfo_list(const char *value,
+    ngx_http_session_conninfo_entry_pt ok)
+{
+    size_t       len;
+    const char  *p, *end;
+
+    for (p = value; ; p = end + 1) {
+        end = strchr(p, ',');
+        len = end ? (size_t) (end - p) : strlen(p);
+
+        if (len && !ok(p, len)) {
+            return 0;
+        }
+
+        if (end == NULL) {
+            return 1;
+        }
+    }
+}
+
+
+/* an integer from 1 to 65535 */
+
+static int
+ngx_http_session_conninfo_port(const char *s, size_t len)
+{
+    long  n;
+
+    return ngx_http_session_conninfo_int(s, len, &n) == 0
+           && n >= 1 && n <= 65535;
+}
+
+
+/* a numeric IPv4 or IPv6 address */
+
+static int
+ngx_http_session_conninfo_addr(const char *s, size_t len)
+{
+    char            addr[64];
+    unsigned char   buf[16];
+    struct in_addr  in;
+
+    if (len >= sizeof(addr)) {
+        return 0;
+    }
+
+    memcpy(addr, s, len);
+    addr[len] = '\0';
+
+    /* as getaddrinfo() with AI_NUMERICHOST: "127.1" too */
+
+    return inet_aton(addr, &in) != 0 || inet_pton(AF_INET6, addr, buf) == 1;
 }
 
 
