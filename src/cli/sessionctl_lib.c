@@ -291,11 +291,8 @@ sessionctl_conninfo_check(const char *conninfo)
             return sessionctl_refuse("out of memory");
         }
 
-        len = strlen(err);
-
-        while (len && (err[len - 1] == '\n' || err[len - 1] == ' ')) {
-            len--;
-        }
+        /* its first line, as sessionctl_db_error() prints libpq's */
+        len = strcspn(err, "\n");
 
         rc = sessionctl_refuse("invalid connection string: %.*s", (int) len,
                                err);
