@@ -122,6 +122,32 @@ sub upload {
     return $r->{json}{id};
 }
 
+# hold_the_pool(NAME, SID): the sessions table locked, and a read of
+# SID (sent, not answered) waiting for the lock in PostgreSQL on the one
+# pool connection, so that the reads sent next wait in nginx; returns
+# the lock (for psql_end) and the holder (for answer)
+sub hold_the_pool {
+    my ($name, $sid) = @_;
+
+    my $lock = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE',
+                          q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+                          . q{ ON c.oid = l.relation}
+                          . q{ WHERE c.relname = 'sessions'}
+                          . q{ AND l.mode = 'AccessExclusiveLock'}
+                          . q{ AND l.granted});
+
+    my $holder = send_get("/api/v1/sessions/$sid", $F->{key});
+
+    my ($blocked) = wait_until(10, 0.02, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}
+             . q{ AND application_name = 'nginx session pool'});
+    });
+    ok($blocked, "$name - the holder waits for the lock, in PostgreSQL");
+
+    return ($lock, $holder);
+}
+
 # one request of every statement the pool runs for the API (each kind
 # of create, of upload, of complete and of ack, with and without an
 # Idempotency-Key), and of those of the upload connections (a streamed
@@ -590,21 +616,7 @@ $checks{stops_keeping_pipeline} = sub {
         is(api('GET', "/api/v1/sessions/$sid[0]")->{status}, 200,
            "$name - a read by name");
 
-        my $lock = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE',
-                              q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
-                              . q{ ON c.oid = l.relation}
-                              . q{ WHERE c.relname = 'sessions'}
-                              . q{ AND l.mode = 'AccessExclusiveLock'}
-                              . q{ AND l.granted});
-
-        my $holder = send_get("/api/v1/sessions/$sid[0]", $F->{key});
-
-        my ($blocked) = wait_until(10, 0.02, sub {
-            psql(q{SELECT count(*) FROM pg_stat_activity}
-                 . q{ WHERE wait_event_type = 'Lock'}
-                 . q{ AND application_name = 'nginx session pool'});
-        });
-        ok($blocked, "$name - the holder waits for the lock, in PostgreSQL");
+        my ($lock, $holder) = hold_the_pool($name, $sid[0]);
 
         my $mark = length error_log();
         my @req = map { send_get("/api/v1/sessions/$_", $F->{key}) } @sid;
@@ -655,21 +667,7 @@ $checks{pipeline} = sub {
     # the key in the auth cache: the only statements are the reads
     api('GET', "/api/v1/sessions/$sid[0]");
 
-    my $lock = psql_begin('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE',
-                          q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
-                          . q{ ON c.oid = l.relation}
-                          . q{ WHERE c.relname = 'sessions'}
-                          . q{ AND l.mode = 'AccessExclusiveLock'}
-                          . q{ AND l.granted});
-
-    my $holder = send_get("/api/v1/sessions/$sid[0]", $F->{key});
-
-    my ($blocked) = wait_until(10, 0.02, sub {
-        psql(q{SELECT count(*) FROM pg_stat_activity}
-             . q{ WHERE wait_event_type = 'Lock'}
-             . q{ AND application_name = 'nginx session pool'});
-    });
-    ok($blocked, "$name - the holder waits for the lock, in PostgreSQL");
+    my ($lock, $holder) = hold_the_pool($name, $sid[0]);
 
     my $before = status_json()->{database};
     my $mark = length error_log();
