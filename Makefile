@@ -2,6 +2,7 @@
 #
 #   make            build/ngx_http_session_module.so and build/sessionctl
 #   make run        local PostgreSQL + nginx on 127.0.0.1:8080, demo key
+#                   (make run RUN_ADDR=127.0.0.1:8090 listens there)
 #   make stop       stop them
 #   make test       deps, build, Check unit tests, Test::Nginx suite
 #   make bench      wrk benchmarks on loopback (bounded)

@@ -4,6 +4,8 @@
 #   util/run.sh start    PostgreSQL cluster in .run/pg, schema, demo
 #                        account/project/key (kept in .run/demo.env),
 #                        nginx with the module on 127.0.0.1:8080
+#                        (RUN_ADDR=ADDR:PORT listens elsewhere, e.g.
+#                        a second clone beside the first)
 #   util/run.sh stop     stop nginx, then PostgreSQL
 #   util/run.sh status   say what runs
 #
@@ -34,7 +36,7 @@ RUN=$ROOT/.run
 NGINX=${NGINX:-/usr/sbin/nginx}
 MODULE=$ROOT/build/ngx_http_session_module.so
 SESSIONCTL=$ROOT/build/sessionctl
-HTTP_ADDR=127.0.0.1:8080
+HTTP_ADDR=${RUN_ADDR:-127.0.0.1:8080}
 PG_PORT=54329
 DB_NAME=session
 DB_USER=session
@@ -418,6 +420,7 @@ start_nginx() {
     stop_nginx quiet
 
     log "starting nginx on $HTTP_ADDR"
+    echo "$HTTP_ADDR" > "$RUN/addr"
     # fd 9 holds the lock of this script: the daemons must not keep it
     if ! "$NGINX" -p "$RUN/" -c "$RUN/nginx.conf" 9>&-; then
         tail -20 "$RUN/error.log" >&2 || true
@@ -472,6 +475,9 @@ EOF
 
 status() {
     local pid
+    if [ -z "${RUN_ADDR:-}" ] && [ -f "$RUN/addr" ]; then
+        HTTP_ADDR=$(cat "$RUN/addr")
+    fi
     if pid=$(nginx_pid); then
         log "nginx is running (pid $pid) on $HTTP_ADDR"
     else
