@@ -92,6 +92,39 @@ sub until_status {
 }
 
 
+# how many notifications of the auth channel with PAYLOAD the debug log
+# has; heard(PAYLOAD, BEFORE): waits (5 s at most) until it has more
+sub auth_heard {
+    my ($payload) = @_;
+    my $log = error_log();
+    return scalar(() = $log =~ /session listen: auth "\Q$payload\E"/g);
+}
+
+sub heard {
+    my ($payload, $before) = @_;
+    return (wait_until(5, 0.02, sub { auth_heard($payload) > $before }))[0];
+}
+
+# the sessions an account's projects created this UTC month
+sub month_sessions {
+    my ($account) = @_;
+
+    return psql("SELECT count(*) FROM sessions s JOIN projects p"
+                . " ON p.id = s.project_id WHERE p.account_id = '$account'"
+                . " AND s.created_at >= date_trunc('month',"
+                . " now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'");
+}
+
+# the account's usage row of the month ('' when it has none)
+sub month_usage {
+    my ($account) = @_;
+
+    return psql("SELECT sessions_created FROM monthly_usage"
+                . " WHERE account_id = '$account' AND month ="
+                . " date_trunc('month', now() AT TIME ZONE 'UTC')::date");
+}
+
+
 # --- the checks ------------------------------------------------------------
 
 my %checks;
@@ -163,11 +196,19 @@ $checks{plan_changed} = sub {
     is($r && $r->{json}{message}, 'plan does not allow long_poll',
        "$name - its message");
 
-    psql("UPDATE plans SET features = '{long_poll}', monthly_quota = 1"
-         . " WHERE name = '$PLAN'");
+    # the sessions made without a quota count (decision (jd)): a quota
+    # of one more than them allows one more
+    my $made = month_sessions($OPEN->{account_id});
+    cmp_ok($made, '>', 0, "$name - sessions made without a quota");
+
+    psql("UPDATE plans SET features = '{long_poll}', monthly_quota = "
+         . ($made + 1) . " WHERE name = '$PLAN'");
+
+    is(month_usage($OPEN->{account_id}), $made,
+       "$name - the quota set: the month's sessions counted");
 
     $r = until_status($OPEN->{key}, 'long_poll', 201);
-    ok($r, "$name - long_poll back, with a quota of 1: 201");
+    ok($r, "$name - long_poll back, with a quota of one more: 201");
 
     ($r, $kind) = create_kind($OPEN->{key});
     is($r->{status}, 429, "$name - the quota holds: 429");
@@ -176,16 +217,16 @@ $checks{plan_changed} = sub {
     is($kind, 'counted', "$name - counted against the cached quota");
 
     # the quota raised: the cached one would still refuse
-    psql("UPDATE plans SET monthly_quota = 2 WHERE name = '$PLAN'");
+    psql("UPDATE plans SET monthly_quota = " . ($made + 2)
+         . " WHERE name = '$PLAN'");
 
     $r = until_status($OPEN->{key}, 'long_poll', 201);
-    ok($r, "$name - a quota of 2: one more, 201");
+    ok($r, "$name - a quota of two more: one more, 201");
 
     ($r, $kind) = create_kind($OPEN->{key});
     is($r->{status}, 429, "$name - and then 429");
-    is(psql("SELECT sessions_created FROM monthly_usage"
-            . " WHERE account_id = '$OPEN->{account_id}'"), 2,
-       "$name - two counted, never more");
+    is(month_usage($OPEN->{account_id}), $made + 2,
+       "$name - the quota counted, never more");
 
     psql("UPDATE plans SET monthly_quota = NULL WHERE name = '$PLAN'");
 
@@ -217,15 +258,110 @@ $checks{account_moved} = sub {
 
     ($r, $kind) = create_kind($MOVED->{key});
     is($kind, 'counted', "$name - counted against a quota of 0");
-    is(psql("SELECT count(*) FROM monthly_usage"
-            . " WHERE account_id = '$MOVED->{account_id}'"), 0,
-       "$name - a quota of 0 counts nothing");
+    is(month_usage($MOVED->{account_id}), month_sessions($MOVED->{account_id}),
+       "$name - the month's sessions counted, the refused ones not");
 
     psql("UPDATE accounts SET plan = '$PLAN'"
          . " WHERE id = '$MOVED->{account_id}'");
 
     $r = until_status($MOVED->{key}, 'long_poll', 201);
     ok($r, "$name - moved back: 201");
+};
+
+
+# A plan that gains a quota, an account that moves to a plan with one,
+# and a quota taken away and set again: the quota counts every session
+# of the month, those made without a quota too (decision (jd))
+$checks{month_counted} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    # a plan without a quota gets one of 3 after 3 sessions
+    my $plan = "$TAG-gains";
+    sessionctl_ok('plan', 'set', $plan, '--quota', 'unlimited',
+                  '--features', 'long_poll');
+    my $f = fixture(plan => $plan, name => "$TAG-gains");
+
+    is(create($f->{key})->{status}, 201, "$name - no quota: create $_")
+        for 1 .. 3;
+    is(month_usage($f->{account_id}), '', "$name - no quota: no usage row");
+
+    my $before = auth_heard('plans');
+    sessionctl_ok('plan', 'set', $plan, '--quota', '3');
+    is(month_usage($f->{account_id}), 3,
+       "$name - a quota of 3 set: the 3 sessions counted");
+    ok(heard('plans', $before), "$name - the change heard");
+
+    my $r = create($f->{key});
+    is($r->{status}, 429, "$name - a quota of 3 after 3 sessions: 429");
+    is($r->{json}{message}, 'monthly session quota exceeded',
+       "$name - its message");
+    is(month_sessions($f->{account_id}), 3, "$name - no session more");
+
+    # an account moved from a plan without a quota to one with 4
+    my $open = "$TAG-none";
+    my $four = "$TAG-four";
+    sessionctl_ok('plan', 'set', $open, '--quota', 'unlimited',
+                  '--features', 'long_poll');
+    sessionctl_ok('plan', 'set', $four, '--quota', '4',
+                  '--features', 'long_poll');
+    my $m = fixture(plan => $open, name => "$TAG-moves");
+
+    is(create($m->{key})->{status}, 201, "$name - before the move: $_")
+        for 1 .. 3;
+
+    $before = auth_heard("account:$m->{account_id}");
+    psql("UPDATE accounts SET plan = '$four'"
+         . " WHERE id = '$m->{account_id}'");
+    is(month_usage($m->{account_id}), 3,
+       "$name - moved to a quota of 4: the 3 sessions counted");
+
+    # once the move is heard: the fourth passes, the fifth does not
+    ok(heard("account:$m->{account_id}", $before), "$name - the move heard");
+    my $kind;
+    ($r, $kind) = create_kind($m->{key});
+    is($r->{status}, 201, "$name - moved: the fourth, 201");
+    is($kind, 'counted', "$name - moved: counted");
+    ($r, $kind) = create_kind($m->{key});
+    is($r->{status}, 429, "$name - moved: the fifth, 429");
+    is(month_sessions($m->{account_id}), 4, "$name - moved: 4 sessions");
+    is(month_usage($m->{account_id}), 4, "$name - moved: 4 counted");
+
+    # a quota taken away and set again: what was made meanwhile counts
+    my $back = "$TAG-back";
+    sessionctl_ok('plan', 'set', $back, '--quota', '5',
+                  '--features', 'long_poll');
+    my $b = fixture(plan => $back, name => "$TAG-back");
+
+    is(create($b->{key})->{status}, 201, "$name - a quota of 5: $_")
+        for 1 .. 2;
+    is(month_usage($b->{account_id}), 2, "$name - 2 counted");
+
+    sessionctl_ok('plan', 'set', $back, '--quota', 'unlimited');
+    ($r) = wait_until(5, 0.05, sub {
+        my ($r, $kind) = create_kind($b->{key});
+        $r->{status} == 201 && $kind eq 'alone' ? $r : undef;
+    });
+    ok($r, "$name - the quota taken away: the insert alone");
+    is(create($b->{key})->{status}, 201, "$name - and one more");
+
+    my $made = month_sessions($b->{account_id});
+    cmp_ok($made, '>=', 4, "$name - $made sessions this month");
+    is(month_usage($b->{account_id}), 2, "$name - the row stays at 2");
+
+    $before = auth_heard('plans');
+    sessionctl_ok('plan', 'set', $back, '--quota', $made + 1);
+    is(month_usage($b->{account_id}), $made,
+       "$name - the quota set again: every session counted");
+    ok(heard('plans', $before), "$name - the change heard");
+
+    is(create($b->{key})->{status}, 201, "$name - one more: 201");
+    $r = create($b->{key});
+    is($r->{status}, 429, "$name - then 429");
+    is(month_sessions($b->{account_id}), $made + 1,
+       "$name - exactly the quota made");
+    is(month_usage($b->{account_id}), $made + 1, "$name - and counted");
 };
 
 
@@ -284,6 +420,17 @@ GET /api/v1/sessions?limit=1
 === TEST 3: the account moves to another plan: its creates follow at once
 --- debug_log: the "session create:" and "session listen: listening" lines
 --- check: account_moved
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 4: a quota that is set counts the month's sessions made without one
+--- debug_log: the "session create:" and "session listen: listening" lines
+--- check: month_counted
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -174,6 +174,9 @@ ngx_http_session_listen_notify(ngx_http_session_db_conn_t *dc, PGnotify *n)
         return;
     }
 
+    ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                   "session listen: auth \"%s\"", n->extra);
+
     len = ngx_strlen(n->extra);
 
     if (len == sizeof("key:") - 1 + 2 * NGX_HTTP_SESSION_KEY_HASH_LEN
