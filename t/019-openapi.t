@@ -60,26 +60,34 @@ for my $path (keys %{ $api->{paths} }) {
 }
 
 # 3. What each route answers (docs/api.md §1, §2, §5, §6, §10).  Every
-# route: 400 (nginx's own refusals, query parameters), 401, 403, 429,
-# 500, 503; session routes also 404 and 410; every POST takes an
-# Idempotency-Key (409 in progress, 422 another request).
-my @common = qw(400 401 403 429 500 503);
+# route: 400 (nginx's own refusals, query parameters), 401, 403, 414 (a
+# request line too long), 429, 500, 503; session routes also 404 and
+# 410; every POST takes an Idempotency-Key (409 in progress, 422 another
+# request), and a POST whose body is read 501 (a Transfer-Encoding
+# nginx refuses); complete and ack 413 over 65536 bytes with a key.
+# HEAD is answered wherever GET is.
+my @common = qw(400 401 403 414 429 500 503);
 my @sid = (@common, qw(404 410));
 my %routes = (
-    'POST /api/v1/sessions' => [qw(201 409 413 415 422), @common],
+    'POST /api/v1/sessions' => [qw(201 409 413 415 422 501), @common],
     'GET /api/v1/sessions' => [qw(200), @common],
     'GET /api/v1/sessions/{sid}' => [qw(200), @sid],
-    'POST /api/v1/sessions/{sid}/complete' => [qw(200 409 422), @sid],
+    'POST /api/v1/sessions/{sid}/complete' =>
+        [qw(200 409 413 422 501), @sid],
     'POST /api/v1/sessions/{sid}/images' =>
-        [qw(201 409 413 415 422), @sid],
+        [qw(201 409 413 415 422 501), @sid],
     'GET /api/v1/sessions/{sid}/images' => [qw(200), @sid],
     'GET /api/v1/sessions/{sid}/images/{iid}' => [qw(200), @sid],
     'GET /api/v1/sessions/{sid}/images/{iid}/content' =>
         [qw(200 304), @sid],
     'POST /api/v1/sessions/{sid}/images/{iid}/ack' =>
-        [qw(200 409 422), @sid],
+        [qw(200 409 413 422 501), @sid],
     'GET /api/v1/sessions/{sid}/poll' => [qw(200), @sid],
 );
+for my $route (grep { /^GET / } keys %routes) {
+    (my $head = $route) =~ s/^GET/HEAD/;
+    $routes{$head} = $routes{$route};
+}
 
 for my $route (sort keys %routes) {
     my ($method, $path) = split / /, $route;
