@@ -4,13 +4,15 @@
 # C file of the module's folders is named in its folder's row, so that
 # the table cannot drift from the code again.  And docs/benchmarks.md
 # against the sources that write it, so that "make bench" loses nothing
-# of it (below).  Starts no nginx.
+# of it (below).  And the pages' relative links and the Content-Length
+# of their examples (at the end).  Starts no nginx.
 
 use strict;
 use warnings;
 
 use File::Basename qw(dirname);
 use File::Find ();
+use File::Spec ();
 use Test::More;
 
 my $root = dirname(dirname(__FILE__));
@@ -213,5 +215,174 @@ File::Find::find({ no_chdir => 1, wanted => sub {
     ok($top =~ /\b(?:[\d,]+|a thousand) lines\b/i,
        "$rel (" . @lines . " lines) says at its top why it is that long");
 } }, "$root/src");
+
+
+# The pages' links and examples.  Every relative Markdown link of
+# README.md and docs/*.md, outside fenced code blocks and code spans,
+# points at a file or folder that exists (relative to the linking
+# file's folder), and its #anchor, if any, is the slug of a heading of
+# the page it names, as GitHub makes it: the heading's text in lower
+# case, every character but letters, digits, spaces, '-' and '_'
+# removed, each space made a '-'; a second heading of the same slug
+# gets -1, a third -2, and so on.
+my @pages = ('README.md', map { "docs/$_" } do {
+    opendir my $pd, "$root/docs" or die "docs: $!";
+    my @md = sort grep { /\.md$/ } readdir $pd;
+    closedir $pd;
+    @md;
+});
+
+# a page's lines, each with whether it is inside a fenced code block
+# (the fence lines themselves count as inside)
+sub page_lines {
+    my ($f) = @_;
+    my (@out, $fence);
+    for my $line (split /\n/, slurp($f), -1) {
+        if (defined $fence) {
+            push @out, [$line, 1];
+            undef $fence if $line =~ /^\s*\Q$fence\E+\s*$/;
+        } elsif ($line =~ /^\s*(`{3,}|~{3,})/) {
+            $fence = $1;
+            push @out, [$line, 1];
+        } else {
+            push @out, [$line, 0];
+        }
+    }
+    return @out;
+}
+
+sub slug {
+    my ($text) = @_;
+    utf8::decode($text);
+    $text =~ s/!?\[([^\]]*)\]\([^)]*\)/$1/g;    # a link: its text
+    $text =~ s/<[^>]+>//g;                      # HTML tags
+    $text = lc $text;
+    $text =~ s/[^\p{L}\p{M}\p{N}_ -]//g;
+    $text =~ s/ /-/g;
+    utf8::encode($text);
+    return $text;
+}
+
+my %anchors;    # page => { slug => 1 }
+sub anchors_of {
+    my ($f) = @_;
+    return $anchors{$f} if $anchors{$f};
+    my (%seen, %slugs);
+    for (page_lines($f)) {
+        my ($line, $code) = @$_;
+        next if $code || $line !~ /^#{1,6}\s+(.*?)\s*#*\s*$/;
+        my $s = slug($1);
+        my $n = $seen{$s}++;
+        $slugs{$n ? "$s-$n" : $s} = 1;
+    }
+    return $anchors{$f} = \%slugs;
+}
+
+my ($links, @bad_links) = (0);
+for my $page (@pages) {
+    my $dir = dirname($page);
+    my $n = 0;
+    for (page_lines($page)) {
+        my ($line, $code) = @$_;
+        $n++;
+        next if $code;
+        $line =~ s/(`+).*?\1//g;                     # code spans
+        while ($line =~ /\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g) {
+            my $target = $1;
+            next if $target =~ /^(?:https?|mailto):/i;
+            $links++;
+            my ($path, $anchor) = $target =~ /^([^#]*)(?:#(.*))?$/;
+            my $file = $path eq '' ? $page
+                     : File::Spec->canonpath("$dir/$path");
+            1 while $file =~ s{(^|/)(?!\.\./)[^/]+/\.\./}{$1};
+            if (!-e "$root/$file") {
+                push @bad_links, "$page:$n: $target (no $file)";
+            } elsif (defined $anchor && $file =~ /\.md$/
+                     && !anchors_of($file)->{$anchor}) {
+                push @bad_links, "$page:$n: $target (no heading"
+                                 . " #$anchor in $file)";
+            }
+        }
+    }
+}
+ok($links >= 100, "the pages have their links ($links)");
+is(scalar @bad_links, 0, 'every relative link of README.md and docs/*.md'
+                         . ' names a file and a heading that exist')
+    or diag(join "\n", @bad_links);
+
+# Every Content-Length of an example is the length of its body: in a
+# fenced code block of those pages, a "Content-Length: N" whose header
+# lines end in a blank line and a body of one line has N equal to that
+# line's length in bytes; a request shown without its body (or with
+# one cut short by an ellipsis: the webhook request of docs/api.md §7.2
+# and docs/webhooks.md) has N equal to the length of the nearest
+# ```json block before it in the page, its lines joined without their
+# line ends (the body is one line, that block may wrap it).
+my ($lengths, @bad_lengths) = (0);
+for my $page (@pages) {
+    my @lines = page_lines($page);
+    my ($json, $in_json, $block_start);
+    for my $i (0 .. $#lines) {
+        my ($line, $code) = @{ $lines[$i] };
+        if (!$code) {
+            undef $block_start;
+            next;
+        }
+        if ($line =~ /^\s*(`{3,}|~{3,})(\S*)/ && !defined $block_start) {
+            $block_start = $i;
+            $in_json = $2 eq 'json';
+            $json = '' if $in_json;
+            next;
+        }
+        if ($line =~ /^\s*(`{3,}|~{3,})\s*$/) {
+            undef $block_start;
+            $in_json = 0;
+            next;
+        }
+        $json .= $line if $in_json;
+        next unless $line =~ /^Content-Length:\s*(\d+)\s*$/;
+        my $n = $1;
+        # the header lines after it, up to the blank line or the end of
+        # the block
+        my $j = $i + 1;
+        $j++ while $j <= $#lines && $lines[$j][1]
+                   && $lines[$j][0] =~ /^(?:[A-Za-z0-9-]+:\s|\.\.\.$|…$)/;
+        my $body;
+        if ($j < $#lines && $lines[$j][0] eq '' && $lines[$j + 1][1]
+            && $lines[$j + 1][0] !~ /^\s*(?:`{3,}|~{3,})/) {
+            my $next = $lines[$j + 1][0];
+            my $after = $j + 2 <= $#lines ? $lines[$j + 2] : undef;
+            $body = $next
+                if $next =~ /^[\[{]/ && $next !~ /…|\.\.\./
+                   && (!$after || !$after->[1] || $after->[0] eq ''
+                       || $after->[0] =~ /^\s*(?:`{3,}|~{3,})/);
+        }
+        # the first line of the shown message: a request line or a status
+        my $k = $i;
+        $k-- while $k > $block_start + 1
+                   && $lines[$k][0] !~ m{^(?:HTTP/|[A-Z]+ \S+ HTTP/)};
+        my $request = $lines[$k][0] =~ m{^[A-Z]+ \S+ HTTP/};
+        my $where = "$page:" . ($i + 1);
+        if (defined $body) {
+            $lengths++;
+            push @bad_lengths, "$where: Content-Length: $n, the body has "
+                               . length($body) . ' bytes'
+                if length($body) != $n;
+        } elsif ($request) {
+            $lengths++;
+            if (!defined $json) {
+                push @bad_lengths, "$where: no ```json block before it";
+            } elsif (length($json) != $n) {
+                push @bad_lengths, "$where: Content-Length: $n, the ```json"
+                                   . ' block before it has '
+                                   . length($json) . ' bytes';
+            }
+        }
+    }
+}
+ok($lengths >= 5, "the examples have their Content-Length lines ($lengths)");
+is(scalar @bad_lengths, 0, 'every Content-Length of an example is the'
+                           . ' length of its body')
+    or diag(join "\n", @bad_lengths);
 
 done_testing();
