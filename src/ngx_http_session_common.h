@@ -22,6 +22,7 @@ typedef struct ngx_http_session_dbhosts_s   ngx_http_session_dbhosts_t;
 typedef struct ngx_http_session_idem_s      ngx_http_session_idem_t;
 typedef struct ngx_http_session_poll_s      ngx_http_session_poll_t;
 typedef struct ngx_http_session_ctx_s       ngx_http_session_ctx_t;
+typedef struct ngx_http_session_advance_s   ngx_http_session_advance_t;
 
 
 /*
@@ -293,14 +294,12 @@ struct ngx_http_session_ctx_s {
     /* SHA-256 of the request body, once something needed it */
     u_char                        body_sha256[32];
 
-    /* the minute of a failure counted in advance (fail_reserved) */
-    uint32_t                      fail_minute;
+    /* a lookup counted against the client address, or waiting to be */
+    ngx_http_session_advance_t   *advance;
 
     unsigned                      own_response:1;
     unsigned                      json_error_sent:1;
     unsigned                      body_hashed:1;
-    /* a lookup started by this request counted a failure in advance */
-    unsigned                      fail_reserved:1;
     /* the keyed statement did the work and kept its answer */
     unsigned                      idem_kept:1;
 };

@@ -19,7 +19,7 @@ use Test::Nginx::Socket 'no_plan';
 use Session;
 use Time::HiRes ();
 use SessionTest qw(:DEFAULT error_body status_json listening check_init
-                    db_http_config error_log);
+                    db_http_config error_log send_get answer);
 
 our $TAG = sprintf 't035-%d-%d', $$, time;
 
@@ -95,7 +95,126 @@ sub until_looked_up {
     return ($ok, @st);
 }
 
+# N valid keys of a project of their own, written as @MANY's are
+sub valid_keys {
+    my ($tag, $n) = @_;
+
+    my $f = fixture(plan => 'pro', name => "$TAG-$tag");
+
+    return psql(
+        q{WITH k AS (SELECT 'sess_' || md5(} . sql_quote("$TAG-$tag")
+        . q{ || i::text) AS key, i FROM generate_series(1, } . $n
+        . q{) i), ins AS (INSERT INTO api_keys (project_id, key_hash, }
+        . q{prefix, hint) SELECT } . sql_quote($f->{project_id})
+        . q{, sha256(convert_to(key, 'UTF8')), 'sess', right(key, 4) }
+        . q{FROM k) SELECT key FROM k ORDER BY i});
+}
+
+# The keys asked for at once while a psql holds api_keys locked, so that
+# their lookups stay under way: the lock is let go once WAITING requests
+# wait in nginx for the address's lookups (its debug lines); the answers'
+# statuses, in the keys' order.
+sub at_once_locked {
+    my ($name, $waiting, @keys) = @_;
+
+    my $tx = psql_begin('LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE',
+                        q{SELECT count(*) FROM pg_locks WHERE relation = }
+                        . q{'api_keys'::regclass AND granted AND mode = }
+                        . q{'AccessExclusiveLock'});
+
+    my $wait = qr/session auth: waiting for the address's lookups/;
+    my $w0 = error_log_count($wait);
+    my @req = map { send_get('/api/v1/nope', $_) } @keys;
+
+    my ($ok) = wait_until(10, 0.02, sub {
+        error_log_count($wait) - $w0 >= $waiting
+    });
+    ok($ok, "$name - $waiting wait for the address's lookups under way");
+
+    psql_end($tx, 'ROLLBACK');
+
+    return map { answer($_, 15)->{status} } @req;
+}
+
 my %checks;
+
+# A lookup that waits for the address's others waits session_db_timeout
+# (1 s here) at most: with the lookups held longer, both keys get 503,
+# then, the lock gone, both are served
+$checks{under_way_slow} = sub {
+    my ($name) = @_;
+
+    need_debug_log("the auth lookup's debug lines") or return;
+
+    fresh_minute();
+    listening();
+
+    my @keys = valid_keys('slow', 2);
+
+    my $tx = psql_begin('LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE',
+                        q{SELECT count(*) FROM pg_locks WHERE relation = }
+                        . q{'api_keys'::regclass AND granted AND mode = }
+                        . q{'AccessExclusiveLock'});
+
+    my @req = map { send_get('/api/v1/nope', $_) } @keys;
+    my @ans = map { answer($_, 15) } @req;
+
+    psql_end($tx, 'ROLLBACK');
+
+    is(join(' ', map { $_->{status} } @ans), '503 503',
+       "$name - lookups held past session_db_timeout: 503 for both");
+    is($ans[$_]{json}{message}, 'database unavailable',
+       "$name - answer $_: database unavailable") for 0 .. 1;
+    cmp_ok($ans[$_]{elapsed}, '<', 3, "$name - answer $_ within the timeout")
+        for 0 .. 1;
+    cmp_ok(error_log_count(qr/waiting for the address's lookups/), '>', 0,
+           "$name - one waited for the other's lookup");
+
+    my @st = map { status($_) } @keys;
+    is("@st", '404 404', "$name - then both served");
+};
+
+# Lookups under way are not failures: valid keys that the node has not
+# seen, more at once than the address's limit, are all served; those
+# past the limit wait for the others instead of getting 429
+$checks{under_way} = sub {
+    my ($name) = @_;
+
+    need_debug_log("the auth lookup's debug lines") or return;
+
+    fresh_minute();
+    listening();
+
+    # seven valid keys at once against a limit of 5, lookups held: five
+    # under way, two waiting, all served
+    my @st = at_once_locked($name, 2, valid_keys('seven', 7));
+    is("@st", '404 404 404 404 404 404 404',
+       "$name - 7 valid keys never seen, at once: all served");
+
+    # no failure was counted: 5 unknown keys are 401, the sixth 429
+    over_limit($name, 5);
+};
+
+# Four failures, then six valid keys at once: one lookup under way at a
+# time (4 failures and 1 under way make 5), the others wait their turn
+$checks{under_way_failed} = sub {
+    my ($name) = @_;
+
+    need_debug_log("the auth lookup's debug lines") or return;
+
+    fresh_minute();
+    listening();
+
+    my @st = map { status(random_key('sess')) } 1 .. 4;
+    is("@st", '401 401 401 401', "$name - 4 failures");
+
+    @st = at_once_locked($name, 5, valid_keys('six', 6));
+    is("@st", '404 404 404 404 404 404',
+       "$name - 6 valid keys at once after 4 failures: all served");
+
+    @st = map { status(random_key('sess')) } 1 .. 2;
+    is("@st", '401 429', "$name - then one failure more, and the limit");
+};
 
 # Keys seen valid, then the address over its limit.
 $checks{mixed} = sub {
@@ -368,4 +487,50 @@ GET /status
 --- error_code: 200
 --- no_error_log
 [error]
+[crit]
+
+
+
+=== TEST 5: lookups under way are not failures: valid keys past the limit wait
+--- workers: 2
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 5;
+--- check: under_way
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 6: after 4 failures of 5, valid keys take their turn
+--- workers: 2
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_auth_fail_limit 5;
+--- check: under_way_failed
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 7: a lookup waits for the address's others session_db_timeout at most
+--- workers: 1
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_timeout 1s;
+    session_auth_fail_limit 1;
+--- check: under_way_slow
+--- request
+GET /status
+--- error_code: 200
+--- no_error_log
+[alert]
 [crit]

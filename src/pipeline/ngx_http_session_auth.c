@@ -55,12 +55,43 @@ typedef struct {
 } ngx_http_session_flight_t;
 
 
+/*
+ * The request's lookup as its client address's failure limit sees it:
+ * counted in advance while under way (reserved), or waiting for the
+ * address's other lookups (waiting).  In the request's pool, with a
+ * cleanup: a client that goes away with a lookup under way leaves it
+ * counted as a failure, and a waiting one takes its timer with it.
+ */
+struct ngx_http_session_advance_s {
+    ngx_http_request_t           *request;
+    ngx_event_t                   wait;
+    /* when the wait began, and the next pause */
+    ngx_msec_t                    started;
+    ngx_msec_t                    delay;
+    u_char                        addr[NGX_HTTP_SESSION_KEY_HASH_LEN];
+    /* the minute the lookup was counted in */
+    uint32_t                      since;
+    unsigned                      reserved:1;
+    unsigned                      waiting:1;
+};
+
+/* a lookup waiting for the address's others looks again after this (ms) */
+#define NGX_HTTP_SESSION_ADVANCE_FIRST  10
+#define NGX_HTTP_SESSION_ADVANCE_MAX    200
+
+
 static ngx_int_t ngx_http_session_auth_hash(const u_char *token,
     u_char *hash);
 static ngx_int_t ngx_http_session_auth_fail_check(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t op);
 static void ngx_http_session_auth_fail_count(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t op);
+static ngx_http_session_advance_t *ngx_http_session_advance(
+    ngx_http_request_t *r, ngx_http_session_ctx_t *ctx);
+static void ngx_http_session_advance_cleanup(void *data);
+static ngx_int_t ngx_http_session_auth_start(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx);
+static void ngx_http_session_auth_waited(ngx_event_t *ev);
 static void ngx_http_session_auth_addr(ngx_http_request_t *r, u_char *key);
 static ngx_http_session_flight_t *ngx_http_session_flight_find(u_char *hash);
 static ngx_http_session_flight_t *ngx_http_session_flight_start(
@@ -191,14 +222,11 @@ ngx_http_session_auth(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
          */
 
         if (ngx_http_session_auth_fail_check(r, ctx,
-                                             NGX_HTTP_SESSION_FAIL_RESERVE)
+                                             NGX_HTTP_SESSION_FAIL_COUNT)
             == NGX_BUSY)
         {
             ctx->err = NGX_HTTP_SESSION_ERR_KEY_INVALID;
         }
-
-        /* counted for good: nothing gives it back */
-        ctx->fail_reserved = 0;
 
         return NGX_DECLINED;
 
@@ -235,16 +263,49 @@ ngx_int_t
 ngx_http_session_auth_lookup(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_http_session_resume_pt resume)
 {
-    ngx_http_session_flight_t  *f;
-    ngx_http_session_waiter_t  *w;
+    ngx_http_session_advance_t  *adv;
+
+    ctx->resume = resume;
+
+    adv = ctx->advance;
+
+    if (adv == NULL || !adv->waiting) {
+        return ngx_http_session_auth_start(r, ctx);
+    }
+
+    /* the address's lookups under way are at its limit: wait for one */
+
+    ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "session auth: waiting for the address's lookups");
+
+    adv->started = ngx_current_msec;
+    adv->delay = NGX_HTTP_SESSION_ADVANCE_FIRST;
+
+    adv->wait.handler = ngx_http_session_auth_waited;
+    adv->wait.data = adv;
+    adv->wait.log = r->connection->log;
+
+    ngx_add_timer(&adv->wait, adv->delay);
+
+    return NGX_AGAIN;
+}
+
+
+/* the lookup of the key: started, or joined when one runs */
+
+static ngx_int_t
+ngx_http_session_auth_start(ngx_http_request_t *r,
+    ngx_http_session_ctx_t *ctx)
+{
+    ngx_http_session_flight_t   *f;
+    ngx_http_session_waiter_t   *w;
+    ngx_http_session_advance_t  *adv;
 
     w = ngx_http_session_waiter_create(r);
     if (w == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
         return NGX_DECLINED;
     }
-
-    ctx->resume = resume;
 
     f = ngx_http_session_flight_find(ctx->principal.hash);
 
@@ -256,10 +317,11 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
         if (f == NULL) {
             /* no lookup, no failure: the advance is given back */
 
-            if (ctx->fail_reserved) {
+            adv = ctx->advance;
+
+            if (adv && adv->reserved) {
                 ngx_http_session_auth_fail_count(r, ctx,
                                                  NGX_HTTP_SESSION_FAIL_REFUND);
-                ctx->fail_reserved = 0;
             }
 
             return NGX_DECLINED;
@@ -277,13 +339,80 @@ ngx_http_session_auth_lookup(ngx_http_request_t *r,
 
 
 /*
+ * A lookup that waited for its address's others looks again: the
+ * address's failures may have reached the limit meanwhile (429), a
+ * lookup of the same key may run in this worker (joined), one of the
+ * others may have ended (started); else it waits on, at most
+ * session_db_timeout in all (then 503: the lookups are that slow).
+ */
+
+static void
+ngx_http_session_auth_waited(ngx_event_t *ev)
+{
+    ngx_int_t                      rc;
+    ngx_connection_t              *c;
+    ngx_http_request_t            *r;
+    ngx_http_session_ctx_t        *ctx;
+    ngx_http_session_advance_t    *adv;
+    ngx_http_session_main_conf_t  *smcf;
+
+    adv = ev->data;
+    r = adv->request;
+    c = r->connection;
+    ctx = ngx_http_get_module_ctx(r, ngx_http_session_module);
+    smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
+
+    adv->waiting = 0;
+
+    rc = ngx_http_session_auth_fail_check(r, ctx,
+                   ngx_http_session_flight_find(ctx->principal.hash)
+                   ? NGX_HTTP_SESSION_FAIL_CHECK
+                   : NGX_HTTP_SESSION_FAIL_RESERVE);
+
+    if (rc == NGX_BUSY && adv->waiting) {
+
+        if (ngx_current_msec - adv->started < smcf->db_timeout) {
+            adv->delay = ngx_min(adv->delay * 2,
+                                 NGX_HTTP_SESSION_ADVANCE_MAX);
+            ngx_add_timer(&adv->wait,
+                          ngx_min(adv->delay, smcf->db_timeout
+                                  - (ngx_current_msec - adv->started)));
+            return;
+        }
+
+        ngx_log_error(NGX_LOG_WARN, c->log, 0,
+                      "session auth: the client address's lookups did not"
+                      " end within session_db_timeout");
+
+        adv->waiting = 0;
+        ctx->err = NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE;
+        rc = NGX_DECLINED;
+    }
+
+    if (rc == NGX_BUSY) {
+        rc = ngx_http_session_auth_start(r, ctx);
+
+        if (rc == NGX_AGAIN) {
+            return;
+        }
+    }
+
+    ctx->resume(r, rc);
+    ngx_http_run_posted_requests(c);
+}
+
+
+/*
  * Stage 1 for a key not seen valid within the hour, on a cache miss or
- * known unknown: a client address at session_auth_fail_limit gets 429
- * without a lookup.  Starting a lookup counts a failure in advance (op
- * RESERVE, given back when the key turns out known), so that however
- * many lookups a client has in flight, it never has more than the limit
- * per minute; joining one that runs only checks (CHECK).  NGX_BUSY: under
- * the limit (and op done).
+ * known unknown: a client address with session_auth_fail_limit failures
+ * this minute gets 429 without a lookup.  A known unknown counts its
+ * failure (COUNT).  Starting a lookup counts it as under way (RESERVE)
+ * until its answer says whether it failed, so that however many lookups
+ * a client starts at once, its failures and lookups under way never pass
+ * the limit together; when they are at it with failures to spare, the
+ * lookup waits (the request's advance is waiting) until one ends.
+ * Joining a lookup that runs only checks (CHECK).  NGX_BUSY: under the
+ * limit (and op done, or waiting); NGX_DECLINED: refused, ctx->err says.
  */
 
 static ngx_int_t
@@ -295,6 +424,7 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
     time_t                         now;
     ngx_time_t                    *tp;
     ngx_http_session_fail_t        f;
+    ngx_http_session_advance_t    *adv;
     ngx_http_session_main_conf_t  *smcf;
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
@@ -310,10 +440,39 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
     f.limit = (uint32_t) smcf->auth_fail_limit;
     f.minute = (uint32_t) ngx_http_session_window_minute(tp->sec);
 
-    if (ngx_http_session_auth_fail(smcf->shm_zone, &f) == NGX_OK) {
-        ctx->fail_reserved = (f.op == NGX_HTTP_SESSION_FAIL_RESERVE);
-        ctx->fail_minute = f.minute;
+    switch (ngx_http_session_auth_fail(smcf->shm_zone, &f)) {
+
+    case NGX_OK:
+        if (op != NGX_HTTP_SESSION_FAIL_RESERVE) {
+            return NGX_BUSY;
+        }
+
+        adv = ngx_http_session_advance(r, ctx);
+        if (adv == NULL) {
+            /* counted as under way: nothing will end it but the minute */
+            ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
+            return NGX_DECLINED;
+        }
+
+        ngx_memcpy(adv->addr, f.key, NGX_HTTP_SESSION_KEY_HASH_LEN);
+        adv->since = f.minute;
+        adv->reserved = 1;
+
         return NGX_BUSY;
+
+    case NGX_AGAIN:
+        adv = ngx_http_session_advance(r, ctx);
+        if (adv == NULL) {
+            ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
+            return NGX_DECLINED;
+        }
+
+        adv->waiting = 1;
+
+        return NGX_BUSY;
+
+    default: /* NGX_BUSY */
+        break;
     }
 
     /* the minute counted in may be ahead of this worker's clock */
@@ -343,13 +502,17 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
 }
 
 
-/* counts a failure of the request's address, or gives a reserved one back */
+/*
+ * A failure of the request's address (ADD), or the end of its lookup
+ * under way: failed (CONFIRM) or not (REFUND)
+ */
 
 static void
 ngx_http_session_auth_fail_count(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t op)
 {
     ngx_http_session_fail_t        f;
+    ngx_http_session_advance_t    *adv;
     ngx_http_session_main_conf_t  *smcf;
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
@@ -358,12 +521,83 @@ ngx_http_session_auth_fail_count(ngx_http_request_t *r,
         return;
     }
 
-    ngx_http_session_auth_addr(r, f.key);
     f.op = op;
     f.limit = (uint32_t) smcf->auth_fail_limit;
-    f.minute = (op == NGX_HTTP_SESSION_FAIL_REFUND)
-               ? ctx->fail_minute
-               : (uint32_t) ngx_http_session_window_minute(ngx_time());
+    f.minute = (uint32_t) ngx_http_session_window_minute(ngx_time());
+
+    if (op == NGX_HTTP_SESSION_FAIL_ADD) {
+        ngx_http_session_auth_addr(r, f.key);
+
+    } else {
+        adv = ctx->advance;
+
+        ngx_memcpy(f.key, adv->addr, NGX_HTTP_SESSION_KEY_HASH_LEN);
+        f.since = adv->since;
+        adv->reserved = 0;
+    }
+
+    (void) ngx_http_session_auth_fail(smcf->shm_zone, &f);
+}
+
+
+/* the request's advance, made at its first use */
+
+static ngx_http_session_advance_t *
+ngx_http_session_advance(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
+{
+    ngx_pool_cleanup_t          *cln;
+    ngx_http_session_advance_t  *adv;
+
+    if (ctx->advance) {
+        return ctx->advance;
+    }
+
+    cln = ngx_pool_cleanup_add(r->pool, sizeof(ngx_http_session_advance_t));
+    if (cln == NULL) {
+        return NULL;
+    }
+
+    adv = cln->data;
+    ngx_memzero(adv, sizeof(ngx_http_session_advance_t));
+
+    adv->request = r;
+
+    cln->handler = ngx_http_session_advance_cleanup;
+
+    ctx->advance = adv;
+
+    return adv;
+}
+
+
+/* the request goes away: its lookup under way counts as a failure */
+
+static void
+ngx_http_session_advance_cleanup(void *data)
+{
+    ngx_http_session_advance_t  *adv = data;
+
+    ngx_http_session_fail_t        f;
+    ngx_http_session_main_conf_t  *smcf;
+
+    if (adv->wait.timer_set) {
+        ngx_del_timer(&adv->wait);
+    }
+
+    if (!adv->reserved) {
+        return;
+    }
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    ngx_memcpy(f.key, adv->addr, NGX_HTTP_SESSION_KEY_HASH_LEN);
+    f.op = NGX_HTTP_SESSION_FAIL_CONFIRM;
+    f.limit = (uint32_t) smcf->auth_fail_limit;
+    f.minute = (uint32_t) ngx_http_session_window_minute(ngx_time());
+    f.since = adv->since;
+
+    adv->reserved = 0;
 
     (void) ngx_http_session_auth_fail(smcf->shm_zone, &f);
 }
@@ -573,7 +807,7 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
     char                          *status;
     ngx_int_t                      rc, quota;
-    ngx_uint_t                     outcome, err;
+    ngx_uint_t                     outcome, err, reserved;
     ngx_connection_t              *c;
     ngx_http_request_t            *r;
     ngx_http_session_ctx_t        *ctx;
@@ -693,18 +927,18 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
          * or no answer at all, gives the advance back.
          */
 
-        if (err == NGX_HTTP_SESSION_ERR_KEY_INVALID) {
-            if (!ctx->fail_reserved) {
-                ngx_http_session_auth_fail_count(r, ctx,
-                                                 NGX_HTTP_SESSION_FAIL_ADD);
-            }
+        reserved = (ctx->advance && ctx->advance->reserved);
 
-        } else if (ctx->fail_reserved) {
+        if (err == NGX_HTTP_SESSION_ERR_KEY_INVALID) {
+            ngx_http_session_auth_fail_count(r, ctx,
+                                             reserved
+                                             ? NGX_HTTP_SESSION_FAIL_CONFIRM
+                                             : NGX_HTTP_SESSION_FAIL_ADD);
+
+        } else if (reserved) {
             ngx_http_session_auth_fail_count(r, ctx,
                                              NGX_HTTP_SESSION_FAIL_REFUND);
         }
-
-        ctx->fail_reserved = 0;
 
         if (rc != NGX_OK) {
             ctx->err = err;

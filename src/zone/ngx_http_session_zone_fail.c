@@ -6,7 +6,6 @@
 
 #include "ngx_http_session_zone_fail.h"
 #include "ngx_http_session_zone_shm.h"
-#include "ngx_http_session_window.h"
 
 
 /* failed lookups per client address and minute */
@@ -14,7 +13,6 @@
 ngx_int_t
 ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
 {
-    uint32_t                       remaining;
     ngx_int_t                      rc;
     ngx_uint_t                     n;
     ngx_http_session_zone_sh_t    *sh;
@@ -46,7 +44,7 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         if (f->op == NGX_HTTP_SESSION_FAIL_CHECK
             || f->op == NGX_HTTP_SESSION_FAIL_REFUND)
         {
-            /* no failure this minute */
+            /* no failure this minute, or the lookup's minute is gone */
             goto done;
         }
 
@@ -73,42 +71,69 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
 
         fn->minute = f->minute;
         fn->count = 0;
+        fn->pending = 0;
         ngx_http_session_zone_insert(&sh->fail, &fn->sn, f->key);
 
     } else {
         ngx_http_session_zone_touch(&sh->fail, &fn->sn);
     }
 
+    /* a new minute: nothing failed and nothing is under way in it yet */
+
+    if (fn->minute < f->minute) {
+        fn->minute = f->minute;
+        fn->count = 0;
+        fn->pending = 0;
+
+    } else {
+        f->minute = fn->minute;
+    }
+
     switch (f->op) {
 
     case NGX_HTTP_SESSION_FAIL_CHECK:
-        if (fn->minute >= f->minute) {
-            f->minute = fn->minute;
-
-            if (fn->count >= f->limit) {
-                rc = NGX_BUSY;
-            }
-        }
-
-        break;
-
-    case NGX_HTTP_SESSION_FAIL_RESERVE:
-        if (ngx_http_session_window_take(&fn->minute, &fn->count, &f->minute,
-                                         f->limit, &remaining)
-            != 0)
-        {
+        if (fn->count >= f->limit) {
             rc = NGX_BUSY;
         }
 
         break;
 
-    case NGX_HTTP_SESSION_FAIL_ADD:
-        if (fn->minute < f->minute) {
-            fn->minute = f->minute;
-            fn->count = 0;
+    case NGX_HTTP_SESSION_FAIL_RESERVE:
+        if (fn->count >= f->limit) {
+            rc = NGX_BUSY;
+
+        } else if (fn->count + fn->pending >= f->limit) {
+            rc = NGX_AGAIN;
 
         } else {
-            f->minute = fn->minute;
+            fn->pending++;
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_COUNT:
+        if (fn->count >= f->limit) {
+            rc = NGX_BUSY;
+
+        } else {
+            fn->count++;
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_ADD:
+        if (fn->count < f->limit) {
+            fn->count++;
+        }
+
+        break;
+
+    case NGX_HTTP_SESSION_FAIL_CONFIRM:
+
+        /* of an earlier minute: a failure of this one, under way no more */
+
+        if (fn->minute == f->since && fn->pending > 0) {
+            fn->pending--;
         }
 
         if (fn->count < f->limit) {
@@ -118,8 +143,8 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         break;
 
     default: /* NGX_HTTP_SESSION_FAIL_REFUND */
-        if (fn->minute == f->minute && fn->count > 0) {
-            fn->count--;
+        if (fn->minute == f->since && fn->pending > 0) {
+            fn->pending--;
         }
 
         break;

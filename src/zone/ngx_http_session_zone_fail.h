@@ -10,11 +10,17 @@
 #include "ngx_http_session_common.h"
 
 
-/* what ngx_http_session_auth_fail() does with an address's count */
+/*
+ * What ngx_http_session_auth_fail() does with an address's counts: its
+ * failures of the minute, and its lookups under way (each counted in
+ * advance, until it is known whether it failed)
+ */
 #define NGX_HTTP_SESSION_FAIL_CHECK    0    /* is it at the limit? */
-#define NGX_HTTP_SESSION_FAIL_RESERVE  1    /* check, and count one */
-#define NGX_HTTP_SESSION_FAIL_ADD      2    /* count one, whatever it is */
-#define NGX_HTTP_SESSION_FAIL_REFUND   3    /* give a reserved one back */
+#define NGX_HTTP_SESSION_FAIL_RESERVE  1    /* check, and start a lookup */
+#define NGX_HTTP_SESSION_FAIL_COUNT    2    /* check, and count a failure */
+#define NGX_HTTP_SESSION_FAIL_ADD      3    /* count a failure, at any count */
+#define NGX_HTTP_SESSION_FAIL_CONFIRM  4    /* a lookup under way failed */
+#define NGX_HTTP_SESSION_FAIL_REFUND   5    /* a lookup under way did not */
 
 typedef struct {
     /* the client address, as ngx_http_session_auth writes it */
@@ -23,14 +29,18 @@ typedef struct {
     uint32_t                    limit;
     /* in: the worker's minute; out: the minute counted in */
     uint32_t                    minute;
+    /* CONFIRM, REFUND: the minute the lookup was counted in */
+    uint32_t                    since;
 } ngx_http_session_fail_t;
 
 /*
  * Failed key lookups of one client address in the current minute
  * (session_auth_fail_limit).  The window moves forward only, as for rate
- * counters.  NGX_BUSY: CHECK or RESERVE found the address at its limit;
- * NGX_OK otherwise, also when the zone has no room to count (the lookup
- * then goes ahead).
+ * counters.  NGX_BUSY: CHECK, RESERVE or COUNT found the address's
+ * failures at the limit.  NGX_AGAIN: RESERVE found them under it, but its
+ * failures and lookups under way together at it: the lookup waits until
+ * one of those ends.  NGX_OK otherwise, also when the zone has no room to
+ * count (the lookup then goes ahead).
  */
 ngx_int_t ngx_http_session_auth_fail(ngx_shm_zone_t *zone,
     ngx_http_session_fail_t *f);

@@ -89,7 +89,9 @@ typedef struct {
 typedef struct {
     ngx_http_session_zone_node_t  sn;
     uint32_t                      minute;
+    /* failed lookups, and lookups under way, of the minute */
     uint32_t                      count;
+    uint32_t                      pending;
 } ngx_http_session_fail_node_t;
 
 
