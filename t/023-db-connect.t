@@ -690,6 +690,13 @@ sub resolved_again {
     });
     ok($again, "$name - and again on reconnecting");
 
+    # why each was lost, in a line of the module's; none of libpq's own
+    my $said = qr/\[warn\] .*session db: the server says: FATAL: +/
+               . qr/terminating connection due to administrator command/;
+    cmp_ok(error_log_count($said), '>=', 3,
+           "$name - the server's FATAL logged by the module");
+    is(error_log_count(qr/^FATAL:/m), 0, "$name - no bare line of libpq's");
+
     my ($back) = wait_until(10, 0.1, sub { get_status() == 200 });
     ok($back, "$name - requests are answered after the reconnect");
 }

@@ -35,6 +35,7 @@ static void ngx_http_session_db_resolved(void *data, const char *host,
 static void ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
     const char *host, const char *hostaddr, const char *port);
 static void ngx_http_session_db_connect_poll(ngx_http_session_db_conn_t *dc);
+static void ngx_http_session_db_notice(void *arg, const PGresult *res);
 static void ngx_http_session_db_kick(ngx_http_session_db_conn_t *by,
     ngx_msec_t started);
 static void ngx_http_session_db_kick_one(ngx_http_session_db_conn_t *dc,
@@ -302,6 +303,8 @@ ngx_http_session_db_conn_start(ngx_http_session_db_conn_t *dc,
         return;
     }
 
+    (void) PQsetNoticeReceiver(dc->pg, ngx_http_session_db_notice, dc);
+
     dc->state = NGX_HTTP_SESSION_DB_CONNECTING;
 
     if (!dc->timer.timer_set) {
@@ -507,6 +510,39 @@ ngx_http_session_db_message(const char *msg)
     line[n] = '\0';
 
     return line;
+}
+
+
+/*
+ * What the server says outside an answer: a NOTICE or WARNING, or the
+ * FATAL of a connection it ends (pg_terminate_backend(), a shutdown),
+ * which tells why the connection is lost.  One line of the module's in
+ * the error log, instead of libpq's default, which writes the bare text
+ * to stderr (the error log too, with no time, level or process).
+ */
+
+static void
+ngx_http_session_db_notice(void *arg, const PGresult *res)
+{
+    char                        *severity;
+    ngx_uint_t                   level;
+    ngx_http_session_db_conn_t  *dc = arg;
+
+    severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
+
+    level = NGX_LOG_WARN;
+
+    if (severity
+        && (ngx_strcmp(severity, "NOTICE") == 0
+            || ngx_strcmp(severity, "INFO") == 0
+            || ngx_strcmp(severity, "LOG") == 0
+            || ngx_strncmp(severity, "DEBUG", 5) == 0))
+    {
+        level = NGX_LOG_NOTICE;
+    }
+
+    ngx_log_error(level, dc->log, 0, "session db: the server says: %s",
+                  ngx_http_session_db_message(PQresultErrorMessage(res)));
 }
 
 
