@@ -779,6 +779,13 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
     }
 
     if (dc->state == NGX_HTTP_SESSION_DB_IDLE) {
+
+        /* an exiting worker begins nothing: no check of an idle link */
+
+        if (ngx_http_session_stopping()) {
+            return;
+        }
+
         ngx_http_session_db_check(dc);
         return;
     }
