@@ -29,7 +29,8 @@ use POSIX ();
 use Socket qw(SOCK_STREAM);
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
-use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request);
+use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request
+                   send_get answer);
 
 our $TAG = sprintf 't009-%d-%d', $$, time;
 
@@ -513,6 +514,63 @@ $checks{reload} = sub {
     cmp_ok($took, '<', 3, "$name - promptly (interval 30s)");
 };
 
+# a reload while a statement of the old worker waits on a lock: the
+# worker stays for it (session_db_timeout), and begins nothing meanwhile:
+# its idle connections (the LISTEN one at least) are not checked again,
+# though session_db_idle_check (1 s) passes twice
+$checks{reload_held} = sub {
+    my ($name) = @_;
+
+    need_debug_log('the "session db: idle check" lines') or return;
+
+    my $master = slurp($Test::Nginx::Util::PidFile);
+    chomp $master;
+
+    my ($old) = grep { /^\d+$/ } split /\s+/, `pgrep -P $master`;
+    ok($old, "$name - the worker before the reload");
+
+    my $checked = qr/\[debug\] $old#\d+: .*session db: idle check/;
+    my ($idle) = wait_until(10, 0.05, sub {
+        error_log_count($checked) > 0
+    });
+    ok($idle, "$name - the worker checks its idle connections");
+
+    my $tx = PsqlSession->new;
+    $tx->send('BEGIN;');
+    $tx->send('LOCK TABLE sessions IN ACCESS EXCLUSIVE MODE;');
+    ok($tx->marker, "$name - sessions locked");
+
+    my $req = send_get('/api/v1/sessions?limit=1', $KEY{MAIN});
+    my ($waits) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type}
+             . q{ = 'Lock' AND query LIKE '%FROM sessions%'}) > 0
+    });
+    ok($waits, "$name - a list waits on the lock");
+
+    kill 'HUP', $master;
+
+    my $down = qr/\[notice\] $old#\d+: gracefully shutting down/;
+    my ($shutting) = wait_until(10, 0.05, sub {
+        error_log_count($down) > 0
+    });
+    ok($shutting, "$name - the old worker shuts down");
+    my $before = error_log_count($checked);
+
+    # (nothing to wait for: no check may begin for two idle intervals)
+    Time::HiRes::sleep(2.2);
+
+    ok(kill(0, $old), "$name - held by its statement");
+    is(error_log_count($checked), $before,
+       "$name - no idle check begun while it shuts down");
+
+    $tx->send('COMMIT;');
+    $tx->close;
+
+    is(answer($req, 15)->{status}, 200, "$name - the list is answered");
+    my ($gone) = wait_until(10, 0.05, sub { !kill 0, $old });
+    ok($gone, "$name - then the old worker exits");
+};
+
 
 # --- blocks -------------------------------------------------------------
 
@@ -696,3 +754,15 @@ qr/\[emerg\] .*"session_expiry_sweep_interval" directive is not allowed here in 
 --- must_die
 --- error_log eval
 qr/\[emerg\] .*invalid number of arguments in "session_expiry_sweep_interval" directive in \S+nginx\.conf:\d+$/
+
+
+
+=== TEST 16: an exiting worker held by a statement begins no idle check
+--- debug_log: the "session db: idle check" lines
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_idle_check 1s;
+    session_db_timeout 10s;
+--- check: reload_held
+--- no_error_log
+[alert]
