@@ -30,7 +30,7 @@ use Socket qw(SOCK_STREAM);
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use SessionTest qw(:DEFAULT api_request check_init db_http_config ping_request
-                   send_get answer);
+                   send_get send_request answer);
 
 our $TAG = sprintf 't009-%d-%d', $$, time;
 
@@ -572,6 +572,113 @@ $checks{reload_held} = sub {
 };
 
 
+# A psql holding the session's row with a change of its own (a new row
+# version, as an upload or a complete makes): writes that come meanwhile
+# wait for it, and are judged again once they get the row
+sub hold_row {
+    my ($name, $id) = @_;
+
+    my $tx = PsqlSession->new;
+    $tx->send('BEGIN;');
+    $tx->send('UPDATE sessions SET image_count = image_count WHERE id = '
+              . sql_quote($id) . ';');
+    ok($tx->marker, "$name - a transaction holds the session's row");
+
+    return $tx;
+}
+
+# waits (bounded) until N statements wait for a lock
+sub lock_waiters {
+    my ($n) = @_;
+
+    return (wait_until(10, 0.02, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}) >= $n
+    }))[0];
+}
+
+our $PNG = "\x89PNG\r\n\x1a\n" . ('x' x 32);
+
+sub upload_send {
+    my ($id, $body) = @_;
+    return send_request('POST', "/api/v1/sessions/$id/images", $KEY{MAIN},
+                        { 'Content-Type' => 'image/png' }, $body // $PNG);
+}
+
+sub complete_send {
+    my ($id) = @_;
+    return send_request('POST', "/api/v1/sessions/$id/complete", $KEY{MAIN});
+}
+
+# Writes that waited for the session's row are judged when they get it
+# (decision (x)): sent before expires_at behind another write's lock,
+# given the row after it, an upload (small and streamed) and a complete
+# are 410 and change nothing; and a complete that waited behind an
+# upload has a completed_at no earlier than the image's created_at
+$checks{lock_wait} = sub {
+    my ($name) = @_;
+
+    my $id = insert_session($PROJECT{MAIN}, 3);
+
+    my $tx = hold_row($name, $id);
+
+    my $key = { 'Idempotency-Key' => "$TAG-held" };
+    my @req = (upload_send($id), upload_send($id, $PNG . ('y' x 200_000)),
+               complete_send($id),
+               send_request('POST', "/api/v1/sessions/$id/images", $KEY{MAIN},
+                            { %$key, 'Content-Type' => 'image/png' }, $PNG),
+               send_request('POST', "/api/v1/sessions/$id/complete",
+                            $KEY{MAIN}, { 'Idempotency-Key' => "$TAG-held2" }),
+               send_request('POST', "/api/v1/sessions/$id/images", $KEY{MAIN},
+                            { 'Idempotency-Key' => "$TAG-held3",
+                              'Content-Type' => 'image/png' },
+                            $PNG . ('z' x 200_000)));
+    ok(lock_waiters(6), "$name - uploads (small, streamed, keyed) and"
+                        . " completes (plain, keyed) wait");
+
+    ok((wait_until(10, 0.05, sub {
+        psql('SELECT now() >= expires_at FROM sessions WHERE id = '
+             . sql_quote($id)) eq 't'
+    }))[0], "$name - expires_at passes while they wait");
+
+    $tx->send('COMMIT;');
+    $tx->close;
+
+    my @ans = map { answer($_, 15) } @req;
+    is(join(' ', map { $_->{status} } @ans), '410 410 410 410 410 410',
+       "$name - judged when they get the row: 410 each");
+    is($ans[$_]{json}{message}, 'session has expired',
+       "$name - answer $_: session has expired") for 0 .. 5;
+    is(psql('SELECT image_count || status || coalesce(completed_at::text,'
+            . " '-') FROM sessions WHERE id = " . sql_quote($id)), '0open-',
+       "$name - nothing changed");
+    is(psql('SELECT count(*) FROM images WHERE session_id = '
+            . sql_quote($id)), 0, "$name - no image stored");
+
+    # far from its expiry: the upload then the complete, each after the
+    # row; the completion is no earlier than the image it counts
+    my $id2 = insert_session($PROJECT{MAIN}, 600);
+
+    $tx = hold_row($name, $id2);
+    my $up = upload_send($id2);
+    ok(lock_waiters(1), "$name - an upload waits");
+    my $co = complete_send($id2);
+    ok(lock_waiters(2), "$name - then a complete");
+
+    $tx->send('COMMIT;');
+    $tx->close;
+
+    is(answer($up, 15)->{status}, 201, "$name - the upload: 201");
+    my $done = answer($co, 15);
+    is($done->{status}, 200, "$name - the complete: 200");
+    is($done->{json}{image_count}, 1, "$name - it counts the image");
+    is(psql('SELECT s.completed_at >= i.created_at FROM sessions s'
+            . ' JOIN images i ON i.session_id = s.id WHERE s.id = '
+            . sql_quote($id2)), 't',
+       "$name - completed_at is no earlier than the image's created_at");
+};
+
+
 # --- blocks -------------------------------------------------------------
 
 master_on();
@@ -765,4 +872,15 @@ qr/\[emerg\] .*invalid number of arguments in "session_expiry_sweep_interval" di
     session_db_timeout 10s;
 --- check: reload_held
 --- no_error_log
+[alert]
+
+
+
+=== TEST 17: writes that waited for the session's row are judged when they get it
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_expiry_sweep_interval 30s;
+--- check: lock_wait
+--- no_error_log
+[error]
 [alert]

@@ -29,13 +29,35 @@
 
 /* a session's status as clients see it: expired once now >= expires_at */
 #define NGX_HTTP_SESSION_SQL_STATUS(t)                                        \
-    "CASE WHEN " t ".status <> 'expired' AND now() >= " t ".expires_at"       \
+    NGX_HTTP_SESSION_SQL_STATUS_AT(t, "now()")
+
+/* the same at the instant at */
+#define NGX_HTTP_SESSION_SQL_STATUS_AT(t, at)                                 \
+    "CASE WHEN " t ".status <> 'expired' AND " at " >= " t ".expires_at"      \
     " THEN 'expired' ELSE " t ".status END"
+
+/*
+ * A write (an upload, a complete) is judged when it takes the session's
+ * row: clock_timestamp() in its condition is evaluated again when the
+ * write waited for another's lock on the row, where now(), the start of
+ * its transaction, could be long past (decision (x)).  The status of its
+ * answer is computed at the same point: now() when it wrote (its
+ * condition held, later than now()), else the clock once it found it
+ * could not.
+ */
+#define NGX_HTTP_SESSION_SQL_TAKEN  "clock_timestamp()"
+
+#define NGX_HTTP_SESSION_SQL_WRITE_AT(wrote)                                  \
+    "CASE WHEN " wrote " THEN now() ELSE clock_timestamp() END"
 
 /* the ten columns of a session, NGX_HTTP_SESSION_COL_S_* */
 #define NGX_HTTP_SESSION_SQL_SESSION_COLS(t)                                  \
+    NGX_HTTP_SESSION_SQL_SESSION_COLS_AT(t, "now()")
+
+/* the same, its status at the instant at */
+#define NGX_HTTP_SESSION_SQL_SESSION_COLS_AT(t, at)                           \
     t ".id, " t ".project_id, " t ".delivery_mode, " t ".webhook_url, "       \
-    NGX_HTTP_SESSION_SQL_STATUS(t) ", " t ".image_count, "                    \
+    NGX_HTTP_SESSION_SQL_STATUS_AT(t, at) ", " t ".image_count, "             \
     t ".acknowledged_count, " t ".created_at, " t ".expires_at, "             \
     t ".completed_at"
 
@@ -46,7 +68,11 @@
 
 /* stage 5 of every session-scoped statement: the session's owner, status */
 #define NGX_HTTP_SESSION_SQL_CHECK_COLS                                       \
-    "x.project_id, " NGX_HTTP_SESSION_SQL_STATUS("x")
+    NGX_HTTP_SESSION_SQL_CHECK_COLS_AT("now()")
+
+/* the same, the status at the instant at */
+#define NGX_HTTP_SESSION_SQL_CHECK_COLS_AT(at)                                \
+    "x.project_id, " NGX_HTTP_SESSION_SQL_STATUS_AT("x", at)
 
 /* the one row that a missing session still gives */
 #define NGX_HTTP_SESSION_SQL_CHECK_FROM                                       \
@@ -367,7 +393,7 @@
  */
 #define NGX_HTTP_SESSION_SQL_SESSION_COMPLETE                                 \
     "WITH " NGX_HTTP_SESSION_SQL_COMPLETE_WORK("")                            \
-    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)")                     \
+    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS_AT("(x.r)", "x.at")          \
     NGX_HTTP_SESSION_SQL_COMPLETE_FROM
 
 /*
@@ -378,9 +404,11 @@
  */
 #define NGX_HTTP_SESSION_SQL_COMPLETE_WORK(held)                              \
     "c AS ("                                                                  \
-    "UPDATE sessions s SET status = 'completed', completed_at = now()"        \
+    "UPDATE sessions s SET status = 'completed',"                             \
+    " completed_at = " NGX_HTTP_SESSION_SQL_TAKEN                             \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
-    " AND s.status = 'open' AND now() < s.expires_at" held                    \
+    " AND s.status = 'open'"                                                  \
+    " AND " NGX_HTTP_SESSION_SQL_TAKEN " < s.expires_at" held                 \
     " RETURNING s AS r, " NGX_HTTP_SESSION_SQL_WAKE("completed", "s")         \
     " AS n),"                                                                 \
     " l AS (SELECT s AS r FROM sessions s WHERE s.id = $2::uuid"              \
@@ -399,9 +427,11 @@
 #define NGX_HTTP_SESSION_SQL_COMPLETE_FROM                                    \
     " FROM " NGX_HTTP_SESSION_SQL_COMPLETE_ROWS " x"
 
+/* the row, and the instant of its status: the change's, or once locked */
 #define NGX_HTTP_SESSION_SQL_COMPLETE_ROWS                                    \
-    "(SELECT c.r FROM c UNION ALL"                                            \
-    " SELECT l.r FROM l WHERE NOT EXISTS (SELECT 1 FROM c))"
+    "(SELECT c.r, now() AS at FROM c UNION ALL"                               \
+    " SELECT l.r, clock_timestamp() FROM l"                                   \
+    " WHERE NOT EXISTS (SELECT 1 FROM c))"
 
 /*
  * $3 key, $4 path, $5 SHA-256, $6 lease: the complete's columns, the
@@ -412,7 +442,7 @@
     NGX_HTTP_SESSION_SQL_COMPLETE_WORK(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO)  \
     ", " NGX_HTTP_SESSION_SQL_IDEM_KEEP("3", "4", "5", "6", "200", "NULL",    \
         "NULL", NGX_HTTP_SESSION_SQL_IDEM_SESSION("(c.r)"), "NULL", "c")      \
-    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS("(x.r)") ", "                \
+    " SELECT " NGX_HTTP_SESSION_SQL_SESSION_COLS_AT("(x.r)", "x.at") ", "     \
     NGX_HTTP_SESSION_SQL_IDEM_COLS("4", "5",                                  \
                                    NGX_HTTP_SESSION_SQL_IDEM_KEPT("c"))       \
     " FROM (SELECT 1) one LEFT JOIN " NGX_HTTP_SESSION_SQL_COMPLETE_ROWS      \
@@ -511,7 +541,7 @@
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_UPLOAD                                     \
     "WITH " NGX_HTTP_SESSION_SQL_UPLOAD_WORK("")                              \
-    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    " SELECT " NGX_HTTP_SESSION_SQL_UPLOAD_CHECK("i") ", "                    \
     NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
 
@@ -535,9 +565,15 @@
     "s AS ("                                                                  \
     "UPDATE sessions s SET image_count = s.image_count + 1"                   \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
-    " AND s.status = 'open' AND now() < s.expires_at" held                    \
+    " AND s.status = 'open'"                                                  \
+    " AND " NGX_HTTP_SESSION_SQL_TAKEN " < s.expires_at" held                 \
     " RETURNING s.id, s.project_id, s.image_count, s.delivery_mode,"          \
     " s.webhook_url, " NGX_HTTP_SESSION_SQL_WAKE("uploaded", "s") " AS n)"
+
+/* the check columns of an upload, whose row t is the session taken */
+#define NGX_HTTP_SESSION_SQL_UPLOAD_CHECK(t)                                  \
+    NGX_HTTP_SESSION_SQL_CHECK_COLS_AT(                                       \
+        NGX_HTTP_SESSION_SQL_WRITE_AT(t ".id IS NOT NULL"))
 
 /*
  * The wake-up of a change to the session row r (its alias in a RETURNING
@@ -582,7 +618,7 @@
 
 /* the row of a keyed upload: the check columns, the image's, the key's */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_KEYED_ROW(p, h)                           \
-    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", "                           \
+    " SELECT " NGX_HTTP_SESSION_SQL_UPLOAD_CHECK("i") ", "                    \
     NGX_HTTP_SESSION_SQL_IMAGE_COLS("i") ", "                                 \
     NGX_HTTP_SESSION_SQL_IDEM_COLS(p, h, NGX_HTTP_SESSION_SQL_IDEM_KEPT("i")) \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"                    \
@@ -602,7 +638,7 @@
  */
 #define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN                               \
     "WITH " NGX_HTTP_SESSION_SQL_UPLOAD_SESSION("")                           \
-    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", s.image_count"              \
+    " SELECT " NGX_HTTP_SESSION_SQL_UPLOAD_CHECK("s") ", s.image_count"       \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN s ON true"
 
 /*
@@ -616,7 +652,7 @@
 #define NGX_HTTP_SESSION_SQL_IMAGE_STREAM_BEGIN_KEYED                         \
     "WITH " NGX_HTTP_SESSION_SQL_IDEM_SEEN("3", "4", "5", "6") ", "           \
     NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(" AND " NGX_HTTP_SESSION_SQL_IDEM_GO) \
-    " SELECT " NGX_HTTP_SESSION_SQL_CHECK_COLS ", s.image_count, "            \
+    " SELECT " NGX_HTTP_SESSION_SQL_UPLOAD_CHECK("s") ", s.image_count, "     \
     NGX_HTTP_SESSION_SQL_IDEM_COLS("4", "5", "false")                         \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN s ON true"                    \
     NGX_HTTP_SESSION_SQL_IDEM_FROM

@@ -49,7 +49,8 @@ our @EXPORT = qw(nginx_quote http_request auth_header wait_until
                  relay_start relay_stop relay_db master_pid worker_pids
                  error_log_count nginx_debug need_debug_log debug_log_note);
 
-our @EXPORT_OK = qw(error_body api_request send_get answered answer raw_http
+our @EXPORT_OK = qw(error_body api_request send_get send_request answered
+                    answer raw_http
                     burst status_json listening listen_cut error_log
                     access_log long_poll_session png_upload
                     check_init run_check run_action db_http_config api_config
@@ -644,15 +645,30 @@ sub png_upload {
 sub send_get {
     my ($path, $key, $port) = @_;
 
+    return send_request('GET', $path, $key, undef, undef, $port);
+}
+
+
+# send_request(METHOD, PATH, KEY, HEADERS, BODY, PORT): the same for any
+# method, with the headers of the hash HEADERS and, when BODY is
+# defined, BODY with its Content-Length.
+sub send_request {
+    my ($method, $path, $key, $headers, $body, $port) = @_;
+
     my $s = IO::Socket::INET->new(
                 PeerAddr => '127.0.0.1',
                 PeerPort => $port // $Test::Nginx::Util::ServerPort,
                 Proto => 'tcp')
-        or die "send_get: connect: $!";
+        or die "send_request: connect: $!";
 
-    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
-             . "Authorization: Bearer $key\r\n"
-             . "Connection: close\r\n\r\n";
+    my $head = "$method $path HTTP/1.1\r\nHost: localhost\r\n"
+               . "Authorization: Bearer $key\r\n"
+               . "Connection: close\r\n";
+
+    $head .= "$_: $headers->{$_}\r\n" for sort keys %{ $headers || {} };
+    $head .= 'Content-Length: ' . length($body) . "\r\n" if defined $body;
+
+    print $s $head . "\r\n" . ($body // '');
 
     return { sock => $s, path => $path, t0 => Time::HiRes::time() };
 }
