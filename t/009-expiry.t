@@ -575,13 +575,17 @@ $checks{reload_held} = sub {
 # A psql holding the session's row with a change of its own (a new row
 # version, as an upload or a complete makes): writes that come meanwhile
 # wait for it, and are judged again once they get the row
+# (HOW 'lock': a lock of the row alone, no change)
 sub hold_row {
-    my ($name, $id) = @_;
+    my ($name, $id, $how) = @_;
 
     my $tx = PsqlSession->new;
     $tx->send('BEGIN;');
-    $tx->send('UPDATE sessions SET image_count = image_count WHERE id = '
-              . sql_quote($id) . ';');
+    $tx->send(($how // '') eq 'lock'
+              ? 'SELECT 1 FROM sessions WHERE id = ' . sql_quote($id)
+                . ' FOR UPDATE;'
+              : 'UPDATE sessions SET image_count = image_count WHERE id = '
+                . sql_quote($id) . ';');
     ok($tx->marker, "$name - a transaction holds the session's row");
 
     return $tx;
@@ -621,39 +625,16 @@ $checks{lock_wait} = sub {
     my $id = insert_session($PROJECT{MAIN}, 3);
 
     my $tx = hold_row($name, $id);
+    held_across_expiry($name, $id, $tx, 'COMMIT', 1);
 
-    my $key = { 'Idempotency-Key' => "$TAG-held" };
-    my @req = (upload_send($id), upload_send($id, $PNG . ('y' x 200_000)),
-               complete_send($id),
-               send_request('POST', "/api/v1/sessions/$id/images", $KEY{MAIN},
-                            { %$key, 'Content-Type' => 'image/png' }, $PNG),
-               send_request('POST', "/api/v1/sessions/$id/complete",
-                            $KEY{MAIN}, { 'Idempotency-Key' => "$TAG-held2" }),
-               send_request('POST', "/api/v1/sessions/$id/images", $KEY{MAIN},
-                            { 'Idempotency-Key' => "$TAG-held3",
-                              'Content-Type' => 'image/png' },
-                            $PNG . ('z' x 200_000)));
-    ok(lock_waiters(6), "$name - uploads (small, streamed, keyed) and"
-                        . " completes (plain, keyed) wait");
+    # the same behind a write that rolls back, and behind a lock alone,
+    # after which PostgreSQL would not judge an UPDATE's condition again
+    # by itself (no new row version): the writes wait for the row first
+    $id = insert_session($PROJECT{MAIN}, 3);
+    held_across_expiry($name, $id, hold_row($name, $id), 'ROLLBACK');
 
-    ok((wait_until(10, 0.05, sub {
-        psql('SELECT now() >= expires_at FROM sessions WHERE id = '
-             . sql_quote($id)) eq 't'
-    }))[0], "$name - expires_at passes while they wait");
-
-    $tx->send('COMMIT;');
-    $tx->close;
-
-    my @ans = map { answer($_, 15) } @req;
-    is(join(' ', map { $_->{status} } @ans), '410 410 410 410 410 410',
-       "$name - judged when they get the row: 410 each");
-    is($ans[$_]{json}{message}, 'session has expired',
-       "$name - answer $_: session has expired") for 0 .. 5;
-    is(psql('SELECT image_count || status || coalesce(completed_at::text,'
-            . " '-') FROM sessions WHERE id = " . sql_quote($id)), '0open-',
-       "$name - nothing changed");
-    is(psql('SELECT count(*) FROM images WHERE session_id = '
-            . sql_quote($id)), 0, "$name - no image stored");
+    $id = insert_session($PROJECT{MAIN}, 3);
+    held_across_expiry($name, $id, hold_row($name, $id, 'lock'), 'COMMIT');
 
     # far from its expiry: the upload then the complete, each after the
     # row; the completion is no earlier than the image it counts
@@ -677,6 +658,51 @@ $checks{lock_wait} = sub {
             . sql_quote($id2)), 't',
        "$name - completed_at is no earlier than the image's created_at");
 };
+
+# writes sent to the session $id while $tx holds its row, until its
+# expires_at has passed; then $tx ends ($end): each write is 410 and
+# changes nothing ($keyed: keyed and streamed ones too)
+sub held_across_expiry {
+    my ($name, $id, $tx, $end, $keyed) = @_;
+
+    $name .= " (held, then $end)";
+
+    my @req = (upload_send($id), upload_send($id, $PNG . ('y' x 200_000)),
+               complete_send($id));
+
+    push @req, send_request('POST', "/api/v1/sessions/$id/images",
+                            $KEY{MAIN}, { 'Idempotency-Key' => "$id-1",
+                                          'Content-Type' => 'image/png' },
+                            $PNG),
+               send_request('POST', "/api/v1/sessions/$id/complete",
+                            $KEY{MAIN}, { 'Idempotency-Key' => "$id-2" }),
+               send_request('POST', "/api/v1/sessions/$id/images",
+                            $KEY{MAIN}, { 'Idempotency-Key' => "$id-3",
+                                          'Content-Type' => 'image/png' },
+                            $PNG . ('z' x 200_000))
+        if $keyed;
+
+    ok(lock_waiters(scalar @req), "$name - " . @req . " writes wait");
+
+    ok((wait_until(10, 0.05, sub {
+        psql('SELECT now() >= expires_at FROM sessions WHERE id = '
+             . sql_quote($id)) eq 't'
+    }))[0], "$name - expires_at passes while they wait");
+
+    $tx->send("$end;");
+    $tx->close;
+
+    my @ans = map { answer($_, 15) } @req;
+    is(join(' ', map { $_->{status} } @ans), join(' ', ('410') x @req),
+       "$name - judged when they get the row: 410 each");
+    is($ans[$_]{json}{message}, 'session has expired',
+       "$name - answer $_: session has expired") for 0 .. $#req;
+    is(psql('SELECT image_count || status || coalesce(completed_at::text,'
+            . " '-') FROM sessions WHERE id = " . sql_quote($id)), '0open-',
+       "$name - nothing changed");
+    is(psql('SELECT count(*) FROM images WHERE session_id = '
+            . sql_quote($id)), 0, "$name - no image stored");
+}
 
 
 # --- blocks -------------------------------------------------------------

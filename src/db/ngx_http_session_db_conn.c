@@ -530,15 +530,26 @@ ngx_http_session_db_notice(void *arg, const PGresult *res)
 
     severity = PQresultErrorField(res, PG_DIAG_SEVERITY_NONLOCALIZED);
 
+    /*
+     * LOG and DEBUG (a role with client_min_messages lowered) may carry
+     * statements and their parameters: debug, never in an operator's log
+     */
+
     level = NGX_LOG_WARN;
 
-    if (severity
-        && (ngx_strcmp(severity, "NOTICE") == 0
-            || ngx_strcmp(severity, "INFO") == 0
-            || ngx_strcmp(severity, "LOG") == 0
-            || ngx_strncmp(severity, "DEBUG", 5) == 0))
-    {
+    if (severity == NULL) {
+        /* libpq's own notice */
+
+    } else if (ngx_strcmp(severity, "NOTICE") == 0) {
         level = NGX_LOG_NOTICE;
+
+    } else if (ngx_strcmp(severity, "INFO") == 0) {
+        level = NGX_LOG_INFO;
+
+    } else if (ngx_strcmp(severity, "LOG") == 0
+               || ngx_strncmp(severity, "DEBUG", 5) == 0)
+    {
+        level = NGX_LOG_DEBUG;
     }
 
     ngx_log_error(level, dc->log, 0, "session db: the server says: %s",

@@ -38,14 +38,20 @@
 
 /*
  * A write (an upload, a complete) is judged when it takes the session's
- * row: clock_timestamp() in its condition is evaluated again when the
- * write waited for another's lock on the row, where now(), the start of
- * its transaction, could be long past (decision (x)).  The status of its
- * answer is computed at the same point: now() when it wrote (its
- * condition held, later than now()), else the clock once it found it
- * could not.
+ * row, not at now(), the start of its transaction, which a wait for
+ * another write's lock on the row can leave far behind (decision (x)).
+ * tk locks the row first (FOR NO KEY UPDATE, the lock of the write's own
+ * UPDATE), so the write waits there, whether the other write then
+ * commits a change, none, or rolls back; TAKEN is the clock once tk has
+ * the row (NULL when there is none), read by the write's condition.  The
+ * status of its answer is computed at the same point: now() when it
+ * wrote (earlier than TAKEN), else the clock once it found it could not.
  */
-#define NGX_HTTP_SESSION_SQL_TAKEN  "clock_timestamp()"
+#define NGX_HTTP_SESSION_SQL_TAKE(held)                                       \
+    "tk AS (SELECT 1 FROM sessions t WHERE t.id = $2::uuid"                   \
+    " AND t.project_id = $1::uuid" held " FOR NO KEY UPDATE)"
+
+#define NGX_HTTP_SESSION_SQL_TAKEN  "(SELECT clock_timestamp() FROM tk)"
 
 #define NGX_HTTP_SESSION_SQL_WRITE_AT(wrote)                                  \
     "CASE WHEN " wrote " THEN now() ELSE clock_timestamp() END"
@@ -397,15 +403,16 @@
     NGX_HTTP_SESSION_SQL_COMPLETE_FROM
 
 /*
- * the CTEs c, l, o of the complete; held: a condition on c and l.  The update
- * first; only when it changed nothing is the row read, locked, so that
+ * the CTEs tk, c, l, o of the complete; held: a condition on each.  The
+ * update first; only when it changed nothing is the row read, locked, so that
  * the row returned is the newest (a concurrent complete committed while
  * this one waited is seen as completed)
  */
 #define NGX_HTTP_SESSION_SQL_COMPLETE_WORK(held)                              \
-    "c AS ("                                                                  \
+    NGX_HTTP_SESSION_SQL_TAKE(held) ","                                       \
+    " c AS ("                                                                 \
     "UPDATE sessions s SET status = 'completed',"                             \
-    " completed_at = " NGX_HTTP_SESSION_SQL_TAKEN                             \
+    " completed_at = clock_timestamp()"                                       \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
     " AND s.status = 'open'"                                                  \
     " AND " NGX_HTTP_SESSION_SQL_TAKEN " < s.expires_at" held                 \
@@ -545,7 +552,7 @@
     NGX_HTTP_SESSION_SQL_IMAGE_COLS("i")                                      \
     NGX_HTTP_SESSION_SQL_CHECK_FROM " LEFT JOIN i ON true"
 
-/* the CTEs s, i, o of the upload; held: a condition on s */
+/* the CTEs tk, s, i, o of the upload; held: a condition on tk and s */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_WORK(held)                                \
     NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held) ","                             \
     " i AS ("                                                                 \
@@ -557,12 +564,13 @@
     NGX_HTTP_SESSION_SQL_UPLOAD_OUTBOX
 
 /*
- * s: the session that takes the image, its image_count incremented, and
+ * tk, s: the session that takes the image, its image_count incremented, and
  * the wake-up, which commits with the image (a streamed upload's too,
  * whose first statement this is) or not at all
  */
 #define NGX_HTTP_SESSION_SQL_UPLOAD_SESSION(held)                             \
-    "s AS ("                                                                  \
+    NGX_HTTP_SESSION_SQL_TAKE(held) ","                                       \
+    " s AS ("                                                                 \
     "UPDATE sessions s SET image_count = s.image_count + 1"                   \
     " WHERE s.id = $2::uuid AND s.project_id = $1::uuid"                      \
     " AND s.status = 'open'"                                                  \

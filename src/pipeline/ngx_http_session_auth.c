@@ -84,8 +84,9 @@ static ngx_int_t ngx_http_session_auth_hash(const u_char *token,
     u_char *hash);
 static ngx_int_t ngx_http_session_auth_fail_check(ngx_http_request_t *r,
     ngx_http_session_ctx_t *ctx, ngx_uint_t op);
-static void ngx_http_session_auth_fail_count(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx, ngx_uint_t op);
+static void ngx_http_session_auth_fail_add(ngx_http_request_t *r);
+static void ngx_http_session_advance_end(ngx_http_session_advance_t *adv,
+    ngx_uint_t op);
 static ngx_http_session_advance_t *ngx_http_session_advance(
     ngx_http_request_t *r, ngx_http_session_ctx_t *ctx);
 static void ngx_http_session_advance_cleanup(void *data);
@@ -301,35 +302,37 @@ ngx_http_session_auth_start(ngx_http_request_t *r,
     ngx_http_session_waiter_t   *w;
     ngx_http_session_advance_t  *adv;
 
+    adv = ctx->advance;
+
     w = ngx_http_session_waiter_create(r);
+    f = NULL;
+
     if (w == NULL) {
         ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-        return NGX_DECLINED;
-    }
-
-    f = ngx_http_session_flight_find(ctx->principal.hash);
-
-    if (f == NULL) {
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "session auth: cache miss, asking the database");
-
-        f = ngx_http_session_flight_start(r, ctx);
-        if (f == NULL) {
-            /* no lookup, no failure: the advance is given back */
-
-            adv = ctx->advance;
-
-            if (adv && adv->reserved) {
-                ngx_http_session_auth_fail_count(r, ctx,
-                                                 NGX_HTTP_SESSION_FAIL_REFUND);
-            }
-
-            return NGX_DECLINED;
-        }
 
     } else {
-        ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
-                       "session auth: cache miss, joining a lookup");
+        f = ngx_http_session_flight_find(ctx->principal.hash);
+
+        if (f) {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "session auth: cache miss, joining a lookup");
+
+        } else {
+            ngx_log_debug0(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                           "session auth: cache miss, asking the database");
+
+            f = ngx_http_session_flight_start(r, ctx);
+        }
+    }
+
+    if (f == NULL) {
+        /* no lookup, no failure: the advance is given back */
+
+        if (adv && adv->reserved) {
+            ngx_http_session_advance_end(adv, NGX_HTTP_SESSION_FAIL_REFUND);
+        }
+
+        return NGX_DECLINED;
     }
 
     ngx_http_session_waiter_join(w, &f->waiters, f);
@@ -433,6 +436,18 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
         return NGX_BUSY;
     }
 
+    /* a lookup's holder first: none is counted without one to end it */
+
+    adv = NULL;
+
+    if (op == NGX_HTTP_SESSION_FAIL_RESERVE) {
+        adv = ngx_http_session_advance(r, ctx);
+        if (adv == NULL) {
+            ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
+            return NGX_DECLINED;
+        }
+    }
+
     tp = ngx_timeofday();
 
     ngx_http_session_auth_addr(r, f.key);
@@ -443,32 +458,16 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
     switch (ngx_http_session_auth_fail(smcf->shm_zone, &f)) {
 
     case NGX_OK:
-        if (op != NGX_HTTP_SESSION_FAIL_RESERVE) {
-            return NGX_BUSY;
+        if (adv) {
+            ngx_memcpy(adv->addr, f.key, NGX_HTTP_SESSION_KEY_HASH_LEN);
+            adv->since = f.minute;
+            adv->reserved = 1;
         }
-
-        adv = ngx_http_session_advance(r, ctx);
-        if (adv == NULL) {
-            /* counted as under way: nothing will end it but the minute */
-            ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-            return NGX_DECLINED;
-        }
-
-        ngx_memcpy(adv->addr, f.key, NGX_HTTP_SESSION_KEY_HASH_LEN);
-        adv->since = f.minute;
-        adv->reserved = 1;
 
         return NGX_BUSY;
 
     case NGX_AGAIN:
-        adv = ngx_http_session_advance(r, ctx);
-        if (adv == NULL) {
-            ctx->err = NGX_HTTP_SESSION_ERR_INTERNAL;
-            return NGX_DECLINED;
-        }
-
         adv->waiting = 1;
-
         return NGX_BUSY;
 
     default: /* NGX_BUSY */
@@ -502,17 +501,12 @@ ngx_http_session_auth_fail_check(ngx_http_request_t *r,
 }
 
 
-/*
- * A failure of the request's address (ADD), or the end of its lookup
- * under way: failed (CONFIRM) or not (REFUND)
- */
+/* a failure of the request's address, whatever its count */
 
 static void
-ngx_http_session_auth_fail_count(ngx_http_request_t *r,
-    ngx_http_session_ctx_t *ctx, ngx_uint_t op)
+ngx_http_session_auth_fail_add(ngx_http_request_t *r)
 {
     ngx_http_session_fail_t        f;
-    ngx_http_session_advance_t    *adv;
     ngx_http_session_main_conf_t  *smcf;
 
     smcf = ngx_http_get_module_main_conf(r, ngx_http_session_module);
@@ -521,20 +515,33 @@ ngx_http_session_auth_fail_count(ngx_http_request_t *r,
         return;
     }
 
-    f.op = op;
+    ngx_http_session_auth_addr(r, f.key);
+    f.op = NGX_HTTP_SESSION_FAIL_ADD;
     f.limit = (uint32_t) smcf->auth_fail_limit;
     f.minute = (uint32_t) ngx_http_session_window_minute(ngx_time());
 
-    if (op == NGX_HTTP_SESSION_FAIL_ADD) {
-        ngx_http_session_auth_addr(r, f.key);
+    (void) ngx_http_session_auth_fail(smcf->shm_zone, &f);
+}
 
-    } else {
-        adv = ctx->advance;
 
-        ngx_memcpy(f.key, adv->addr, NGX_HTTP_SESSION_KEY_HASH_LEN);
-        f.since = adv->since;
-        adv->reserved = 0;
-    }
+/* the end of the request's lookup under way: failed (CONFIRM) or not */
+
+static void
+ngx_http_session_advance_end(ngx_http_session_advance_t *adv, ngx_uint_t op)
+{
+    ngx_http_session_fail_t        f;
+    ngx_http_session_main_conf_t  *smcf;
+
+    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
+                                               ngx_http_session_module);
+
+    ngx_memcpy(f.key, adv->addr, NGX_HTTP_SESSION_KEY_HASH_LEN);
+    f.op = op;
+    f.limit = (uint32_t) smcf->auth_fail_limit;
+    f.minute = (uint32_t) ngx_http_session_window_minute(ngx_time());
+    f.since = adv->since;
+
+    adv->reserved = 0;
 
     (void) ngx_http_session_auth_fail(smcf->shm_zone, &f);
 }
@@ -577,29 +584,13 @@ ngx_http_session_advance_cleanup(void *data)
 {
     ngx_http_session_advance_t  *adv = data;
 
-    ngx_http_session_fail_t        f;
-    ngx_http_session_main_conf_t  *smcf;
-
     if (adv->wait.timer_set) {
         ngx_del_timer(&adv->wait);
     }
 
-    if (!adv->reserved) {
-        return;
+    if (adv->reserved) {
+        ngx_http_session_advance_end(adv, NGX_HTTP_SESSION_FAIL_CONFIRM);
     }
-
-    smcf = ngx_http_cycle_get_module_main_conf(ngx_cycle,
-                                               ngx_http_session_module);
-
-    ngx_memcpy(f.key, adv->addr, NGX_HTTP_SESSION_KEY_HASH_LEN);
-    f.op = NGX_HTTP_SESSION_FAIL_CONFIRM;
-    f.limit = (uint32_t) smcf->auth_fail_limit;
-    f.minute = (uint32_t) ngx_http_session_window_minute(ngx_time());
-    f.since = adv->since;
-
-    adv->reserved = 0;
-
-    (void) ngx_http_session_auth_fail(smcf->shm_zone, &f);
 }
 
 
@@ -807,12 +798,13 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
 {
     char                          *status;
     ngx_int_t                      rc, quota;
-    ngx_uint_t                     outcome, err, reserved;
+    ngx_uint_t                     outcome, err;
     ngx_connection_t              *c;
     ngx_http_request_t            *r;
     ngx_http_session_ctx_t        *ctx;
     ngx_http_session_flight_t     *f;
     ngx_http_session_waiter_t     *w;
+    ngx_http_session_advance_t    *adv;
     ngx_http_session_principal_t   p;
     ngx_http_session_main_conf_t  *smcf;
 
@@ -927,17 +919,16 @@ ngx_http_session_auth_done(ngx_http_session_db_query_t *q, PGresult *res)
          * or no answer at all, gives the advance back.
          */
 
-        reserved = (ctx->advance && ctx->advance->reserved);
+        adv = ctx->advance;
 
-        if (err == NGX_HTTP_SESSION_ERR_KEY_INVALID) {
-            ngx_http_session_auth_fail_count(r, ctx,
-                                             reserved
-                                             ? NGX_HTTP_SESSION_FAIL_CONFIRM
-                                             : NGX_HTTP_SESSION_FAIL_ADD);
+        if (adv && adv->reserved) {
+            ngx_http_session_advance_end(adv,
+                                   err == NGX_HTTP_SESSION_ERR_KEY_INVALID
+                                   ? NGX_HTTP_SESSION_FAIL_CONFIRM
+                                   : NGX_HTTP_SESSION_FAIL_REFUND);
 
-        } else if (reserved) {
-            ngx_http_session_auth_fail_count(r, ctx,
-                                             NGX_HTTP_SESSION_FAIL_REFUND);
+        } else if (err == NGX_HTTP_SESSION_ERR_KEY_INVALID) {
+            ngx_http_session_auth_fail_add(r);
         }
 
         if (rc != NGX_OK) {

@@ -10,23 +10,43 @@
 -- to a plan with a quota, the usage row of the month of each account
 -- concerned becomes the number of sessions its projects created this UTC
 -- month, unless the row already says more (sessions deleted by
--- session_retention within the month stay counted).  A count per account
--- over sessions_project_created, once per change: plans and accounts
--- change rarely, and a create pays nothing for it.
+-- session_retention within the month stay counted).  The row is locked
+-- before the count, so that no counted create falls between the two.  A
+-- count per account over sessions_project_created, once per change:
+-- plans and accounts change rarely, and a create pays nothing for it.
+-- Applying this migration counts nothing: an account moved to a plan
+-- with a quota earlier in the month is counted from its next change.
 
 CREATE FUNCTION session_usage_seed(p_accounts uuid[]) RETURNS void
-LANGUAGE sql AS $$
-    INSERT INTO monthly_usage AS u (account_id, month, sessions_created)
-    SELECT p.account_id, m.month, count(*)::integer
-      FROM (SELECT date_trunc('month', now() AT TIME ZONE 'UTC')::date
-                   AS month) m
-      JOIN projects p ON p.account_id = ANY (p_accounts)
-      JOIN sessions s ON s.project_id = p.id
-       AND s.created_at >= m.month::timestamp AT TIME ZONE 'UTC'
-     GROUP BY p.account_id, m.month
-    ON CONFLICT (account_id, month) DO UPDATE
-        SET sessions_created = greatest(u.sessions_created,
-                                        EXCLUDED.sessions_created)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_month    date := date_trunc('month', now() AT TIME ZONE 'UTC')::date;
+    v_account  uuid;
+    v_made     integer;
+BEGIN
+    FOREACH v_account IN ARRAY p_accounts LOOP
+        -- the row first, locked: a counted create waits for it from here
+        -- on, and every create that counted before has committed its
+        -- session by the time the count below takes its snapshot
+        INSERT INTO monthly_usage (account_id, month, sessions_created)
+        VALUES (v_account, v_month, 0)
+        ON CONFLICT (account_id, month) DO NOTHING;
+
+        PERFORM 1 FROM monthly_usage
+          WHERE account_id = v_account AND month = v_month
+            FOR UPDATE;
+
+        SELECT count(*) INTO v_made
+          FROM projects p
+          JOIN sessions s ON s.project_id = p.id
+         WHERE p.account_id = v_account
+           AND s.created_at >= v_month::timestamp AT TIME ZONE 'UTC';
+
+        UPDATE monthly_usage
+           SET sessions_created = greatest(sessions_created, v_made)
+         WHERE account_id = v_account AND month = v_month;
+    END LOOP;
+END
 $$;
 
 CREATE FUNCTION session_usage_plan_changed() RETURNS trigger
