@@ -28,7 +28,7 @@ use lib 't/lib';
 use Test::Nginx::Socket 'no_plan';
 use IO::Select ();
 use Time::HiRes ();
-use Session qw(:DEFAULT decode_json encode_json schema_latest);
+use Session qw(:DEFAULT decode_json encode_json schema_latest repo_root);
 use SessionTest qw(:DEFAULT api_request send_get answer status_json
                     check_init listening long_poll_session png_upload);
 
@@ -61,9 +61,71 @@ sub armed_for {
 sub wakeups { sessionctl_ok('wakeups')->{wakeups} }
 
 
+# the module's arm statement (NGX_HTTP_SESSION_SQL_POLL_ARM), read from
+# its header, with the projects, the ids (in this order) and the seconds
+sub arm_sql {
+    my ($project, $seconds, @ids) = @_;
+
+    my $file = repo_root() . '/src/db/ngx_http_session_sql.h';
+    open my $fh, '<', $file or die "$file: $!";
+    my $h = do { local $/; <$fh> };
+
+    my ($def) = $h =~ /^#define NGX_HTTP_SESSION_SQL_POLL_ARM\s*\\\n((?:.*\\\n)*.*\n)/m
+        or die "no NGX_HTTP_SESSION_SQL_POLL_ARM in $file";
+    my $sql = join '', $def =~ /"((?:[^"\\]|\\.)*)"/g;
+
+    my %p = (1 => "'{" . join(',', ($project) x @ids) . "}'",
+             2 => "'{" . join(',', @ids) . "}'",
+             3 => $seconds);
+    $sql =~ s/\$([123])\b/$p{$1}/g;
+
+    return $sql;
+}
+
+
 # --- the checks -----------------------------------------------------------
 
 my %checks;
+
+# Two arms of the same sessions in opposite orders (two workers, or two
+# nodes, each batch in the order its polls came) must not deadlock: the
+# arm locks its rows in the order of their ids.  A transaction holds the
+# lower id; the arm is sent with the higher id first (the plan forced to
+# follow the array, as it does on a large table); the transaction then
+# changes the higher id.  An arm that locked in its array's order would
+# hold the higher id while waiting for the lower: a deadlock, and one of
+# the two undone.
+$checks{arm_order} = sub {
+    my ($name) = @_;
+
+    my ($lo, $hi) = sort { $a cmp $b } map { create() } 1 .. 2;
+
+    my $t0 = psql_begin("SET application_name = 't053-t0';"
+                        . " UPDATE sessions SET image_count = image_count"
+                        . " WHERE id = '$lo'",
+                        q{SELECT count(*) FROM pg_stat_activity}
+                        . q{ WHERE application_name = 't053-t0'}
+                        . q{ AND state = 'idle in transaction'});
+
+    my $t1 = psql_begin("SET application_name = 't053-t1';"
+                        . ' SET enable_hashjoin = off;'
+                        . ' SET enable_mergejoin = off;'
+                        . ' ' . arm_sql($F->{project_id}, 300, $hi, $lo),
+                        q{SELECT count(*) FROM pg_stat_activity}
+                        . q{ WHERE application_name = 't053-t1'}
+                        . q{ AND wait_event_type = 'Lock'});
+    pass("$name - the arm waits for the lower id");
+
+    print $t0 "UPDATE sessions SET completed_at = 'epoch' WHERE id = '$hi';\n";
+    psql_end($t0, 'COMMIT');
+    psql_end($t1, 'COMMIT');
+
+    is(psql("SELECT completed_at = 'epoch' FROM sessions WHERE id = '$hi'"),
+       't', "$name - the transaction's change committed");
+    ok(defined armed_for($lo) && armed_for($lo) > 250
+       && defined armed_for($hi) && armed_for($hi) > 250,
+       "$name - and the arm's: both sessions armed");
+};
 
 $checks{arm} = sub {
     my ($name) = @_;
@@ -118,7 +180,7 @@ $checks{race} = sub {
     my ($blocked) = wait_until(10, 0.05, sub {
         psql(q{SELECT count(*) FROM pg_stat_activity}
              . q{ WHERE wait_event_type = 'Lock'}
-             . q{ AND query LIKE 'UPDATE sessions s SET polled_until%'}) > 0;
+             . q{ AND query LIKE '%SET polled_until = greatest%'}) > 0;
     });
     ok($blocked, "$name - the poll's arm waits for the session's row");
 
@@ -376,6 +438,16 @@ GET /api/v1/sessions?limit=1
 
 === TEST 6: a complete notifies only an armed session, or any with wakeups all
 --- check: complete
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 7: two arms of the same sessions in opposite orders do not deadlock
+--- check: arm_order
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

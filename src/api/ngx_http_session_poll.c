@@ -158,7 +158,7 @@ ngx_http_session_poll(ngx_http_request_t *r, ngx_http_session_ctx_t *ctx)
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    p->final = (timeout == 0 || ngx_exiting);
+    p->final = (timeout == 0 || ngx_http_session_stopping());
 
     rc = ngx_http_session_poll_join(p, (ngx_msec_t) timeout * 1000);
 

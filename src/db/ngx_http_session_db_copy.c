@@ -428,9 +428,10 @@ ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc)
 static void
 ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
 {
-    PGresult        *first, *second, *res, *other;
-    ngx_uint_t       before;
-    ExecStatusType   want;
+    PGresult          *first, *second, *res, *other;
+    ngx_uint_t         before;
+    ExecStatusType     want;
+    ngx_connection_t  *c;
 
     first = cp->pipe[0];
     second = cp->pipe[1];
@@ -503,9 +504,13 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
          * also finalize its request, which frees cp
          */
 
+        c = cp->request->connection;
+
         cp->phase = NGX_HTTP_SESSION_DB_COPY_DECIDE;
         cp->handler(cp, res);
         PQclear(res);
+
+        ngx_http_run_posted_requests(c);
         return;
     }
 
@@ -514,8 +519,18 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
 
     ngx_http_session_stat(db_queries, 1);
 
+    /*
+     * The handler answers and finalizes the request from a database
+     * event: a request that nginx posted meanwhile (a client gone, whose
+     * termination is posted) runs now, as after every other answer
+     */
+
+    c = cp->request->connection;
+
     cp->handler(cp, res);
     PQclear(res);
+
+    ngx_http_run_posted_requests(c);
 
     ngx_http_session_db_copy_dispatch();
 }

@@ -835,13 +835,19 @@
  * The long poll's arm (decision (yf)): $1 projects and $2 ids of sessions
  * that polls are about to wait on (as in NGX_HTTP_SESSION_SQL_POLL), $3
  * seconds from now; until then every change to them notifies
- * (NGX_HTTP_SESSION_SQL_WAKE).  Never shortens an arm.
+ * (NGX_HTTP_SESSION_SQL_WAKE).  Never shortens an arm.  The rows are
+ * locked first, in the order of their ids, so that two arms of the same
+ * sessions (two workers, two nodes, each batch in the order its polls
+ * came) cannot deadlock: each would lock them in its own order.
  */
 #define NGX_HTTP_SESSION_SQL_POLL_ARM                                         \
-    "UPDATE sessions s SET polled_until = greatest(s.polled_until,"           \
+    "WITH l AS (SELECT x.id FROM sessions x"                                  \
+    " JOIN unnest($1::uuid[], $2::uuid[]) w(project, id)"                     \
+    " ON x.id = w.id AND x.project_id = w.project"                            \
+    " ORDER BY x.id FOR NO KEY UPDATE OF x)"                                  \
+    " UPDATE sessions s SET polled_until = greatest(s.polled_until,"          \
     " now() + $3::integer * interval '1 second')"                             \
-    " FROM unnest($1::uuid[], $2::uuid[]) w(project, id)"                     \
-    " WHERE s.id = w.id AND s.project_id = w.project"
+    " FROM l WHERE s.id = l.id"
 
 
 /*
