@@ -87,6 +87,55 @@ sub arm_sql {
 
 my %checks;
 
+# A poll that joins while the node's arm is under way, with a deadline
+# past the one the arm was sent for, makes the node arm once more after
+# it: the session is armed past the new deadline, and an upload wakes
+# both polls at once
+$checks{join_arming} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my $sid = create();
+
+    my $fh = psql_begin("SET application_name = 't053-hold';"
+                        . " UPDATE sessions SET image_count = image_count"
+                        . " WHERE id = '$sid'",
+                        q{SELECT count(*) FROM pg_stat_activity}
+                        . q{ WHERE application_name = 't053-hold'}
+                        . q{ AND state = 'idle in transaction'});
+
+    my $p1 = poll_send($sid, 20);
+
+    my ($blocked) = wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}
+             . q{ AND query LIKE '%SET polled_until = greatest%'}) > 0;
+    });
+    ok($blocked, "$name - the first poll's arm waits for the row");
+
+    my $p2 = poll_send($sid, 400);
+    my ($joined) = wait_until(10, 0.05, sub { waiting() >= 2 });
+    ok($joined, "$name - a poll of 400 s joins while it arms");
+
+    psql_end($fh, 'ROLLBACK');
+
+    my ($armed) = wait_until(10, 0.05, sub {
+        (armed_for($sid) // 0) > 400
+    });
+    ok($armed, "$name - armed past the second poll's deadline ("
+               . (armed_for($sid) // 'none') . ' s)');
+
+    upload($sid);
+
+    for ([$p1, 'the first'], [$p2, 'the second']) {
+        my $r = answer($_->[0], 10);
+        is($r->{status}, 200, "$name - $_->[1] poll answers");
+        is(scalar @{ $r->{json}{images} // [] }, 1,
+           "$name - $_->[1] with the image");
+    }
+};
+
 # Two arms of the same sessions in opposite orders (two workers, or two
 # nodes, each batch in the order its polls came) must not deadlock: the
 # arm locks its rows in the order of their ids.  A transaction holds the
@@ -448,6 +497,16 @@ GET /api/v1/sessions?limit=1
 
 === TEST 7: two arms of the same sessions in opposite orders do not deadlock
 --- check: arm_order
+--- request
+GET /api/v1/sessions?limit=1
+--- error_code: 200
+--- no_error_log
+[error]
+
+
+
+=== TEST 8: a poll that joins while its node arms, past the arm: armed again
+--- check: join_arming
 --- request
 GET /api/v1/sessions?limit=1
 --- error_code: 200

@@ -387,6 +387,7 @@ ngx_http_session_poll_send(ngx_queue_t *pending, ngx_uint_t arm)
             if (arm) {
                 left = (ngx_msec_int_t) (node->until - ngx_current_msec);
                 most = ngx_max(most, left);
+                node->arm_for = node->until;
             }
 
             if (batch) {
@@ -632,9 +633,16 @@ ngx_http_session_poll_node_result(ngx_http_session_poll_node_t *node,
                 goto done;
             }
 
-            /* the read after an arm settles, whatever it says of it */
+            /*
+             * The read after an arm settles, whatever it says of it,
+             * unless a poll joined while the arm was under way with a
+             * deadline past the one it was sent for: it arms once more
+             * (for that deadline, so this ends)
+             */
 
-            if (!armed && !ngx_queue_empty(&node->waiters)
+            if ((!armed
+                 || (ngx_msec_int_t) (node->until - node->arm_for) > 0)
+                && !ngx_queue_empty(&node->waiters)
                 && !ngx_http_session_poll_covers(node, 0))
             {
                 /* they wait after the arm, and a read that follows it */

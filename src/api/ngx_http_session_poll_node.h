@@ -46,6 +46,8 @@ typedef struct {
      */
     ngx_msec_t                     armed_until;
     ngx_msec_t                     until;
+    /* the latest deadline when the last arm was sent */
+    ngx_msec_t                     arm_for;
 
     /* a read is under way (or about to be sent: pending) */
     unsigned                       reading:1;
