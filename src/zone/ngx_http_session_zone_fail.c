@@ -89,6 +89,15 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         f->minute = fn->minute;
     }
 
+    /* a lookup under way ends (one of an earlier minute went with it) */
+
+    if ((f->op == NGX_HTTP_SESSION_FAIL_CONFIRM
+         || f->op == NGX_HTTP_SESSION_FAIL_REFUND)
+        && fn->minute == f->since && fn->pending > 0)
+    {
+        fn->pending--;
+    }
+
     switch (f->op) {
 
     case NGX_HTTP_SESSION_FAIL_CHECK:
@@ -122,20 +131,7 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         break;
 
     case NGX_HTTP_SESSION_FAIL_ADD:
-        if (fn->count < f->limit) {
-            fn->count++;
-        }
-
-        break;
-
     case NGX_HTTP_SESSION_FAIL_CONFIRM:
-
-        /* of an earlier minute: a failure of this one, under way no more */
-
-        if (fn->minute == f->since && fn->pending > 0) {
-            fn->pending--;
-        }
-
         if (fn->count < f->limit) {
             fn->count++;
         }
@@ -143,10 +139,6 @@ ngx_http_session_auth_fail(ngx_shm_zone_t *zone, ngx_http_session_fail_t *f)
         break;
 
     default: /* NGX_HTTP_SESSION_FAIL_REFUND */
-        if (fn->minute == f->since && fn->pending > 0) {
-            fn->pending--;
-        }
-
         break;
     }
 
