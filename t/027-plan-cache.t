@@ -105,6 +105,17 @@ sub heard {
     return (wait_until(5, 0.02, sub { auth_heard($payload) > $before }))[0];
 }
 
+# a long_poll plan NAME with the monthly QUOTA, and an account on it
+# (named after it), with a project and a key: fixture()'s hash
+sub plan_account {
+    my ($plan, $quota) = @_;
+
+    sessionctl_ok('plan', 'set', $plan, '--quota', $quota,
+                  '--features', 'long_poll');
+
+    return fixture(plan => $plan, name => $plan);
+}
+
 # the sessions an account's projects created this UTC month
 sub month_sessions {
     my ($account) = @_;
@@ -279,9 +290,7 @@ $checks{month_counted} = sub {
 
     # a plan without a quota gets one of 3 after 3 sessions
     my $plan = "$TAG-gains";
-    sessionctl_ok('plan', 'set', $plan, '--quota', 'unlimited',
-                  '--features', 'long_poll');
-    my $f = fixture(plan => $plan, name => "$TAG-gains");
+    my $f = plan_account($plan, 'unlimited');
 
     is(create($f->{key})->{status}, 201, "$name - no quota: create $_")
         for 1 .. 3;
@@ -300,13 +309,10 @@ $checks{month_counted} = sub {
     is(month_sessions($f->{account_id}), 3, "$name - no session more");
 
     # an account moved from a plan without a quota to one with 4
-    my $open = "$TAG-none";
     my $four = "$TAG-four";
-    sessionctl_ok('plan', 'set', $open, '--quota', 'unlimited',
-                  '--features', 'long_poll');
     sessionctl_ok('plan', 'set', $four, '--quota', '4',
                   '--features', 'long_poll');
-    my $m = fixture(plan => $open, name => "$TAG-moves");
+    my $m = plan_account("$TAG-none", 'unlimited');
 
     is(create($m->{key})->{status}, 201, "$name - before the move: $_")
         for 1 .. 3;
@@ -330,9 +336,7 @@ $checks{month_counted} = sub {
 
     # a quota taken away and set again: what was made meanwhile counts
     my $back = "$TAG-back";
-    sessionctl_ok('plan', 'set', $back, '--quota', '5',
-                  '--features', 'long_poll');
-    my $b = fixture(plan => $back, name => "$TAG-back");
+    my $b = plan_account($back, '5');
 
     is(create($b->{key})->{status}, 201, "$name - a quota of 5: $_")
         for 1 .. 2;

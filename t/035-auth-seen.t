@@ -110,6 +110,15 @@ sub valid_keys {
         . q{FROM k) SELECT key FROM k ORDER BY i});
 }
 
+# a psql of its own holding api_keys locked (every key lookup waits),
+# once the lock is granted; psql_end() lets it go
+sub lock_keys {
+    return psql_begin('LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE',
+                      q{SELECT count(*) FROM pg_locks WHERE relation = }
+                      . q{'api_keys'::regclass AND granted AND mode = }
+                      . q{'AccessExclusiveLock'});
+}
+
 # The keys asked for at once while a psql holds api_keys locked, so that
 # their lookups stay under way: the lock is let go once WAITING requests
 # wait in nginx for the address's lookups (its debug lines); the answers'
@@ -117,10 +126,7 @@ sub valid_keys {
 sub at_once_locked {
     my ($name, $waiting, @keys) = @_;
 
-    my $tx = psql_begin('LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE',
-                        q{SELECT count(*) FROM pg_locks WHERE relation = }
-                        . q{'api_keys'::regclass AND granted AND mode = }
-                        . q{'AccessExclusiveLock'});
+    my $tx = lock_keys();
 
     my $wait = qr/session auth: waiting for the address's lookups/;
     my $w0 = error_log_count($wait);
@@ -151,10 +157,7 @@ $checks{under_way_slow} = sub {
 
     my @keys = valid_keys('slow', 2);
 
-    my $tx = psql_begin('LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE',
-                        q{SELECT count(*) FROM pg_locks WHERE relation = }
-                        . q{'api_keys'::regclass AND granted AND mode = }
-                        . q{'AccessExclusiveLock'});
+    my $tx = lock_keys();
 
     my @req = map { send_get('/api/v1/nope', $_) } @keys;
     my @ans = map { answer($_, 15) } @req;

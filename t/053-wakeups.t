@@ -60,6 +60,15 @@ sub armed_for {
 
 sub wakeups { sessionctl_ok('wakeups')->{wakeups} }
 
+# waits (10 s at most) until an arm statement waits for a row lock
+sub arm_blocked {
+    return (wait_until(10, 0.05, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}
+             . q{ AND query LIKE '%SET polled_until = greatest%'}) > 0;
+    }))[0];
+}
+
 
 # the module's arm statement (NGX_HTTP_SESSION_SQL_POLL_ARM), read from
 # its header, with the projects, the ids (in this order) and the seconds
@@ -107,11 +116,7 @@ $checks{join_arming} = sub {
 
     my $p1 = poll_send($sid, 20);
 
-    my ($blocked) = wait_until(10, 0.05, sub {
-        psql(q{SELECT count(*) FROM pg_stat_activity}
-             . q{ WHERE wait_event_type = 'Lock'}
-             . q{ AND query LIKE '%SET polled_until = greatest%'}) > 0;
-    });
+    my $blocked = arm_blocked();
     ok($blocked, "$name - the first poll's arm waits for the row");
 
     my $p2 = poll_send($sid, 400);
@@ -226,11 +231,7 @@ $checks{race} = sub {
     my $p = poll_send($sid, 20);
 
     # the arm waits behind the transaction's row lock
-    my ($blocked) = wait_until(10, 0.05, sub {
-        psql(q{SELECT count(*) FROM pg_stat_activity}
-             . q{ WHERE wait_event_type = 'Lock'}
-             . q{ AND query LIKE '%SET polled_until = greatest%'}) > 0;
-    });
+    my $blocked = arm_blocked();
     ok($blocked, "$name - the poll's arm waits for the session's row");
 
     ok(!answer_ready($p, 0.2), "$name - the poll has not answered yet");
