@@ -126,6 +126,7 @@ $checks{prometheus} = sub {
                       auth_seen_valid_keys auth_seen_forgotten_total
                       db_queries_total db_failures_total
                       db_batches_total db_batched_total db_waiting
+                      db_uploads_waiting
                       polls_waiting poll_reads_total expiry_sweeps_total sessions_expired_total
                       zone_size_bytes zone_free_bytes zone_keys
                       zone_evictions_total counters_start_time_seconds))

@@ -17,6 +17,9 @@
 #     image, and uploads work again once it is back; during a download:
 #     the response is cut (fewer bytes than Content-Length, connection
 #     closed), and logged;
+#   - one key's burst of uploads waiting for the upload connections takes
+#     turns with another key's upload, which does not wait for the whole
+#     burst;
 #   - session_image_chunk_size and session_image_upload_connections
 #     refuse values out of their bounds.
 #
@@ -34,7 +37,8 @@ use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json);
 use Images qw(png_bytes image_rows read_some);
 use SessionTest qw(:DEFAULT error_body api_request raw_http check_init
-                    relay_db relay_start relay_stop wait_until key_headers);
+                    relay_db relay_start relay_stop wait_until key_headers
+                    send_request answer status_json);
 
 our (%KEY, $RELAY_PORT, $RELAY_PID);
 
@@ -43,9 +47,9 @@ our $TAG = sprintf 't044-%d-%d', $$, time;
 # the database through a relay: cut and started again on the same port
 ($RELAY_PORT, $RELAY_PID) = relay_db();
 
-{
-    my $f = fixture(plan => 'pro', name => "$TAG-MAIN");
-    $KEY{MAIN} = $f->{key};
+for my $k (qw(MAIN OTHER)) {
+    my $f = fixture(plan => 'pro', name => "$TAG-$k");
+    $KEY{$k} = $f->{key};
 }
 
 
@@ -64,7 +68,8 @@ sub api {
 }
 
 sub create_session {
-    my $r = api('POST', '/api/v1/sessions', $KEY{MAIN},
+    my ($key) = @_;
+    my $r = api('POST', '/api/v1/sessions', $KEY{$key // 'MAIN'},
                 encode_json({ delivery_mode => 'long_poll' }),
                 { 'Content-Type' => 'application/json' });
     die "create: $r->{status} $r->{content}\n" unless $r->{status} == 201;
@@ -319,6 +324,67 @@ $checks{db_gone} = sub {
 };
 
 
+# one upload connection, held by one key's upload (its session's row
+# locked), three more of that key's waiting, then another key's: once the
+# row is free, the other key's upload is the third to commit, not the
+# last (docs/decisions.md (yk))
+$checks{turns} = sub {
+    my ($name) = @_;
+
+    my $a = create_session('MAIN');
+    my $b = create_session('OTHER');
+    my $img = png_bytes(8 * 1024);
+
+    my $lock = psql_begin('SELECT 1 FROM sessions WHERE id = '
+                          . sql_quote($a->{id}) . ' FOR UPDATE',
+                          q{SELECT count(*) FROM pg_stat_activity}
+                          . q{ WHERE query LIKE '%FOR UPDATE%'}
+                          . q{ AND state = 'idle in transaction'});
+
+    my $waiting = sub {
+        my ($n) = @_;
+        return (wait_until(10, 0.02, sub {
+            status_json()->{database}{uploads_waiting} == $n
+        }))[0];
+    };
+
+    my @sent;
+    my $send = sub {
+        my ($key, $sid) = @_;
+        push @sent, send_request('POST', "/api/v1/sessions/$sid/images",
+                                 $KEY{$key}, { 'Content-Type' => 'image/png' },
+                                 $img, port());
+    };
+
+    $send->('MAIN', $a->{id});
+    ok((wait_until(10, 0.02, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}) >= 1
+    }))[0], "$name - the first upload holds the connection, waiting");
+
+    $send->('MAIN', $a->{id}) for 1 .. 3;
+    ok($waiting->(3), "$name - three more of the key's wait");
+
+    $send->('OTHER', $b->{id});
+    ok($waiting->(4), "$name - then another key's");
+
+    psql_end($lock, 'ROLLBACK');
+
+    my @status = map { answer($_, 30)->{status} } @sent;
+    is("@status", '201 201 201 201 201', "$name - every upload stored");
+
+    my @order = psql('SELECT CASE session_id WHEN ' . sql_quote($a->{id})
+                     . " THEN 'a' ELSE 'b' END FROM images"
+                     . ' WHERE session_id IN (' . sql_quote($a->{id}) . ', '
+                     . sql_quote($b->{id}) . ') ORDER BY created_at');
+    is("@order", 'a a b a a',
+       "$name - the other key's upload went after one of the burst's");
+
+    is(status_json()->{database}{uploads_waiting}, 0,
+       "$name - none waits any more");
+};
+
+
 # --- blocks -------------------------------------------------------------
 
 master_on();
@@ -442,3 +508,36 @@ download cut
 --- must_die
 --- error_log
 "session_image_upload_connections" directive must be between 1 and 1024
+
+
+
+=== TEST 8: a key's burst of uploads takes turns with another key's upload
+--- check: turns
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_image_chunk_size 4k;
+    session_image_upload_connections 1;
+
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+
+        location /api/ {
+            session_api;
+            session_limits create=1000 list=1000 other=1000;
+        }
+    }
+--- config
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+
+    location = /status {
+        session_status;
+    }
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]

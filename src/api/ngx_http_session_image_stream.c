@@ -265,6 +265,9 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
     cp->handler = ngx_http_session_image_copied;
     cp->data = up;
 
+    /* a key's burst of uploads takes turns with other keys' (decision (yk)) */
+    ngx_memcpy(&cp->owner, ctx->principal.hash, sizeof(ngx_uint_t));
+
     if (ngx_http_session_db_copy_run(cp) != NGX_OK) {
         return ngx_http_session_error(r,
                                       NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);

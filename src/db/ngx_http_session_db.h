@@ -128,6 +128,13 @@ struct ngx_http_session_db_copy_s {
     ngx_http_session_db_copy_read_pt    read;
     ngx_http_session_db_copy_pt         handler;
     void                               *data;
+    /*
+     * Whose copy it is (the caller's choice; the image upload's key):
+     * the waiting copies of one owner take turns with other owners'
+     */
+    ngx_uint_t                          owner;
+    /* its place in those turns (ngx_http_session_db_copy_turn()) */
+    uint64_t                            turn;
 
     /* a piece of the data: buf[pos..len) not handed to libpq yet */
     u_char                             *buf;

@@ -17,7 +17,7 @@
  * connection (the server rolls the transaction back) and the connection
  * is opened again.
  *
- * About 1,200 lines on purpose: a copy's steps and its connection's
+ * About 1,300 lines on purpose: a copy's steps and its connection's
  * handlers are one state machine (an answer moves the copy on, the end
  * of a copy hands the connection to the next one waiting); each half of
  * a split would call the other.
@@ -46,8 +46,12 @@ typedef struct {
     ngx_uint_t                      nconns;
     /* the connections opened so far: they open as uploads need them */
     ngx_uint_t                   opened;
-    /* copies that wait for a connection, each until its timeout */
+    /*
+     * copies that wait for a connection, each until its timeout, in the
+     * order of their turns; the turn of the copy that began last
+     */
     ngx_queue_t                  waiting;
+    uint64_t                     turn;
     ngx_msec_t                   timeout;
     /* session_db_pooler */
     ngx_uint_t                   pooler;
@@ -78,6 +82,10 @@ static void ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp,
 static void ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp);
 static void ngx_http_session_db_copy_lost(ngx_http_session_db_copy_t *cp);
 static void ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_turn(ngx_http_session_db_copies_t *copies,
+    ngx_http_session_db_copy_t *cp);
+static void ngx_http_session_db_copy_wait(ngx_http_session_db_copies_t *copies,
+    ngx_http_session_db_copy_t *cp, ngx_uint_t first);
 static ngx_uint_t ngx_http_session_db_copy_open(
     ngx_http_session_db_copies_t *copies);
 static void ngx_http_session_db_copy_dispatch(void);
@@ -230,6 +238,8 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
         return NGX_DECLINED;
     }
 
+    ngx_http_session_db_copy_turn(copies, cp);
+
     alive = 0;
 
     for (i = 0; i < copies->opened; i++) {
@@ -255,8 +265,7 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 
     /* a connection will be free: the others' uploads end, or it connects */
 
-    ngx_queue_insert_tail(&copies->waiting, &cp->queue);
-    cp->queued = 1;
+    ngx_http_session_db_copy_wait(copies, cp, 0);
 
     ngx_add_timer(&cp->timeout, copies->timeout);
 
@@ -282,6 +291,10 @@ ngx_http_session_db_copy_start(ngx_http_session_db_copy_t *cp,
     }
 
     cp->phase = NGX_HTTP_SESSION_DB_COPY_BEFORE;
+
+    if (ngx_http_session_db_copies->turn < cp->turn) {
+        ngx_http_session_db_copies->turn = cp->turn;
+    }
 
     if (cp->timeout.timer_set) {
         ngx_del_timer(&cp->timeout);
@@ -564,8 +577,7 @@ ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp)
 
     cp->phase = NGX_HTTP_SESSION_DB_COPY_WAITING;
 
-    ngx_queue_insert_head(&copies->waiting, &cp->queue);
-    cp->queued = 1;
+    ngx_http_session_db_copy_wait(copies, cp, 1);
 
     ngx_add_timer(&cp->timeout, copies->timeout);
 
@@ -1016,6 +1028,7 @@ ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
     if (cp->queued) {
         ngx_queue_remove(&cp->queue);
         cp->queued = 0;
+        ngx_http_session_gauge(uploads_waiting, -1);
     }
 
     dc = cp->conn;
@@ -1044,6 +1057,89 @@ ngx_http_session_db_copy_release(ngx_http_session_db_copy_t *cp)
     ngx_http_session_pq_clear(&cp->pipe[1]);
 
     cp->done = 1;
+}
+
+
+/*
+ * A copy's turn: one after the later of its owner's last copy, waiting or
+ * under way, and the copy that began last.  The queue goes by turns (in
+ * the order of arrival among equal ones), so that an owner's burst of
+ * uploads waits behind itself: another owner's upload that comes after
+ * it begins after one of the burst's at most, not after all of them
+ * (decision (yk)).
+ */
+
+static void
+ngx_http_session_db_copy_turn(ngx_http_session_db_copies_t *copies,
+    ngx_http_session_db_copy_t *cp)
+{
+    uint64_t                     turn;
+    ngx_uint_t                   i;
+    ngx_queue_t                 *q;
+    ngx_http_session_db_copy_t  *other;
+
+    turn = copies->turn;
+
+    for (i = 0; i < copies->opened; i++) {
+        other = copies->conns[i].data;
+
+        if (other && other->owner == cp->owner && other->turn > turn) {
+            turn = other->turn;
+        }
+    }
+
+    /* in the order of turns: the owner's last one waiting is its latest */
+
+    for (q = ngx_queue_last(&copies->waiting);
+         q != ngx_queue_sentinel(&copies->waiting);
+         q = ngx_queue_prev(q))
+    {
+        other = ngx_queue_data(q, ngx_http_session_db_copy_t, queue);
+
+        if (other->owner == cp->owner) {
+            if (other->turn > turn) {
+                turn = other->turn;
+            }
+
+            break;
+        }
+    }
+
+    cp->turn = turn + 1;
+}
+
+
+/*
+ * cp waits: behind the copies whose turns are not later than its own, or
+ * first in line (a copy that had its turn and must wait again)
+ */
+
+static void
+ngx_http_session_db_copy_wait(ngx_http_session_db_copies_t *copies,
+    ngx_http_session_db_copy_t *cp, ngx_uint_t first)
+{
+    ngx_queue_t                 *q;
+    ngx_http_session_db_copy_t  *other;
+
+    q = ngx_queue_sentinel(&copies->waiting);
+
+    if (!first) {
+        for (q = ngx_queue_last(&copies->waiting);
+             q != ngx_queue_sentinel(&copies->waiting);
+             q = ngx_queue_prev(q))
+        {
+            other = ngx_queue_data(q, ngx_http_session_db_copy_t, queue);
+
+            if (other->turn <= cp->turn) {
+                break;
+            }
+        }
+    }
+
+    ngx_queue_insert_after(q, &cp->queue);
+    cp->queued = 1;
+
+    ngx_http_session_gauge(uploads_waiting, 1);
 }
 
 
@@ -1077,13 +1173,13 @@ ngx_http_session_db_copy_dispatch(void)
 
             ngx_queue_remove(head);
             cp->queued = 0;
+            ngx_http_session_gauge(uploads_waiting, -1);
 
             if (ngx_http_session_db_copy_start(cp, dc) == NGX_OK) {
                 moved = 1;
 
             } else {
-                ngx_queue_insert_head(&copies->waiting, &cp->queue);
-                cp->queued = 1;
+                ngx_http_session_db_copy_wait(copies, cp, 1);
             }
         }
 

@@ -101,6 +101,10 @@ static const ngx_http_session_metric_t  ngx_http_session_metrics[] = {
       "Statements waiting for a connection now.",
       ngx_http_session_metric_at(g.db_waiting),
       NGX_HTTP_SESSION_METRIC_GAUGE },
+    { "database", "uploads_waiting", "db_uploads_waiting",
+      "Streamed uploads waiting for an upload connection now.",
+      ngx_http_session_metric_at(g.uploads_waiting),
+      NGX_HTTP_SESSION_METRIC_GAUGE },
 
     { "long_poll", "waiting", "polls_waiting",
       "Long polls waiting now.",
@@ -340,6 +344,7 @@ ngx_http_session_status_take_gauges(ngx_shm_zone_t *zone)
     g->polls_waiting = 0;
     g->polls_parked = 0;
     g->db_waiting = 0;
+    g->uploads_waiting = 0;
     ngx_memory_barrier();
 
     ngx_http_session_gauges = g;
@@ -546,7 +551,7 @@ ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
     for (i = 0; i < NGX_HTTP_SESSION_GAUGE_SLOTS; i++) {
 
         if (g[i].polls_waiting == 0 && g[i].polls_parked == 0
-            && g[i].db_waiting == 0)
+            && g[i].db_waiting == 0 && g[i].uploads_waiting == 0)
         {
             continue;
         }
@@ -562,6 +567,7 @@ ngx_http_session_status_sum_gauges(ngx_shm_zone_t *zone,
         sum->polls_waiting += g[i].polls_waiting;
         sum->polls_parked += g[i].polls_parked;
         sum->db_waiting += g[i].db_waiting;
+        sum->uploads_waiting += g[i].uploads_waiting;
     }
 }
 
