@@ -756,6 +756,7 @@ ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc)
     dc->probing = 0;
     dc->reader = NULL;
     dc->drained = NULL;
+    dc->abandoned = NULL;
 
     ngx_http_session_pq_clear(&dc->result);
 
@@ -798,6 +799,14 @@ ngx_http_session_db_timer_handler(ngx_event_t *ev)
         }
 
         ngx_http_session_db_check(dc);
+        return;
+    }
+
+    if (dc->abandoned) {
+        ngx_log_error(NGX_LOG_ERR, dc->log, 0,
+                      "session db: no answer to the %s within %M ms, "
+                      "connecting again", dc->abandoned, dc->timeout);
+        ngx_http_session_db_conn_fail(dc);
         return;
     }
 
@@ -1047,6 +1056,9 @@ ngx_http_session_db_conn_answered(ngx_http_session_db_conn_t *dc,
 
     ngx_http_session_db_conn_idle(dc);
 
+    /* answered in time: the owner's answer handler frees the connection */
+    dc->abandoned = NULL;
+
     if (dc->probing) {
         dc->probing = 0;
         ngx_http_session_db_probed(dc, res);
@@ -1138,6 +1150,27 @@ ngx_http_session_db_conn_lost(ngx_http_session_db_conn_t *dc, PGresult *res)
     dc->lost = 0;
 
     return 1;
+}
+
+
+/*
+ * Nobody waits for the answer of what dc runs, and nobody bounds it: dc's
+ * own timer does, as for the idle check, so that a server that never
+ * answers (hung, a link that died without a word) does not keep dc busy
+ * for good
+ */
+
+void
+ngx_http_session_db_conn_abandon(ngx_http_session_db_conn_t *dc,
+    const char *what, ngx_msec_t timeout)
+{
+    dc->abandoned = what;
+
+    if (dc->timer.timer_set) {
+        ngx_del_timer(&dc->timer);
+    }
+
+    ngx_add_timer(&dc->timer, timeout);
 }
 
 

@@ -115,6 +115,11 @@ struct ngx_http_session_db_conn_s {
     ngx_uint_t                       nread;
     /* parameter bytes of the running query, see RECYCLE_SIZE */
     size_t                           sent;
+    /*
+     * what was sent last is nobody's any more (its owner went away, see
+     * ngx_http_session_db_conn_abandon()): what it is, for the log
+     */
+    const char                      *abandoned;
 
     unsigned                         failed_before:1;
     /* the last attempt failed to connect before its timeout */
@@ -189,6 +194,14 @@ void ngx_http_session_db_conn_reachable(void);
 void ngx_http_session_db_conn_open(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
+
+/*
+ * What was sent on dc (what, for the log) lost its owner: its answer goes
+ * to dc->answer with dc->data as the owner left it, but dc connects again,
+ * as after a query that timed out, unless the answer comes within timeout
+ */
+void ngx_http_session_db_conn_abandon(ngx_http_session_db_conn_t *dc,
+    const char *what, ngx_msec_t timeout);
 
 /* a statement as text; its results go to dc->answer */
 ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,

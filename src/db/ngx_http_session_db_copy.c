@@ -32,6 +32,10 @@
 /* pieces handed to libpq in one turn of the event loop, at most */
 #define NGX_HTTP_SESSION_DB_COPY_TURN  16
 
+/* what an upload connection runs once its request went away, for the log */
+#define NGX_HTTP_SESSION_DB_COPY_ABANDONED                                    \
+    "ROLLBACK of an upload whose request went away"
+
 /* a copy that failed in go(): its handler runs from the posted event */
 #define NGX_HTTP_SESSION_DB_COPY_FAILED  (NGX_HTTP_SESSION_DB_COPY_DONE + 1)
 
@@ -1262,27 +1266,52 @@ ngx_http_session_db_copy_cleanup(void *data)
 {
     ngx_http_session_db_copy_t  *cp = data;
 
+    ngx_msec_int_t               left;
     ngx_http_session_db_conn_t  *dc;
 
     dc = cp->conn;
 
-    ngx_http_session_db_copy_release(cp);
-
     if (dc == NULL) {
+        ngx_http_session_db_copy_release(cp);
         return;
     }
 
+    /*
+     * A ROLLBACK's answer frees the connection.  cp's timer, which bounds
+     * one under way, goes with cp: the connection's own bounds it from
+     * now on, by the same deadline, and closes it if no answer comes (a
+     * server that hangs), or the upload connections would shrink for
+     * good.  Nothing of cp is read once it has returned.
+     */
+
+    left = (ngx_msec_int_t) dc->timeout;
+
+    if (cp->phase == NGX_HTTP_SESSION_DB_COPY_ROLLBACK
+        && cp->timeout.timer_set)
+    {
+        left = (ngx_msec_int_t) (cp->timeout.timer.key - ngx_current_msec);
+    }
+
+    ngx_http_session_db_copy_release(cp);
+
     if (cp->phase == NGX_HTTP_SESSION_DB_COPY_ROLLBACK) {
-        /* its answer frees the connection */
+        ngx_http_session_db_conn_abandon(dc,
+                                   NGX_HTTP_SESSION_DB_COPY_ABANDONED,
+                                   left > 0 ? (ngx_msec_t) left : 0);
         return;
     }
 
     if (cp->phase == NGX_HTTP_SESSION_DB_COPY_DECIDE) {
-        /* between two statements: ROLLBACK, whose answer frees it */
+        /* between two statements: ROLLBACK */
+
         if (ngx_http_session_db_conn_send(dc, "ROLLBACK") != NGX_OK) {
             ngx_http_session_db_conn_fail(dc);
+            return;
         }
 
+        ngx_http_session_db_conn_abandon(dc,
+                                   NGX_HTTP_SESSION_DB_COPY_ABANDONED,
+                                   dc->timeout);
         return;
     }
 
