@@ -184,6 +184,7 @@ weight() {
         005-revocation.t)   echo 4 ;;
         020-documents.t)    echo 3 ;;
         054-contract-audit.t) echo 10 ;;
+        056-images-stream-lost.t) echo 6 ;;
         *)                  echo 30 ;;
     esac
 }

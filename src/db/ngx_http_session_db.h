@@ -149,11 +149,18 @@ struct ngx_http_session_db_copy_s {
     ngx_uint_t                          npipe;
 
     ngx_uint_t                          phase;
+    /* when before's step ends, a second try of it too (see db_copy.c) */
+    ngx_msec_t                          deadline;
 
     unsigned                            queued:1;
     unsigned                            done:1;
     /* the owner stopped it after before's result */
     unsigned                            stopped:1;
+    /*
+     * before met a server without its prepared statement (26000) and
+     * goes again, once, its statements as text
+     */
+    unsigned                            again:1;
 };
 
 

@@ -68,7 +68,7 @@ static ngx_int_t ngx_http_session_db_copy_start(
     ngx_http_session_db_copy_t *cp, ngx_http_session_db_conn_t *dc);
 static ngx_int_t ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
     ngx_http_session_db_query_t *q, ngx_uint_t begin);
-static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+static ngx_int_t ngx_http_session_db_copy_send(ngx_http_session_db_copy_t *cp,
     ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_copy_pipe(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp);
@@ -300,10 +300,17 @@ ngx_http_session_db_copy_start(ngx_http_session_db_copy_t *cp,
         ngx_http_session_db_copies->turn = cp->turn;
     }
 
+    /* a second try keeps the first one's deadline (see _again()) */
+
+    if (cp->again) {
+        return NGX_OK;
+    }
+
     if (cp->timeout.timer_set) {
         ngx_del_timer(&cp->timeout);
     }
 
+    cp->deadline = ngx_current_msec + dc->timeout;
     ngx_add_timer(&cp->timeout, dc->timeout);
 
     return NGX_OK;
@@ -329,7 +336,7 @@ ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
         || (begin
             && !PQsendQueryParams(dc->pg, "BEGIN", 0, NULL, NULL, NULL, NULL,
                                   0))
-        || ngx_http_session_db_copy_send(dc, q) != NGX_OK
+        || ngx_http_session_db_copy_send(cp, q) != NGX_OK
         || (!begin
             && !PQsendQueryParams(dc->pg, "COMMIT", 0, NULL, NULL, NULL,
                                   NULL, 0))
@@ -346,18 +353,26 @@ ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
 }
 
 
-/* q to libpq: by name where the connection prepared it, binary results */
+/*
+ * q to libpq: by name where the connection prepared it, unless this is
+ * the copy's second try (a text statement cannot meet a server without
+ * it); binary results
+ */
 
 static ngx_int_t
-ngx_http_session_db_copy_send(ngx_http_session_db_conn_t *dc,
+ngx_http_session_db_copy_send(ngx_http_session_db_copy_t *cp,
     ngx_http_session_db_query_t *q)
 {
     ngx_uint_t                      i;
+    ngx_http_session_db_conn_t     *dc;
     ngx_http_session_db_prepare_t  *prep;
+
+    dc = cp->conn;
 
     /* a connection that prepared them is one of the copies' */
 
-    prep = dc->prepared ? ngx_http_session_db_copies->prepare : NULL;
+    prep = (dc->prepared && !cp->again) ? ngx_http_session_db_copies->prepare
+                                        : NULL;
 
     for (i = 0; prep && i < prep->n; i++) {
         if (q->sql == prep->sqls[i]) {
@@ -503,7 +518,11 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
 
     PQclear(other);
 
-    if (before && res && ngx_http_session_db_conn_lost(cp->conn, res)) {
+    /* once: the second try goes as text, see _again() */
+
+    if (before && res && ngx_http_session_db_conn_lost(cp->conn, res)
+        && !cp->again)
+    {
         PQclear(res);
         ngx_http_session_db_copy_again(cp);
         return;
@@ -559,11 +578,21 @@ ngx_http_session_db_copy_paired(ngx_http_session_db_copy_t *cp)
  * was read, so cp waits again, first in line.  Its connection, in a
  * transaction that failed, connects again, and its statements go as text
  * unless the pooler keeps them again.
+ *
+ * Once, and by the first try's deadline: the second try sends its
+ * statements as text on whichever connection takes it, since another
+ * connection that counts its statements as prepared may have lost them
+ * too, and the connection that met this prepares them again when it
+ * connects, which a pooler that keeps losing them makes in vain.  So a
+ * server that keeps answering 26000 costs one reconnect per upload, not
+ * one a lap, and the client has its answer within session_db_timeout of
+ * the first statement's sending, as without the second try.
  */
 
 static void
 ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp)
 {
+    ngx_msec_int_t                 left;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copies_t  *copies;
 
@@ -572,7 +601,7 @@ ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp)
 
     ngx_log_debug0(NGX_LOG_DEBUG_HTTP, cp->log, 0,
                    "session db: an upload whose first statement the server "
-                   "did not have waits again");
+                   "did not have waits again, its statements as text");
 
     ngx_http_session_db_copy_release(cp);
 
@@ -580,10 +609,15 @@ ngx_http_session_db_copy_again(ngx_http_session_db_copy_t *cp)
     ngx_http_session_db_conn_open(dc);
 
     cp->phase = NGX_HTTP_SESSION_DB_COPY_WAITING;
+    cp->again = 1;
 
     ngx_http_session_db_copy_wait(copies, cp, 1);
 
-    ngx_add_timer(&cp->timeout, copies->timeout);
+    /* past the deadline already: the timer's handler answers at once */
+
+    left = (ngx_msec_int_t) (cp->deadline - ngx_current_msec);
+
+    ngx_add_timer(&cp->timeout, left > 0 ? (ngx_msec_t) left : 0);
 
     ngx_http_session_db_copy_dispatch();
 }
@@ -1208,6 +1242,11 @@ ngx_http_session_db_copy_dispatch(void)
              q = ngx_queue_next(q))
         {
             cp = ngx_queue_data(q, ngx_http_session_db_copy_t, queue);
+
+            if (cp->again) {
+                /* a second try keeps the first one's deadline */
+                continue;
+            }
 
             if (cp->timeout.timer_set) {
                 ngx_del_timer(&cp->timeout);

@@ -412,7 +412,26 @@ END {
 # returns (port, pid), or nothing when the database is not reachable that
 # way; relay_stop(PID) kills it.  A relay still running when the script
 # ends is stopped then.
+#
+# relay_start(PORT, FILTER) passes what clients send through FILTER, a
+# code reference called in the relay's process with (BYTES, STATE) for
+# each read of a client's connection (STATE: a hash reference of its own
+# for that connection); it returns (BYTES', DELAY): the bytes passed on
+# instead, DELAY seconds later (0 or undef: now; the later bytes of the
+# connection wait behind them, so the order is kept).  What the server
+# sends goes as it is.
 my %Relays;
+
+# the bytes of a relayed connection: all of them, as the socket takes them
+sub _relay_write {
+    my ($fh, $buf) = @_;
+
+    for (my $off = 0; $off < length $buf; ) {
+        my $w = syswrite $fh, $buf, length($buf) - $off, $off;
+        last unless defined $w;
+        $off += $w;
+    }
+}
 
 sub upstream_addr {
     my $c = Session::db_conninfo();
@@ -428,7 +447,7 @@ sub upstream_addr {
 }
 
 sub relay_start {
-    my ($port) = @_;
+    my ($port, $filter) = @_;
 
     my ($host, $pgport) = upstream_addr() or return;
 
@@ -447,12 +466,26 @@ sub relay_start {
 
         my $sel = IO::Select->new($ls);
         my $parent = getppid;
-        my %peer;
+        my (%peer, %client, %later);
 
         for (;;) {
             POSIX::_exit(0) if getppid != $parent;
 
-            for my $fh ($sel->can_read(1)) {
+            # bytes held back by the filter whose time has come
+            my $now = Time::HiRes::time();
+
+            for my $key (keys %later) {
+                my $q = $later{$key};
+
+                while (@$q && $q->[0][1] <= $now) {
+                    my $item = shift @$q;
+                    _relay_write($item->[0], $item->[2]);
+                }
+
+                delete $later{$key} unless @$q;
+            }
+
+            for my $fh ($sel->can_read(%later ? 0.02 : 1)) {
                 if ($fh == $ls) {
                     my $c = $ls->accept or next;
                     my $u = $host =~ m{^/}
@@ -469,6 +502,7 @@ sub relay_start {
 
                     $peer{"$c"} = $u;
                     $peer{"$u"} = $c;
+                    $client{"$c"} = {};
                     $sel->add($c, $u);
                     next;
                 }
@@ -479,16 +513,26 @@ sub relay_start {
                 if (!$n) {
                     $sel->remove($fh, $other);
                     delete @peer{"$fh", "$other"};
+                    delete @client{"$fh", "$other"};
+                    delete @later{"$fh", "$other"};
                     close $fh;
                     close $other;
                     next;
                 }
 
-                for (my $off = 0; $off < $n; ) {
-                    my $w = syswrite $other, $buf, $n - $off, $off;
-                    last unless defined $w;
-                    $off += $w;
+                my $delay = 0;
+
+                ($buf, $delay) = $filter->($buf, $client{"$fh"})
+                    if $filter && $client{"$fh"};
+
+                if ($delay || $later{"$fh"}) {
+                    push @{ $later{"$fh"} },
+                         [$other, Time::HiRes::time() + ($delay || 0),
+                          $buf];
+                    next;
                 }
+
+                _relay_write($other, $buf);
             }
         }
     }
@@ -514,15 +558,17 @@ END {
 }
 
 
-# relay_db(): a relay (relay_start) and the conninfo of the database
-# through it: TEST_NGINX_SESSION_DB's, its host and port replaced with
+# relay_db([FILTER]): a relay (relay_start, with FILTER if given) and the
+# conninfo of the database through it: TEST_NGINX_SESSION_DB's, its host and port replaced with
 # host=127.0.0.1 port=<the relay's>; TEST_NGINX_SESSION_DB's as it is
 # when the database cannot be relayed.  Sets
 # $ENV{TEST_NGINX_RELAY_DB_CONF} to that conninfo as an nginx string
 # (nginx_quote).  Returns (port, pid, conninfo) of the relay, port and pid
 # undef without one.
 sub relay_db {
-    my ($port, $pid) = relay_start();
+    my ($filter) = @_;
+
+    my ($port, $pid) = relay_start(undef, $filter);
     my $conninfo = Session::db_conninfo();
 
     if (defined $port) {
