@@ -1728,6 +1728,30 @@ $::PRIVATE
 
 
 
+=== TEST 62f: webhook_url 6to4 (2002::/16), of 127.0.0.1
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "webhook", "webhook_url": "http://[2002:7f00:1::]/hook"}
+--- error_code: 400
+--- response_body eval
+$::PRIVATE
+--- no_error_log
+[error]
+
+
+
+=== TEST 62g: webhook_url Teredo (2001::/32), client 10.0.0.1
+--- request
+POST /api/v1/sessions
+{"delivery_mode": "webhook", "webhook_url": "http://[2001:0:4136:e378:8000:63bf:f5ff:fffe]/h"}
+--- error_code: 400
+--- response_body eval
+$::PRIVATE
+--- no_error_log
+[error]
+
+
+
 === TEST 63: webhook_url IPv4-mapped IPv6 of 10.0.0.1
 --- request
 POST /api/v1/sessions

@@ -204,6 +204,7 @@ ngx_http_session_url_check(const unsigned char *url, size_t len,
 int
 ngx_http_session_addr_private(int family, const unsigned char *addr)
 {
+    unsigned char               client[4];
     static const unsigned char  compatible[12] = {
         0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
     };
@@ -215,6 +216,9 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
     };
     static const unsigned char  nat64[12] = {
         0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0
+    };
+    static const unsigned char  discard[8] = {
+        0x01, 0, 0, 0, 0, 0, 0, 0
     };
 
     if (family == AF_INET) {
@@ -279,12 +283,63 @@ ngx_http_session_addr_private(int family, const unsigned char *addr)
         return 1;
     }
 
+    /*
+     * 6to4, 2002::/16 (RFC 3056): the 32 bits after the prefix are an
+     * IPv4 address, and a host with a 6to4 (sit) interface, or a relay
+     * in the operator's network, sends the packet to it inside IPv4:
+     * 2002:7f00:1:: is 127.0.0.1 and 2002:a00:1:: is 10.0.0.1.  Judged
+     * by that address, as the translated forms above are (decisions.md
+     * (jf)).
+     */
+
+    if (addr[0] == 0x20 && addr[1] == 0x02) {
+        return ngx_http_session_addr_private(AF_INET, addr + 2);
+    }
+
+    if (addr[0] == 0x20 && addr[1] == 0x01 && addr[2] == 0 && addr[3] == 0) {
+
+        /*
+         * Teredo, 2001::/32 (RFC 4380): the Teredo server's IPv4 address
+         * in bytes 4-7, the client's IPv4 address with every bit inverted
+         * in bytes 12-15.  A relay sends the packet to the client's
+         * address in UDP, and its bubbles through the server's: private
+         * when either address is.
+         */
+
+        client[0] = (unsigned char) ~addr[12];
+        client[1] = (unsigned char) ~addr[13];
+        client[2] = (unsigned char) ~addr[14];
+        client[3] = (unsigned char) ~addr[15];
+
+        return ngx_http_session_addr_private(AF_INET, addr + 4)
+               || ngx_http_session_addr_private(AF_INET, client);
+    }
+
+    /*
+     * The rest is what IANA's special-purpose registry marks as not
+     * globally reachable, which only the operator's own network could
+     * deliver: with the contract's ranges, the discard-only 100::/64
+     * (RFC 6666); the IETF protocol assignments 2001::/23 as a whole,
+     * benchmarking 2001:2::/48 and the retired ORCHID 2001:10::/28 among
+     * them (the few blocks in it marked reachable are anycast services
+     * and identifiers, never a webhook receiver); the second
+     * documentation prefix 3fff::/20 (RFC 9637); and SRv6 segment ids
+     * 5f00::/16 (RFC 9602), which address the routers of a segment
+     * routing domain.
+     */
+
     return (addr[0] & 0xfe) == 0xfc                 /* fc00::/7 */
            || (addr[0] == 0xfe && (addr[1] & 0xc0) == 0x80) /* fe80::/10 */
            || (addr[0] == 0xfe && (addr[1] & 0xc0) == 0xc0) /* fec0::/10 */
            || addr[0] == 0xff                       /* ff00::/8 */
+           || (addr[0] == 0x20 && addr[1] == 0x01   /* 2001::/23 */
+               && addr[2] < 0x02)
            || (addr[0] == 0x20 && addr[1] == 0x01   /* 2001:db8::/32 */
-               && addr[2] == 0x0d && addr[3] == 0xb8);
+               && addr[2] == 0x0d && addr[3] == 0xb8)
+           || (addr[0] == 0x3f && addr[1] == 0xff   /* 3fff::/20 */
+               && (addr[2] & 0xf0) == 0)
+           || (addr[0] == 0x5f && addr[1] == 0)     /* 5f00::/16 */
+           || memcmp(addr, discard, sizeof(discard)) == 0; /* 100::/64 */
 }
 
 

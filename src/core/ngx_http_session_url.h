@@ -78,9 +78,10 @@ int ngx_http_session_url_check(const unsigned char *url, size_t len,
 
 /*
  * 1 when the address (AF_INET: 4 bytes, AF_INET6: 16 bytes, network
- * order) is in one of the private ranges of docs/api.md §10; an
- * IPv4-mapped IPv6 address is judged by its IPv4 address.  Any other
- * family is private: the check fails closed.
+ * order) is in one of the private ranges of docs/api.md §10; an IPv6
+ * address that carries an IPv4 address (mapped, translated, compatible,
+ * NAT64, 6to4, Teredo) is judged by that address.  Any other family is
+ * private: the check fails closed.
  */
 int ngx_http_session_addr_private(int family, const unsigned char *addr);
 

@@ -384,6 +384,23 @@ static const ngx_http_session_url_vec_t  url_vecs[] = {
     { S("http://[FEFF:ffff::1]:8080/"), PRIVATE },
     { S("http://[feb0::1]/"), PRIVATE },
     { S("http://[fbff::1]/"), OK },
+
+    /* 6to4 and Teredo by their IPv4 addresses (decision (jf)) */
+    { S("http://[2002:7f00:1::]/hook"), PRIVATE },
+    { S("http://[2002:0a00:0001::]/"), PRIVATE },
+    { S("http://[2002:a9fe:a9fe::1]:8080/"), PRIVATE },
+    { S("http://[2002:808:808::1]/"), OK },
+    { S("http://[2001:0:4136:e378:8000:63bf:80ff:fffe]/"), PRIVATE },
+    { S("http://[2001:0:a00:1:8000:63bf:f7f7:f7f7]/"), PRIVATE },
+    { S("http://[2001:0:4136:e378:8000:63bf:f7f7:f7f7]/"), OK },
+
+    /* not globally reachable: 2001::/23, 100::/64, 3fff::/20, 5f00::/16 */
+    { S("http://[2001:2::1]/"), PRIVATE },
+    { S("http://[2001:10::1]/"), PRIVATE },
+    { S("http://[100::1]/"), PRIVATE },
+    { S("http://[3fff::1]/"), PRIVATE },
+    { S("http://[5f00::1]/"), PRIVATE },
+    { S("http://[2001:200::1]/"), OK },
 };
 
 
@@ -494,6 +511,47 @@ static const ngx_http_session_addr_vec_t  addr_vecs[] = {
     { AF_INET6, "::1:ffff:0:7f00:1", 0 },
     { AF_INET6, "fec0::1", 1 },
     { AF_INET6, "feff::1", 1 },
+    /* 6to4, by the IPv4 address in bytes 2-5 */
+    { AF_INET6, "2002:7f00:1::", 1 },
+    { AF_INET6, "2002:a00:1::1", 1 },
+    { AF_INET6, "2002:c0a8:101:1::1", 1 },
+    { AF_INET6, "2002:a9fe:a9fe::", 1 },
+    { AF_INET6, "2002::", 1 },
+    { AF_INET6, "2002:808:808::1", 0 },
+    { AF_INET6, "2002:5db8:d822:1:2:3:4:5", 0 },
+    { AF_INET6, "2003:7f00:1::", 0 },
+    /* Teredo: server 65.54.227.120, client bytes inverted */
+    { AF_INET6, "2001:0:4136:e378:8000:63bf:f7f7:f7f7", 0 },  /* 8.8.8.8 */
+    { AF_INET6, "2001:0:4136:e378:8000:63bf:80ff:fffe", 1 },  /* 127.0.0.1 */
+    { AF_INET6, "2001:0:4136:e378:8000:63bf:f5ff:fffe", 1 },  /* 10.0.0.1 */
+    { AF_INET6, "2001:0:4136:e378:8000:63bf:3fff:fdd2", 1 },  /* 192.0.2.45 */
+    { AF_INET6, "2001:0:4136:e378::", 1 },          /* 255.255.255.255 */
+    { AF_INET6, "2001:0:7f00:1:8000:63bf:f7f7:f7f7", 1 },     /* server */
+    { AF_INET6, "2001:0:a00:1::f7f7:f7f7", 1 },
+    { AF_INET6, "2001::f7f7:f7f7", 1 },             /* server 0.0.0.0 */
+    /* the rest of 2001::/23 */
+    { AF_INET6, "2001:1::1", 1 },
+    { AF_INET6, "2001:2::1", 1 },
+    { AF_INET6, "2001:2:0:ffff::1", 1 },
+    { AF_INET6, "2001:10::1", 1 },
+    { AF_INET6, "2001:1f:ffff::1", 1 },
+    { AF_INET6, "2001:1ff:ffff::1", 1 },
+    { AF_INET6, "2001:200::1", 0 },
+    { AF_INET6, "2000:ffff::1", 0 },
+    /* discard-only, documentation, SRv6 segment ids */
+    { AF_INET6, "100::", 1 },
+    { AF_INET6, "100::ffff:ffff:ffff:ffff", 1 },
+    { AF_INET6, "100:0:0:1::", 0 },
+    { AF_INET6, "100:1::", 0 },
+    { AF_INET6, "101::", 0 },
+    { AF_INET6, "3fff::1", 1 },
+    { AF_INET6, "3fff:fff:ffff::1", 1 },
+    { AF_INET6, "3fff:1000::1", 0 },
+    { AF_INET6, "3ffe::1", 0 },
+    { AF_INET6, "5f00::1", 1 },
+    { AF_INET6, "5f00:ffff::1", 1 },
+    { AF_INET6, "5eff:ffff::1", 0 },
+    { AF_INET6, "5f01::1", 0 },
 };
 
 
@@ -670,7 +728,10 @@ START_TEST(test_addr_private)
 END_TEST
 
 
-/* every IPv4 address, whole /8s and /16s at a time, against a reference */
+/*
+ * Every IPv4 address, whole /8s and /16s at a time, against a reference:
+ * alone, IPv4-mapped, in 6to4 and as a Teredo client and server.
+ */
 
 static int
 reference_private4(unsigned a, unsigned b, unsigned c)
@@ -689,14 +750,31 @@ reference_private4(unsigned a, unsigned b, unsigned c)
 
 START_TEST(test_addr_private_sweep)
 {
-    unsigned       a, b, c;
-    unsigned char  v4[4], v6[16];
+    int            expected;
+    unsigned       a, b, c, i;
+    unsigned char  v4[4], v6[16], v6to4[16], client[16], server[16];
 
     /* Check records every assertion that passes: assert on failure only */
 
     memset(v6, 0, sizeof(v6));
     v6[10] = 0xff;
     v6[11] = 0xff;
+
+    /* 6to4: the address in bytes 2-5, a subnet and a host after it */
+
+    memset(v6to4, 0x5d, sizeof(v6to4));
+    v6to4[0] = 0x20;
+    v6to4[1] = 0x02;
+
+    /*
+     * Teredo with the address as its client (inverted) and a public
+     * server, then as its server and a public client (8.8.8.8)
+     */
+
+    ck_assert_int_eq(inet_pton(AF_INET6, "2001:0:4136:e378:8000:63bf::",
+                               client), 1);
+    ck_assert_int_eq(inet_pton(AF_INET6, "2001::8000:63bf:f7f7:f7f7",
+                               server), 1);
 
     for (a = 0; a < 256; a++) {
         for (b = 0; b < 256; b++) {
@@ -709,11 +787,24 @@ START_TEST(test_addr_private_sweep)
                 v4[3] = (unsigned char) (a ^ b ^ c);
 
                 memcpy(v6 + 12, v4, 4);
+                memcpy(v6to4 + 2, v4, 4);
+                memcpy(server + 4, v4, 4);
 
-                if (ngx_http_session_addr_private(AF_INET, v4)
-                    != reference_private4(a, b, c)
+                for (i = 0; i < 4; i++) {
+                    client[12 + i] = (unsigned char) ~v4[i];
+                }
+
+                expected = reference_private4(a, b, c);
+
+                if (ngx_http_session_addr_private(AF_INET, v4) != expected
                     || ngx_http_session_addr_private(AF_INET6, v6)
-                       != reference_private4(a, b, c))
+                       != expected
+                    || ngx_http_session_addr_private(AF_INET6, v6to4)
+                       != expected
+                    || ngx_http_session_addr_private(AF_INET6, client)
+                       != expected
+                    || ngx_http_session_addr_private(AF_INET6, server)
+                       != expected)
                 {
                     ck_abort_msg("%u.%u.%u.x", a, b, c);
                 }
