@@ -495,6 +495,42 @@ $checks{max_attempts} = sub {
     is($row->{attempts}, 1, "$name - a fresh count of attempts");
 };
 
+# the URL in the error log: '"' and '\' pass the syntax check at
+# creation and are escaped as \x22 and \x5C; control bytes are refused at
+# creation, and a row that holds one anyway (put into the outbox by hand)
+# is logged with it escaped, so it cannot forge a line (TEST 29's
+# error_log and no_error_log)
+$checks{log_escape} = sub {
+    my ($name) = @_;
+
+    my $tag = tag();
+
+    my $r = api('POST', '/api/v1/sessions',
+                encode_json({ delivery_mode => 'webhook',
+                              webhook_url => "http://127.0.0.1:$HOOK/a\nb" }),
+                { 'Content-Type' => 'application/json' });
+    is($r->{status}, 400, "$name - a line break is refused at creation");
+    is($r->{json}{message},
+       'webhook_url must be an absolute http or https URL',
+       "$name - as an invalid URL");
+
+    my $sid = session_to("http://127.0.0.1:$HOOK/status/503/$tag?q=\"x\\y");
+    complete($sid);
+
+    my $id = queue_event("http://127.0.0.1:$HOOK/log/$tag\n"
+                         . '2026/01/01 00:00:00 [warn] 1#1: forged"');
+
+    ok(wait_session($sid, 10, sub { @_ == 1 && $_[0]{failed} }),
+       "$name - the event to the URL with '\"' and '\\' failed");
+    ok(wait_rows('id = ' . sql_quote($id), 10,
+                 sub { @_ == 1 && $_[0]{failed} }),
+       "$name - the event to the URL with a line break failed");
+
+    my ($row) = event_rows($id);
+    is($row->{last_error}, 'webhook_url is not a valid URL',
+       "$name - its last_error");
+};
+
 # sessionctl webhook: refusals
 $checks{sessionctl} = sub {
     my ($name) = @_;
@@ -1418,3 +1454,17 @@ qr/\[emerg\] .*"session_webhook_timeout" directive is not allowed here in \S+ngi
 --- check: answer_heads
 --- no_error_log
 [alert]
+
+
+
+=== TEST 29: the error log escapes a webhook URL's '"', '\' and control bytes
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_webhook_allow_private on;
+    session_webhook_max_attempts 1;
+--- check: log_escape
+--- error_log eval
+[qr/\[warn\] .*session webhook: event \S+ to "http:\/\/127\.0\.0\.1:\d+\/status\/503\/t015-[\d-]+\?q=\\x22x\\x5Cy" failed after 1 attempts: answered 503$/,
+ qr/\[warn\] .*session webhook: event \S+ to "http:\/\/127\.0\.0\.1:\d+\/log\/t015-[\d-]+\\x0A2026\/01\/01 00:00:00 \[warn\] 1#1: forged\\x22" failed after 1 attempts: webhook_url is not a valid URL$/]
+--- no_error_log eval
+[qr/^2026\/01\/01 00:00:00 \[warn\] 1#1: forged/, '[error]', '[alert]']

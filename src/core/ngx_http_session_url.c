@@ -1,5 +1,5 @@
 /*
- * webhook_url syntax and private addresses.
+ * webhook_url syntax, private addresses, and the URL as the log writes it.
  *
  * The syntax is deliberately narrower than RFC 3986 where a looser
  * reading would let one URL name different hosts to different parsers:
@@ -368,6 +368,41 @@ ngx_http_session_host_private(const unsigned char *host, size_t len)
     /* "localhost" itself, or a label boundary before it */
 
     return len == sizeof(name) - 1 || host[-1] == '.';
+}
+
+
+size_t
+ngx_http_session_url_log_escape(unsigned char *dst, const unsigned char *src,
+    size_t len)
+{
+    size_t                      i, n;
+    static const unsigned char  hex[] = "0123456789ABCDEF";
+
+    n = 0;
+
+    for (i = 0; i < len; i++) {
+        if (src[i] >= 0x20 && src[i] < 0x7f
+            && src[i] != '"' && src[i] != '\\')
+        {
+            if (dst) {
+                dst[n] = src[i];
+            }
+
+            n++;
+            continue;
+        }
+
+        if (dst) {
+            dst[n] = '\\';
+            dst[n + 1] = 'x';
+            dst[n + 2] = hex[src[i] >> 4];
+            dst[n + 3] = hex[src[i] & 0x0f];
+        }
+
+        n += 4;
+    }
+
+    return n;
 }
 
 

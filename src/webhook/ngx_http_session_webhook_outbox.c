@@ -101,6 +101,8 @@ static ngx_int_t ngx_http_session_webhook_start(
     ngx_http_session_webhook_t *wh, PGresult *res, int row);
 static void ngx_http_session_webhook_done(
     ngx_http_session_webhook_delivery_t *d, ngx_uint_t delivered);
+static void ngx_http_session_webhook_log_url(
+    ngx_http_session_webhook_delivery_t *d, ngx_str_t *url);
 static ngx_http_session_webhook_outcome_t *ngx_http_session_webhook_outcome(
     ngx_http_session_webhook_t *wh);
 static void ngx_http_session_webhook_flush(ngx_http_session_webhook_t *wh);
@@ -511,6 +513,7 @@ ngx_http_session_webhook_done(ngx_http_session_webhook_delivery_t *d,
     ngx_uint_t delivered)
 {
     uint64_t                             delay;
+    ngx_str_t                            url;
     ngx_http_session_webhook_t          *wh;
     ngx_http_session_webhook_outcome_t  *o;
 
@@ -518,19 +521,21 @@ ngx_http_session_webhook_done(ngx_http_session_webhook_delivery_t *d,
 
     delay = 0;
 
+    ngx_http_session_webhook_log_url(d, &url);
+
     if (delivered) {
         ngx_http_session_stat(webhooks_delivered, 1);
 
         ngx_log_debug3(NGX_LOG_DEBUG_HTTP, d->log, 0,
                        "session webhook: event %V delivered to \"%V\", "
-                       "attempt %ui", &d->id, &d->url, d->attempts);
+                       "attempt %ui", &d->id, &url, d->attempts);
 
     } else if (d->attempts >= wh->max_attempts) {
         ngx_http_session_stat(webhooks_failed, 1);
 
         ngx_log_error(NGX_LOG_WARN, d->log, 0,
                       "session webhook: event %V to \"%V\" failed after "
-                      "%ui attempts: %V", &d->id, &d->url, d->attempts,
+                      "%ui attempts: %V", &d->id, &url, d->attempts,
                       &d->error);
 
     } else {
@@ -541,7 +546,7 @@ ngx_http_session_webhook_done(ngx_http_session_webhook_delivery_t *d,
 
         ngx_log_error(NGX_LOG_INFO, d->log, 0,
                       "session webhook: event %V to \"%V\", attempt %ui "
-                      "of %ui: %V; next in %uL ms", &d->id, &d->url,
+                      "of %ui: %V; next in %uL ms", &d->id, &url,
                       d->attempts, wh->max_attempts, &d->error, delay);
     }
 
@@ -577,6 +582,37 @@ ngx_http_session_webhook_done(ngx_http_session_webhook_delivery_t *d,
     if (wh->flush == NULL) {
         ngx_http_session_webhook_flush(wh);
     }
+}
+
+
+/*
+ * The URL for the log, in quotes: stored URLs passed the syntax check at
+ * creation, which lets '"' and '\' through, and a row put into the
+ * outbox by hand may hold anything.  Escaped as the access log escapes
+ * a variable, so that a URL cannot end its quotes early or forge a line.
+ */
+
+static void
+ngx_http_session_webhook_log_url(ngx_http_session_webhook_delivery_t *d,
+    ngx_str_t *url)
+{
+    size_t  len;
+
+    len = ngx_http_session_url_log_escape(NULL, d->url.data, d->url.len);
+
+    if (len == d->url.len) {
+        *url = d->url;
+        return;
+    }
+
+    url->data = ngx_pnalloc(d->pool, len);
+    if (url->data == NULL) {
+        ngx_str_set(url, "(out of memory)");
+        return;
+    }
+
+    url->len = ngx_http_session_url_log_escape(url->data, d->url.data,
+                                               d->url.len);
 }
 
 

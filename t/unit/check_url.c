@@ -9,6 +9,7 @@
  */
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -848,6 +849,64 @@ START_TEST(test_host_private)
 END_TEST
 
 
+/* every byte alone, then a URL that would close its quotes and a line */
+
+START_TEST(test_url_log_escape)
+{
+    size_t         n;
+    unsigned       b;
+    unsigned char  in[1], out[8];
+    char           want[8];
+
+    for (b = 0; b < 256; b++) {
+        in[0] = (unsigned char) b;
+
+        if (b >= 0x20 && b < 0x7f && b != '"' && b != '\\') {
+            want[0] = (char) b;
+            want[1] = '\0';
+
+        } else {
+            snprintf(want, sizeof(want), "\\x%02X", b);
+        }
+
+        ck_assert_uint_eq(ngx_http_session_url_log_escape(NULL, in, 1),
+                          strlen(want));
+
+        memset(out, 0, sizeof(out));
+        n = ngx_http_session_url_log_escape(out, in, 1);
+
+        ck_assert_msg(n == strlen(want) && memcmp(out, want, n) == 0,
+                      "byte 0x%02x: \"%.*s\", expected \"%s\"", b, (int) n,
+                      (const char *) out, want);
+    }
+
+    ck_assert_uint_eq(ngx_http_session_url_log_escape(NULL, U(""), 0), 0);
+}
+END_TEST
+
+
+START_TEST(test_url_log_escape_url)
+{
+    size_t             n;
+    unsigned char      out[256];
+    static const char  url[] =
+        "http://example.com/a\" failed: forged\n2026/01/01 [warn] \\x";
+    static const char  want[] =
+        "http://example.com/a\\x22 failed: forged\\x0A2026/01/01 [warn] "
+        "\\x5Cx";
+
+    n = ngx_http_session_url_log_escape(out, U(url), sizeof(url) - 1);
+
+    ck_assert_uint_eq(n, sizeof(want) - 1);
+    ck_assert(memcmp(out, want, n) == 0);
+
+    n = ngx_http_session_url_log_escape(out, S("https://example.com/in?a=b"));
+    ck_assert_uint_eq(n, 26);
+    ck_assert(memcmp(out, "https://example.com/in?a=b", 26) == 0);
+}
+END_TEST
+
+
 Suite *
 make_url_suite(void)
 {
@@ -865,6 +924,11 @@ make_url_suite(void)
     tc = tcase_create("parse");
     tcase_add_loop_test(tc, test_url_parts, 0, NELTS(parts_vecs));
     tcase_add_test(tc, test_url_parts_addr);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("log");
+    tcase_add_test(tc, test_url_log_escape);
+    tcase_add_test(tc, test_url_log_escape_url);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("private");
