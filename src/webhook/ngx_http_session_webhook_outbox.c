@@ -18,6 +18,11 @@
  * outcome joins a batch: one statement records every outcome that
  * gathered while the previous one ran, each with its claim's attempts as
  * the lease's token.
+ *
+ * About a thousand lines: the claim, the batch of outcomes and the
+ * measure of the queue are the steps of one loop on the dispatcher's one
+ * state (ngx_http_session_webhook_t); a file for each would reach into
+ * the others' fields.
  */
 
 #include "ngx_http_session_webhook.h"
