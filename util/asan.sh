@@ -53,59 +53,9 @@ fi
 
 # 2. nginx and the module
 
-# Debian's nginx-dev tree has the headers only: nginx's own sources then
-# come from the Debian source package of the installed version (its
-# upstream tarball), fetched once with apt from the mirror the machine
-# already uses, into build/asan/.
-nginx_source() {
-    local tmp uri suite tarball
-
-    if [ -f "$NGINX_SRC/src/core/nginx.c" ]; then
-        echo "$NGINX_SRC"
-        return
-    fi
-
-    tarball=$(ls "$OUT"/nginx_*.orig.tar.gz 2>/dev/null | head -1 || true)
-
-    if [ -z "$tarball" ]; then
-        uri=$(awk '/^URIs:/ { print $2; exit }' \
-                  /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-        if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-            uri=$(awk '$1 == "deb" { print $2; exit }' /etc/apt/sources.list)
-        fi
-        [ -n "$uri" ] || { echo "asan: no Debian mirror in apt sources" >&2;
-                           exit 1; }
-        # shellcheck disable=SC1091 # the system's file, not the repository's
-        suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
-
-        tmp=$(mktemp -d)
-        mkdir -p "$tmp/lists/partial" "$tmp/etc"
-        printf 'Types: deb-src\nURIs: %s\nSuites: %s\nComponents: main\n' \
-            "$uri" "$suite" > "$tmp/etc/src.sources"
-        printf 'Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-            >> "$tmp/etc/src.sources"
-        local -a aptopts=(-o "Dir::Etc::sourcelist=-"
-                          -o "Dir::Etc::sourceparts=$tmp/etc"
-                          -o "Dir::State::Lists=$tmp/lists"
-                          -o "Dir::Cache::pkgcache=$tmp/pkgcache.bin"
-                          -o "Dir::Cache::srcpkgcache=$tmp/srcpkgcache.bin"
-                          -o "APT::Get::List-Cleanup=0"
-                          -o "APT::Sandbox::User=root")
-        apt-get "${aptopts[@]}" update -qq >&2
-        # only the upstream tarball is needed: a missing Debian part is
-        # no failure here
-        (cd "$OUT" && apt-get "${aptopts[@]}" source --download-only \
-            nginx >&2) || true
-        rm -rf "$tmp"
-        tarball=$(ls "$OUT"/nginx_*.orig.tar.gz 2>/dev/null | head -1 || true)
-        [ -n "$tarball" ] || { echo "asan: no nginx source" >&2; exit 1; }
-    fi
-
-    rm -rf "$OUT/src"
-    mkdir -p "$OUT/src"
-    tar -xzf "$tarball" -C "$OUT/src"
-    ls -d "$ROOT/$OUT"/src/nginx-*/
-}
+# nginx's own sources (util/nginx-source.sh), extracted in build/asan/
+# shellcheck source=util/nginx-source.sh
+. "$ROOT/util/nginx-source.sh"
 
 # a dlclose() that keeps modules mapped (util/asan-keep-modules.c)
 KEEP=$ROOT/$OUT/asan-keep-modules.o
@@ -114,7 +64,7 @@ ${CC:-cc} -c -O1 -fPIC $WARN -o "$KEEP" util/asan-keep-modules.c
 if [ ! -f "$NGX/objs/Makefile" ] || [ config -nt "$NGX/objs/Makefile" ] \
    || ! grep -q asan-keep-modules "$NGX/objs/Makefile"
 then
-    src=$(nginx_source)
+    src=$(nginx_source "$OUT" asan)
     echo "asan: configuring nginx from $src in $NGX"
     rm -rf "$NGX"
     cp -r "$src" "$NGX"
