@@ -38,6 +38,11 @@
 #                   nginx and the module built from upstream nginx's
 #                   source (--with-debug, HTTP/2, HTTP/3), the whole suite
 #                   against it (util/test-upstream.sh; not in CI)
+#   make test-level-events
+#                   nginx built with its poll and select modules, then
+#                   t/057-level-events.t and the scripts of the long poll,
+#                   uploads and webhooks under each of those methods
+#                   (util/test-level-events.sh; not in CI)
 #   make bench-poll-proto
 #                   memory of a waiting long poll over HTTP/1.1, TLS,
 #                   HTTP/2 and HTTP/3 (util/bench-poll-proto.sh)
@@ -82,6 +87,7 @@ UNIT_SRCS   := $(wildcard t/unit/*.c)
 .PHONY: all build deps run stop test unit integration bench bench-poll bench-cost bench-cluster chaos lint \
         clean distclean openapi deb deb-test fuzz asan sanitizer-deps \
         failover sweep upgrade-test test-debian13 test-upstream \
+        test-level-events \
         bench-poll-proto bench-notify bench-page
 
 all: build
@@ -181,6 +187,9 @@ test-upstream: deps
 	@test -n "$(UPSTREAM_SRC)" \
 	    || { echo "make test-upstream UPSTREAM_SRC=/path/to/nginx-1.x"; exit 1; }
 	@bash util/test-upstream.sh $(UPSTREAM_SRC)
+
+test-level-events: deps
+	@bash util/test-level-events.sh
 
 bench-cluster: deps build
 	@bash util/bench-cluster.sh

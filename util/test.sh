@@ -185,6 +185,7 @@ weight() {
         020-documents.t)    echo 3 ;;
         054-contract-audit.t) echo 10 ;;
         056-images-stream-lost.t) echo 6 ;;
+        057-level-events.t) echo 1 ;;
         *)                  echo 30 ;;
     esac
 }

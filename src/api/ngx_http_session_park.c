@@ -492,10 +492,23 @@ ngx_http_session_park_read(ngx_event_t *rev)
 
     if (n > 0) {
         /*
-         * a pipelined request: read after the answer; over TLS, a record
+         * A pipelined request: read after the answer; over TLS, a record
          * (a client's close_notify: its FIN that follows sets
-         * pending_eof, or the read fails)
+         * pending_eof, or the read fails).  Under a level-triggered
+         * method (poll, select) the bytes left unread would make the
+         * event fire again at every pass of the event loop: its interest
+         * goes, as ngx_http_test_reading() does, and the event stays
+         * ready, so that the connection reads them once the answer is
+         * out (ngx_http_set_keepalive() posts a ready read event).  Until
+         * then, that client's going away is found by the answer's write.
          */
+
+        if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && rev->active) {
+            if (ngx_del_event(rev, NGX_READ_EVENT, 0) != NGX_OK) {
+                goto gone;
+            }
+        }
+
         return;
     }
 

@@ -68,6 +68,8 @@ static void ngx_http_session_webhook_ssl_handshaked(ngx_connection_t *c);
 static ngx_int_t ngx_http_session_webhook_build(
     ngx_http_session_webhook_delivery_t *d);
 static void ngx_http_session_webhook_event(ngx_event_t *ev);
+static void ngx_http_session_webhook_unwanted(
+    ngx_http_session_webhook_delivery_t *d, ngx_event_t *ev);
 static void ngx_http_session_webhook_send(
     ngx_http_session_webhook_delivery_t *d);
 static void ngx_http_session_webhook_read(
@@ -883,23 +885,55 @@ ngx_http_session_webhook_event(ngx_event_t *ev)
     case ngx_http_session_webhook_connecting:
         if (ev->write) {
             ngx_http_session_webhook_connected(d);
+            return;
         }
-        return;
+        break;
 
     case ngx_http_session_webhook_sending:
         if (ev->write) {
             ngx_http_session_webhook_send(d);
+            return;
         }
-        return;
+        break;
 
     case ngx_http_session_webhook_reading:
         if (!ev->write) {
             ngx_http_session_webhook_read(d);
+            return;
         }
-        return;
+        break;
 
     default:
+        break;
+    }
+
+    ngx_http_session_webhook_unwanted(d, ev);
+}
+
+
+/*
+ * An event the stage does not wait for: a write event once the request
+ * is sent, a read event before it is (the receiver answered early, or
+ * closed).  Under a level-triggered method (poll, select) it would fire
+ * again at every pass of the event loop for as long as the stage lasts:
+ * its interest goes, as nginx's upstream does with its write event.  A
+ * read event stays ready, and the reading stage reads what came (and
+ * adds the interest again once it has read all there is).
+ */
+
+static void
+ngx_http_session_webhook_unwanted(ngx_http_session_webhook_delivery_t *d,
+    ngx_event_t *ev)
+{
+    if (!(ngx_event_flags & NGX_USE_LEVEL_EVENT) || !ev->active) {
         return;
+    }
+
+    if (ngx_del_event(ev, ev->write ? NGX_WRITE_EVENT : NGX_READ_EVENT, 0)
+        != NGX_OK)
+    {
+        ngx_http_session_webhook_fail(d, "cannot wait for %V",
+                                      d->peer.name);
     }
 }
 
@@ -936,6 +970,18 @@ ngx_http_session_webhook_send(ngx_http_session_webhook_delivery_t *d)
 
         ngx_http_session_webhook_fail(d, "cannot send to %V: the "
                                       "connection was closed", d->peer.name);
+        return;
+    }
+
+    /*
+     * The whole request is out: no more write events (the socket stays
+     * writable, which a level-triggered method would report at every
+     * pass while the receiver takes its time to answer)
+     */
+
+    if (ngx_handle_write_event(c->write, 0) != NGX_OK) {
+        ngx_http_session_webhook_fail(d, "cannot wait for %V",
+                                      d->peer.name);
         return;
     }
 

@@ -220,6 +220,18 @@ ngx_http_session_webhook_keepalive_put(ngx_http_session_webhook_conn_t *conn)
         return NGX_ERROR;
     }
 
+    /*
+     * No write interest while idle: under a level-triggered method (poll,
+     * select) the writable socket would wake the worker at every pass, as
+     * ngx_http_set_keepalive() says of a client's connection
+     */
+
+    if ((ngx_event_flags & NGX_USE_LEVEL_EVENT) && c->write->active) {
+        if (ngx_del_event(c->write, NGX_WRITE_EVENT, 0) != NGX_OK) {
+            return NGX_ERROR;
+        }
+    }
+
     ngx_add_timer(c->read, NGX_HTTP_SESSION_WEBHOOK_IDLE);
 
     ngx_queue_insert_head(&ka->idle, &conn->queue);
