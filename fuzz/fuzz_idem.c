@@ -1,13 +1,15 @@
 /*
  * libFuzzer: Idempotency-Key (ngx_http_session_idem_key_valid) and the
- * escaping of the request fingerprint's path (_idem_escape): counting and
- * writing agree, the text is printable, and it decodes back.
+ * escaping of the request fingerprint's path (ngx_http_session_escape(),
+ * NGX_HTTP_SESSION_ESCAPE_PATH): counting and writing agree, the text is
+ * printable, and it decodes back.
  */
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "ngx_http_session_escape.h"
 #include "ngx_http_session_idemkey.h"
 
 
@@ -61,8 +63,10 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
 
-    n = ngx_http_session_idem_escape(NULL, src, size);
-    w = ngx_http_session_idem_escape(dst, src, size);
+    n = ngx_http_session_escape(NULL, src, size,
+                                NGX_HTTP_SESSION_ESCAPE_PATH);
+    w = ngx_http_session_escape(dst, src, size,
+                                NGX_HTTP_SESSION_ESCAPE_PATH);
 
     if (n != w || w > 3 * size) {
         abort();

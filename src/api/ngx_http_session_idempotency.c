@@ -40,6 +40,7 @@
 #include "ngx_http_session_idempotency.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_error.h"
+#include "ngx_http_session_escape.h"
 #include "ngx_http_session_idemkey.h"
 #include "ngx_http_session_render.h"
 #include "ngx_http_session_request.h"
@@ -237,11 +238,12 @@ ngx_http_session_idem_start(ngx_http_request_t *r,
 
     /* the path as nginx normalised it, "?" and the query as received */
 
-    len = ngx_http_session_idem_escape(NULL, r->uri.data, r->uri.len);
+    len = ngx_http_session_escape(NULL, r->uri.data, r->uri.len,
+                                  NGX_HTTP_SESSION_ESCAPE_PATH);
 
     if (r->args.len) {
-        len += 1 + ngx_http_session_idem_escape(NULL, r->args.data,
-                                                r->args.len);
+        len += 1 + ngx_http_session_escape(NULL, r->args.data, r->args.len,
+                                           NGX_HTTP_SESSION_ESCAPE_PATH);
     }
 
     idem->path = ngx_pnalloc(r->pool, len + 1);
@@ -253,12 +255,14 @@ ngx_http_session_idem_start(ngx_http_request_t *r,
         return ngx_http_session_error(r, NGX_HTTP_SESSION_ERR_INTERNAL);
     }
 
-    p = idem->path + ngx_http_session_idem_escape(idem->path, r->uri.data,
-                                                  r->uri.len);
+    p = idem->path + ngx_http_session_escape(idem->path, r->uri.data,
+                                             r->uri.len,
+                                             NGX_HTTP_SESSION_ESCAPE_PATH);
 
     if (r->args.len) {
         *p++ = '?';
-        p += ngx_http_session_idem_escape(p, r->args.data, r->args.len);
+        p += ngx_http_session_escape(p, r->args.data, r->args.len,
+                                     NGX_HTTP_SESSION_ESCAPE_PATH);
     }
 
     *p = '\0';

@@ -18,14 +18,5 @@
 /* 1 when the key is 1 to 255 visible ASCII characters (0x21 to 0x7e) */
 int ngx_http_session_idem_key_valid(const unsigned char *key, size_t len);
 
-/*
- * Writes src as printable ASCII: every byte outside 0x21..0x7e and every
- * '%' becomes "%XX" (upper-case hex), so that two different byte strings
- * never give the same text.  dst == NULL only counts.  Returns the length
- * (at most 3 * len).
- */
-size_t ngx_http_session_idem_escape(unsigned char *dst,
-    const unsigned char *src, size_t len);
-
 
 #endif /* _NGX_HTTP_SESSION_IDEMKEY_H_INCLUDED_ */

@@ -371,40 +371,6 @@ ngx_http_session_host_private(const unsigned char *host, size_t len)
 }
 
 
-size_t
-ngx_http_session_url_log_escape(unsigned char *dst, const unsigned char *src,
-    size_t len)
-{
-    size_t                      i, n;
-    static const unsigned char  hex[] = "0123456789ABCDEF";
-
-    n = 0;
-
-    for (i = 0; i < len; i++) {
-        if (src[i] >= 0x20 && src[i] < 0x7f
-            && src[i] != '"' && src[i] != '\\')
-        {
-            if (dst) {
-                dst[n] = src[i];
-            }
-
-            n++;
-            continue;
-        }
-
-        if (dst) {
-            dst[n] = '\\';
-            dst[n + 1] = 'x';
-            dst[n + 2] = hex[src[i] >> 4];
-            dst[n + 3] = hex[src[i] & 0x0f];
-        }
-
-        n += 4;
-    }
-
-    return n;
-}
-
 
 /*
  * Exactly four decimal parts 0..255 without leading zeros: the only form

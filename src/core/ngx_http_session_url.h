@@ -88,15 +88,5 @@ int ngx_http_session_addr_private(int family, const unsigned char *addr);
 /* 1 when the host name is "localhost" or ends in ".localhost" */
 int ngx_http_session_host_private(const unsigned char *host, size_t len);
 
-/*
- * Writes src for a quoted string of the error log as nginx's access log
- * writes a variable: '"', '\', control bytes, DEL and non-ASCII become
- * "\xXX" (upper-case hex), so the closing quote is where the string
- * ends and one line stays one line.  dst == NULL only counts.  Returns
- * the length (at most 4 * len).
- */
-size_t ngx_http_session_url_log_escape(unsigned char *dst,
-    const unsigned char *src, size_t len);
-
 
 #endif /* _NGX_HTTP_SESSION_URL_H_INCLUDED_ */

@@ -30,6 +30,7 @@
 #include "ngx_http_session_webhook_keepalive.h"
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_delivery.h"
+#include "ngx_http_session_escape.h"
 #include "ngx_http_session_sql.h"
 #include "ngx_http_session_stats.h"
 
@@ -603,7 +604,8 @@ ngx_http_session_webhook_log_url(ngx_http_session_webhook_delivery_t *d,
 {
     size_t  len;
 
-    len = ngx_http_session_url_log_escape(NULL, d->url.data, d->url.len);
+    len = ngx_http_session_escape(NULL, d->url.data, d->url.len,
+                                  NGX_HTTP_SESSION_ESCAPE_LOG);
 
     if (len == d->url.len) {
         *url = d->url;
@@ -616,8 +618,8 @@ ngx_http_session_webhook_log_url(ngx_http_session_webhook_delivery_t *d,
         return;
     }
 
-    url->len = ngx_http_session_url_log_escape(url->data, d->url.data,
-                                               d->url.len);
+    url->len = ngx_http_session_escape(url->data, d->url.data, d->url.len,
+                                       NGX_HTTP_SESSION_ESCAPE_LOG);
 }
 
 

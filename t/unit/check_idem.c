@@ -7,7 +7,10 @@
 #include <string.h>
 
 #include "check_suites.h"
+#include "ngx_http_session_escape.h"
 #include "ngx_http_session_idemkey.h"
+
+#define PATH  NGX_HTTP_SESSION_ESCAPE_PATH
 
 
 typedef struct {
@@ -106,13 +109,13 @@ START_TEST(test_escape_vectors)
 
     v = &escape_vecs[_i];
 
-    n = ngx_http_session_idem_escape(NULL, (const unsigned char *) v->in,
-                                     v->len);
+    n = ngx_http_session_escape(NULL, (const unsigned char *) v->in,
+                                v->len, PATH);
     ck_assert_uint_eq(n, strlen(v->out));
 
     memset(out, 0, sizeof(out));
-    n = ngx_http_session_idem_escape(out, (const unsigned char *) v->in,
-                                     v->len);
+    n = ngx_http_session_escape(out, (const unsigned char *) v->in,
+                                v->len, PATH);
 
     ck_assert_uint_eq(n, strlen(v->out));
     ck_assert_msg(memcmp(out, v->out, n) == 0,
@@ -131,14 +134,14 @@ START_TEST(test_escape_injective)
     size_t         n1, n2, i;
     unsigned char  a[8], b[8], in[1];
 
-    n1 = ngx_http_session_idem_escape(a, (const unsigned char *) "%20", 3);
-    n2 = ngx_http_session_idem_escape(b, (const unsigned char *) " ", 1);
+    n1 = ngx_http_session_escape(a, (const unsigned char *) "%20", 3, PATH);
+    n2 = ngx_http_session_escape(b, (const unsigned char *) " ", 1, PATH);
 
     ck_assert(n1 != n2 || memcmp(a, b, n1) != 0);
 
     for (i = 0; i < 256; i++) {
         in[0] = (unsigned char) i;
-        n1 = ngx_http_session_idem_escape(a, in, 1);
+        n1 = ngx_http_session_escape(a, in, 1, PATH);
 
         ck_assert(n1 == 1 || n1 == 3);
         ck_assert(a[0] >= 0x21 && a[0] <= 0x7e);

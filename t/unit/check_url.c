@@ -18,6 +18,7 @@
 
 #include "check_suites.h"
 #include "ngx_http_session_url.h"
+#include "ngx_http_session_escape.h"
 
 
 #define U(s)     ((const unsigned char *) (s))
@@ -851,6 +852,8 @@ END_TEST
 
 /* every byte alone, then a URL that would close its quotes and a line */
 
+#define LOG  NGX_HTTP_SESSION_ESCAPE_LOG
+
 START_TEST(test_url_log_escape)
 {
     size_t         n;
@@ -869,18 +872,18 @@ START_TEST(test_url_log_escape)
             snprintf(want, sizeof(want), "\\x%02X", b);
         }
 
-        ck_assert_uint_eq(ngx_http_session_url_log_escape(NULL, in, 1),
+        ck_assert_uint_eq(ngx_http_session_escape(NULL, in, 1, LOG),
                           strlen(want));
 
         memset(out, 0, sizeof(out));
-        n = ngx_http_session_url_log_escape(out, in, 1);
+        n = ngx_http_session_escape(out, in, 1, LOG);
 
         ck_assert_msg(n == strlen(want) && memcmp(out, want, n) == 0,
                       "byte 0x%02x: \"%.*s\", expected \"%s\"", b, (int) n,
                       (const char *) out, want);
     }
 
-    ck_assert_uint_eq(ngx_http_session_url_log_escape(NULL, U(""), 0), 0);
+    ck_assert_uint_eq(ngx_http_session_escape(NULL, U(""), 0, LOG), 0);
 }
 END_TEST
 
@@ -895,12 +898,12 @@ START_TEST(test_url_log_escape_url)
         "http://example.com/a\\x22 failed: forged\\x0A2026/01/01 [warn] "
         "\\x5Cx";
 
-    n = ngx_http_session_url_log_escape(out, U(url), sizeof(url) - 1);
+    n = ngx_http_session_escape(out, U(url), sizeof(url) - 1, LOG);
 
     ck_assert_uint_eq(n, sizeof(want) - 1);
     ck_assert(memcmp(out, want, n) == 0);
 
-    n = ngx_http_session_url_log_escape(out, S("https://example.com/in?a=b"));
+    n = ngx_http_session_escape(out, S("https://example.com/in?a=b"), LOG);
     ck_assert_uint_eq(n, 26);
     ck_assert(memcmp(out, "https://example.com/in?a=b", 26) == 0);
 }
