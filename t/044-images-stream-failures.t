@@ -19,7 +19,8 @@
 #     closed), and logged;
 #   - one key's burst of uploads waiting for the upload connections takes
 #     turns with another key's upload, which does not wait for the whole
-#     burst;
+#     burst; uploads into one session hold a connection one at a time,
+#     and let uploads into other sessions pass;
 #   - session_image_chunk_size and session_image_upload_connections
 #     refuse values out of their bounds.
 #
@@ -324,6 +325,40 @@ $checks{db_gone} = sub {
 };
 
 
+# a psql holding the session's row locked (until psql_end)
+sub hold_session {
+    my ($sid) = @_;
+    return psql_begin('SELECT 1 FROM sessions WHERE id = ' . sql_quote($sid)
+                      . ' FOR UPDATE',
+                      q{SELECT count(*) FROM pg_stat_activity}
+                      . q{ WHERE query LIKE '%FOR UPDATE%'}
+                      . q{ AND state = 'idle in transaction'});
+}
+
+# waits (bounded) until n statements wait for a lock
+sub lock_waiters {
+    my ($n) = @_;
+    return (wait_until(10, 0.02, sub {
+        psql(q{SELECT count(*) FROM pg_stat_activity}
+             . q{ WHERE wait_event_type = 'Lock'}) >= $n
+    }))[0];
+}
+
+# waits (bounded) until session_status shows n uploads waiting
+sub uploads_waiting {
+    my ($n) = @_;
+    return (wait_until(10, 0.02, sub {
+        status_json()->{database}{uploads_waiting} == $n
+    }))[0];
+}
+
+# an upload sent on a connection of its own, answered later (answer())
+sub upload_send {
+    my ($key, $sid, $bytes) = @_;
+    return send_request('POST', "/api/v1/sessions/$sid/images", $KEY{$key},
+                        { 'Content-Type' => 'image/png' }, $bytes, port());
+}
+
 # one upload connection, held by one key's upload (its session's row
 # locked), three more of that key's waiting, then another key's: once the
 # row is free, the other key's upload is the third to commit, not the
@@ -335,38 +370,17 @@ $checks{turns} = sub {
     my $b = create_session('OTHER');
     my $img = png_bytes(8 * 1024);
 
-    my $lock = psql_begin('SELECT 1 FROM sessions WHERE id = '
-                          . sql_quote($a->{id}) . ' FOR UPDATE',
-                          q{SELECT count(*) FROM pg_stat_activity}
-                          . q{ WHERE query LIKE '%FOR UPDATE%'}
-                          . q{ AND state = 'idle in transaction'});
+    my $lock = hold_session($a->{id});
 
-    my $waiting = sub {
-        my ($n) = @_;
-        return (wait_until(10, 0.02, sub {
-            status_json()->{database}{uploads_waiting} == $n
-        }))[0];
-    };
+    my @sent = (upload_send('MAIN', $a->{id}, $img));
+    ok(lock_waiters(1),
+       "$name - the first upload holds the connection, waiting");
 
-    my @sent;
-    my $send = sub {
-        my ($key, $sid) = @_;
-        push @sent, send_request('POST', "/api/v1/sessions/$sid/images",
-                                 $KEY{$key}, { 'Content-Type' => 'image/png' },
-                                 $img, port());
-    };
+    push @sent, upload_send('MAIN', $a->{id}, $img) for 1 .. 3;
+    ok(uploads_waiting(3), "$name - three more of the key's wait");
 
-    $send->('MAIN', $a->{id});
-    ok((wait_until(10, 0.02, sub {
-        psql(q{SELECT count(*) FROM pg_stat_activity}
-             . q{ WHERE wait_event_type = 'Lock'}) >= 1
-    }))[0], "$name - the first upload holds the connection, waiting");
-
-    $send->('MAIN', $a->{id}) for 1 .. 3;
-    ok($waiting->(3), "$name - three more of the key's wait");
-
-    $send->('OTHER', $b->{id});
-    ok($waiting->(4), "$name - then another key's");
+    push @sent, upload_send('OTHER', $b->{id}, $img);
+    ok(uploads_waiting(4), "$name - then another key's");
 
     psql_end($lock, 'ROLLBACK');
 
@@ -380,6 +394,44 @@ $checks{turns} = sub {
     is("@order", 'a a b a a',
        "$name - the other key's upload went after one of the burst's");
 
+    is(status_json()->{database}{uploads_waiting}, 0,
+       "$name - none waits any more");
+};
+
+# two upload connections, one held by an upload into a session whose row
+# is locked: a second upload into that session waits in the queue, not
+# on the lock, and an upload into another session (the same key) takes
+# the free connection and is stored meanwhile (docs/decisions.md (yl))
+$checks{serial} = sub {
+    my ($name) = @_;
+
+    my $a = create_session('MAIN');
+    my $b = create_session('MAIN');
+    my $img = png_bytes(8 * 1024);
+
+    my $lock = hold_session($a->{id});
+
+    my @sent = (upload_send('MAIN', $a->{id}, $img));
+    ok(lock_waiters(1), "$name - the first upload waits for the row");
+
+    push @sent, upload_send('MAIN', $a->{id}, $img);
+    ok(uploads_waiting(1),
+       "$name - the session's second waits in the queue");
+
+    my $other = answer(upload_send('MAIN', $b->{id}, $img), 10);
+    is($other->{status}, 201,
+       "$name - an upload into another session is stored meanwhile");
+    is(psql(q{SELECT count(*) FROM pg_stat_activity}
+            . q{ WHERE wait_event_type = 'Lock'}), 1,
+       "$name - one upload waits for the row, not two");
+    is(status_json()->{database}{uploads_waiting}, 1,
+       "$name - the other still waits in the queue");
+
+    psql_end($lock, 'ROLLBACK');
+
+    my @status = map { answer($_, 30)->{status} } @sent;
+    is("@status", '201 201', "$name - the session's uploads stored");
+    is(image_count($a->{id}), 2, "$name - in turn: image_count 2");
     is(status_json()->{database}{uploads_waiting}, 0,
        "$name - none waits any more");
 };
@@ -517,6 +569,39 @@ download cut
     session_db $TEST_NGINX_SESSION_DB_CONF;
     session_image_chunk_size 4k;
     session_image_upload_connections 1;
+
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1;
+
+        location /api/ {
+            session_api;
+            session_limits create=1000 list=1000 other=1000;
+        }
+    }
+--- config
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+
+    location = /status {
+        session_status;
+    }
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- no_error_log
+[error]
+[alert]
+
+
+
+=== TEST 9: uploads into one session hold a connection one at a time
+--- check: serial
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_image_chunk_size 4k;
+    session_image_upload_connections 2;
 
     server {
         listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1;

@@ -268,6 +268,16 @@ ngx_http_session_image_stream(ngx_http_request_t *r, off_t size)
     /* a key's burst of uploads takes turns with other keys' (decision (yk)) */
     ngx_memcpy(&cp->owner, ctx->principal.hash, sizeof(ngx_uint_t));
 
+    /*
+     * One session's uploads hold a connection one at a time (decision
+     * (yl)); a keyed one goes as it comes, so that a repeat of a keyed
+     * upload still streaming finds its key taken (409, decision (zd))
+     */
+
+    if (ctx->idem_key == NULL) {
+        ngx_memcpy(&cp->serial, up->sid, sizeof(ngx_uint_t));
+    }
+
     if (ngx_http_session_db_copy_run(cp) != NGX_OK) {
         return ngx_http_session_error(r,
                                       NGX_HTTP_SESSION_ERR_DB_UNAVAILABLE);

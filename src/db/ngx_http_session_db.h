@@ -135,6 +135,12 @@ struct ngx_http_session_db_copy_s {
     ngx_uint_t                          owner;
     /* its place in those turns (ngx_http_session_db_copy_turn()) */
     uint64_t                            turn;
+    /*
+     * Not 0: copies with the same value hold a connection one at a time
+     * (the image upload's session, whose row each one locks until its
+     * COMMIT); the others wait in the queue, not for a lock
+     */
+    ngx_uint_t                          serial;
 
     /* a piece of the data: buf[pos..len) not handed to libpq yet */
     u_char                             *buf;

@@ -90,6 +90,10 @@ static void ngx_http_session_db_copy_turn(ngx_http_session_db_copies_t *copies,
     ngx_http_session_db_copy_t *cp);
 static void ngx_http_session_db_copy_wait(ngx_http_session_db_copies_t *copies,
     ngx_http_session_db_copy_t *cp, ngx_uint_t first);
+static ngx_uint_t ngx_http_session_db_copy_held(
+    ngx_http_session_db_copies_t *copies, ngx_http_session_db_copy_t *cp);
+static ngx_http_session_db_copy_t *ngx_http_session_db_copy_next(
+    ngx_http_session_db_copies_t *copies);
 static ngx_uint_t ngx_http_session_db_copy_open(
     ngx_http_session_db_copies_t *copies);
 static void ngx_http_session_db_copy_dispatch(void);
@@ -233,7 +237,7 @@ ngx_http_session_db_copy_open(ngx_http_session_db_copies_t *copies)
 ngx_int_t
 ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 {
-    ngx_uint_t                     i, alive;
+    ngx_uint_t                     i, alive, held;
     ngx_http_session_db_conn_t    *dc;
     ngx_http_session_db_copies_t  *copies;
 
@@ -244,12 +248,14 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 
     ngx_http_session_db_copy_turn(copies, cp);
 
+    held = ngx_http_session_db_copy_held(copies, cp);
     alive = 0;
 
     for (i = 0; i < copies->opened; i++) {
         dc = &copies->conns[i];
 
-        if (dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL
+        if (!held
+            && dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL
             && ngx_http_session_db_copy_start(cp, dc) == NGX_OK)
         {
             return NGX_OK;
@@ -267,7 +273,10 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
         return NGX_DECLINED;
     }
 
-    /* a connection will be free: the others' uploads end, or it connects */
+    /*
+     * A connection will be free: the others' uploads end, or it connects;
+     * or the upload of cp's serial that holds one ends
+     */
 
     ngx_http_session_db_copy_wait(copies, cp, 0);
 
@@ -1181,6 +1190,58 @@ ngx_http_session_db_copy_wait(ngx_http_session_db_copies_t *copies,
 }
 
 
+/* whether a copy of cp's serial holds a connection */
+
+static ngx_uint_t
+ngx_http_session_db_copy_held(ngx_http_session_db_copies_t *copies,
+    ngx_http_session_db_copy_t *cp)
+{
+    ngx_uint_t                   i;
+    ngx_http_session_db_copy_t  *other;
+
+    if (cp->serial == 0) {
+        return 0;
+    }
+
+    for (i = 0; i < copies->opened; i++) {
+        other = copies->conns[i].data;
+
+        if (other && other->serial == cp->serial) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+
+/*
+ * The first waiting copy whose serial holds no connection: the uploads
+ * into one session go one at a time in each worker, and those behind
+ * them let uploads into other sessions pass (decision (yl))
+ */
+
+static ngx_http_session_db_copy_t *
+ngx_http_session_db_copy_next(ngx_http_session_db_copies_t *copies)
+{
+    ngx_queue_t                 *q;
+    ngx_http_session_db_copy_t  *cp;
+
+    for (q = ngx_queue_head(&copies->waiting);
+         q != ngx_queue_sentinel(&copies->waiting);
+         q = ngx_queue_next(q))
+    {
+        cp = ngx_queue_data(q, ngx_http_session_db_copy_t, queue);
+
+        if (!ngx_http_session_db_copy_held(copies, cp)) {
+            return cp;
+        }
+    }
+
+    return NULL;
+}
+
+
 /* free connections to the waiting copies, in turn */
 
 static void
@@ -1203,13 +1264,10 @@ ngx_http_session_db_copy_dispatch(void)
     for (i = 0; i < copies->opened; i++) {
         dc = &copies->conns[i];
 
-        if (!ngx_queue_empty(&copies->waiting)
-            && dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL)
+        if (dc->state == NGX_HTTP_SESSION_DB_IDLE && dc->data == NULL
+            && (cp = ngx_http_session_db_copy_next(copies)) != NULL)
         {
-            head = ngx_queue_head(&copies->waiting);
-            cp = ngx_queue_data(head, ngx_http_session_db_copy_t, queue);
-
-            ngx_queue_remove(head);
+            ngx_queue_remove(&cp->queue);
             cp->queued = 0;
             ngx_http_session_gauge(uploads_waiting, -1);
 
