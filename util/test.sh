@@ -186,6 +186,7 @@ weight() {
         054-contract-audit.t) echo 10 ;;
         056-images-stream-lost.t) echo 6 ;;
         057-level-events.t) echo 1 ;;
+        058-db-bounds.t)    echo 5 ;;
         *)                  echo 30 ;;
     esac
 }

@@ -903,6 +903,18 @@ ngx_http_session_db_probed(ngx_http_session_db_conn_t *dc, PGresult *res)
 void
 ngx_http_session_db_conn_idle(ngx_http_session_db_conn_t *dc)
 {
+    /*
+     * answered: the timer of what was sent (the first statement's, the
+     * idle check's, the PREPARE's, or the deadline of what nobody waits
+     * for any more, also at the end of a pipeline) is over
+     */
+
+    if (dc->timer.timer_set) {
+        ngx_del_timer(&dc->timer);
+    }
+
+    dc->abandoned = NULL;
+
     dc->state = NGX_HTTP_SESSION_DB_IDLE;
 
     if (dc->check && !ngx_http_session_stopping()) {
@@ -1049,15 +1061,8 @@ void
 ngx_http_session_db_conn_answered(ngx_http_session_db_conn_t *dc,
     PGresult *res)
 {
-    if (dc->timer.timer_set) {
-        /* the first statement's, the idle check's or the PREPARE's */
-        ngx_del_timer(&dc->timer);
-    }
-
-    ngx_http_session_db_conn_idle(dc);
-
     /* answered in time: the owner's answer handler frees the connection */
-    dc->abandoned = NULL;
+    ngx_http_session_db_conn_idle(dc);
 
     if (dc->probing) {
         dc->probing = 0;

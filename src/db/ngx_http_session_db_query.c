@@ -1051,6 +1051,12 @@ ngx_http_session_db_query_cleanup(void *data)
 {
     ngx_http_session_db_query_t  *q = data;
 
+    ngx_msec_t                   deadline;
+    ngx_http_session_db_conn_t  *dc;
+
+    deadline = q->timeout.timer_set ? q->timeout.timer.key
+                                    : ngx_current_msec;
+
     if (q->timeout.timer_set) {
         ngx_del_timer(&q->timeout);
     }
@@ -1059,13 +1065,38 @@ ngx_http_session_db_query_cleanup(void *data)
         ngx_http_session_db_dequeue(ngx_http_session_db_pool, q);
     }
 
-    /* a running query finishes on its own; its result is dropped */
+    q->done = 1;
 
-    if (q->conn) {
-        ngx_http_session_db_detach_query(q->conn, q);
+    dc = q->conn;
+
+    if (dc == NULL) {
+        return;
     }
 
-    q->done = 1;
+    /*
+     * A running query finishes on its own and its result is dropped, but
+     * its deadline stays: nobody else may bound the connection (its own
+     * timer is off while it is busy, and the other reads of a pipeline
+     * may have gone too), and a server that never answers would keep it
+     * busy until TCP gives up, minutes or for good.  Past the deadline
+     * the connection is closed and opened again, as when the query times
+     * out (decision (kd)).  An earlier deadline of another such query of
+     * the pipeline stands.
+     */
+
+    ngx_http_session_db_detach_query(dc, q);
+
+    if (dc->state != NGX_HTTP_SESSION_DB_BUSY
+        || (dc->timer.timer_set
+            && (ngx_msec_int_t) (dc->timer.timer.key - deadline) <= 0))
+    {
+        return;
+    }
+
+    ngx_http_session_db_conn_abandon(dc,
+                                 "query of a request that went away",
+                                 (ngx_msec_int_t) (deadline - ngx_current_msec)
+                                 > 0 ? deadline - ngx_current_msec : 0);
 }
 
 

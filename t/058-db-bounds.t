@@ -1,0 +1,333 @@
+# A pool query whose request goes away while the query runs is detached:
+# its answer, if one comes, is dropped.  Its deadline stays with its
+# connection (docs/decisions.md (kd)): when the server gives no answer by
+# then, the connection is closed and opened again, as for a query that
+# timed out, instead of staying busy until TCP gives up.
+#
+# The database is behind a relay that holds, for as long as the script
+# runs, the Bind of a statement that names an id of the hold list (the
+# server then waits for the rest of the message and never answers), as a
+# server that hangs or a link that black-holes would.  A 2 s
+# session_db_timeout:
+#
+#   - one pool connection, a download whose next slice is held, its
+#     client gone meanwhile (nginx sees it when writing the slice
+#     before): the connection is closed at the held slice's deadline,
+#     logged, and a request after that is answered 200.  Before (kd) the
+#     connection stayed busy for good and every later request got 503
+#     after 2 s;
+#   - one pool connection, an API request whose statement is held, its
+#     client gone after 0.5 s: nginx does not watch the client of a
+#     request that waits for the database (ngx_http_block_reading), so
+#     the request stays until its query times out at 2 s and the query's
+#     own timer closes the connection; a request after that is answered
+#     200 (with or without (kd): this path was bounded already).
+#
+# Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
+
+use strict;
+use warnings;
+
+use lib 't/lib';
+use Test::Nginx::Socket 'no_plan';
+use File::Spec ();
+use IO::Socket::INET ();
+use Socket qw(SOL_SOCKET SO_RCVBUF);
+use Time::HiRes ();
+use Session qw(:DEFAULT decode_json encode_json repo_root);
+use Images qw(png_bytes read_some);
+use SessionTest qw(:DEFAULT api_request check_init relay_db wait_until
+                    key_headers send_get);
+
+our (%KEY, $RELAY_PORT, $RELAY_PID, $FILTER, %STMT);
+
+our $TAG = sprintf 't058-%d-%d', $$, time;
+
+# The hold list, read by the relay at each read of a client: lines of
+# "NAME SKIP ID", a Bind of the prepared statement NAME (ngx_session_<n>,
+# ngx_upload_<n>) whose bytes hold ID is held after the first SKIP of
+# them on its connection
+our $HOLD = File::Spec->catfile(File::Spec->tmpdir, "t058-hold-$$");
+
+# the pool's statements' numbers, from their enum: ngx_session_<n> is the
+# n-th
+sub stmt_numbers {
+    my $file = repo_root() . '/src/db/ngx_http_session_sql.h';
+    open my $fh, '<', $file or die "$file: $!";
+    my $text = do { local $/; <$fh> };
+    my ($list) = $text =~ /typedef enum \{(.*?)\} ngx_http_session_stmt_e/s
+        or die "no ngx_http_session_stmt_e in $file\n";
+    my @names = $list =~ /NGX_HTTP_SESSION_STMT_(\w+)/g;
+    my %n;
+    @n{@names} = 0 .. $#names;
+    return %n;
+}
+
+%STMT = stmt_numbers();
+
+sub hold {
+    my (@lines) = @_;
+    open my $fh, '>', "$HOLD.tmp" or die "$HOLD.tmp: $!";
+    print $fh map { "$_\n" } @lines;
+    close $fh;
+    rename "$HOLD.tmp", $HOLD or die "$HOLD: $!";
+}
+
+hold();
+
+END { unlink $HOLD }
+
+{
+    my $bind = qr/B[\s\S]{4}\0(ngx_[a-z]+_\d+)\0/;
+
+    $FILTER = sub {
+        my ($buf, $state) = @_;
+
+        return ($buf, 0) unless $buf =~ $bind;
+
+        open my $fh, '<', $HOLD or return ($buf, 0);
+        my @rules = map { [split ' '] } grep { /\S/ } <$fh>;
+        close $fh;
+
+        while ($buf =~ /$bind/g) {
+            my $stmt = $1;
+
+            for my $rule (@rules) {
+                my ($name, $skip, $id) = @$rule;
+                next unless $stmt eq $name && index($buf, $id) >= 0;
+                return ($buf, 3600) if $state->{"$name $id"}++ >= $skip;
+            }
+        }
+
+        return ($buf, 0);
+    };
+
+    ($RELAY_PORT, $RELAY_PID) = relay_db($FILTER);
+}
+
+{
+    my $f = fixture(plan => 'pro', name => "$TAG-MAIN");
+    $KEY{MAIN} = $f->{key};
+}
+
+my $GONE = qr/no answer to the query of a request that went away within 2000 ms/;
+
+
+# --- helpers ------------------------------------------------------------
+
+sub api {
+    return api_request(@_[0 .. 4], { timeout => 10, raw => 1 });
+}
+
+sub create_session {
+    my $r = api('POST', '/api/v1/sessions', $KEY{MAIN},
+                encode_json({ delivery_mode => 'long_poll' }),
+                { 'Content-Type' => 'application/json' });
+    die "create: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+    return $r->{json}{id};
+}
+
+sub get_session {
+    my ($sid) = @_;
+    return api('GET', "/api/v1/sessions/$sid", $KEY{MAIN});
+}
+
+# a request answered 200 within SECS, asked again while 503
+sub answered_200 {
+    my ($sid, $secs) = @_;
+    return (wait_until($secs, 0.1, sub {
+        get_session($sid)->{status} == 200
+    }))[0];
+}
+
+# the server of http_config: sndbuf=8k
+sub port {
+    return $Test::Nginx::Util::RandPorts->{TEST_NGINX_RAND_PORT_1}
+        // die "no TEST_NGINX_RAND_PORT_1\n";
+}
+
+# a download on a connection with small buffers (the server's sndbuf=8k
+# and the client's receive buffer): nginx keeps most of a slice of 2m
+# until the client reads it
+sub slow_get {
+    my ($path) = @_;
+
+    my $s = IO::Socket::INET->new(Proto => 'tcp') or die "socket: $!";
+    setsockopt($s, SOL_SOCKET, SO_RCVBUF, pack('i', 4096))
+        or die "setsockopt: $!";
+    $s->connect(Socket::pack_sockaddr_in(port(),
+                                         Socket::inet_aton('127.0.0.1')))
+        or die "connect: $!";
+
+    print $s "GET $path HTTP/1.1\r\nHost: localhost\r\n"
+             . "Authorization: Bearer $KEY{MAIN}\r\n"
+             . "Connection: close\r\n\r\n";
+
+    return $s;
+}
+
+
+# --- the checks ---------------------------------------------------------
+
+my %checks;
+
+# a download's next slice held, its client gone: the connection is
+# closed at the slice's deadline and the pool serves again
+$checks{download} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip 'the database cannot be relayed', 1 unless $RELAY_PORT;
+
+        my $sid = create_session();
+
+        # 16k, then slices of 2m less 16k: the third slice is held
+        my $img = png_bytes(3 * 1024 * 1024);
+        my $r = api('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN},
+                    $img, { 'Content-Type' => 'image/png' });
+        die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+        my $iid = $r->{json}{id};
+
+        hold("ngx_session_$STMT{IMAGE_SLICE} 1 $iid");
+
+        my $t0 = Time::HiRes::time();
+        my $d = slow_get("/api/v1/sessions/$sid/images/$iid/content");
+
+        # the headers, the first slice and some of the second: the
+        # third is asked for once the second is being written
+        my $got = read_some($d, 64 * 1024, 5);
+        like($got, qr{^HTTP/1\.1 200 }, "$name - the download began");
+
+        Time::HiRes::sleep(0.3);
+        close $d;
+
+        my ($seen) = wait_until(5, 0.05, sub {
+            SessionTest::error_log_count(
+                qr/writev\(\) failed/) > 0
+        });
+        ok($seen, "$name - nginx saw the client go");
+        ok(Time::HiRes::time() - $t0 < 1.5,
+           "$name - before the slice's deadline");
+
+        ok(answered_200($sid, 8), "$name - a request after the deadline:"
+                                  . ' 200');
+        my $after = Time::HiRes::time() - $t0;
+        ok($after < 3.5, "$name - soon after the deadline (2 s) and the"
+                         . sprintf(' backoff (%.2f s)', $after));
+
+        is(SessionTest::error_log_count($GONE), 1,
+           "$name - the connection closed at the deadline, logged");
+
+        hold();
+
+        $r = api('GET', "/api/v1/sessions/$sid/images/$iid/content",
+                 $KEY{MAIN});
+        ok($r->{status} == 200 && $r->{content} eq $img,
+           "$name - a whole download afterwards");
+    }
+};
+
+# an API request's statement held, its client gone: nginx does not
+# notice, the query times out and its own timer closes the connection
+$checks{request} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip 'the database cannot be relayed', 1 unless $RELAY_PORT;
+
+        my $held = create_session();
+        my $other = create_session();
+
+        hold("ngx_session_$STMT{SESSION_GET} 0 $held");
+
+        my $timed_out = SessionTest::error_log_count(
+                                          qr/session db: query timed out/);
+
+        my $p = send_get("/api/v1/sessions/$held", $KEY{MAIN});
+        Time::HiRes::sleep(0.5);
+        close $p->{sock};
+
+        my ($out, $when) = wait_until(5, 0.05, sub {
+            SessionTest::error_log_count(qr/session db: query timed out/)
+            > $timed_out
+        });
+        ok($out, "$name - the query timed out");
+        ok($when > 1.2, sprintf("$name - at its timeout, the request"
+                                . ' stayed (%.2f s after the close)',
+                                $when));
+
+        ok(answered_200($other, 3), "$name - a request afterwards: 200");
+
+        is(SessionTest::error_log_count($GONE), 0,
+           "$name - no query of a request that went away");
+
+        hold();
+    }
+};
+
+
+# --- blocks -------------------------------------------------------------
+
+master_on();
+no_shuffle();
+no_long_string();
+
+add_block_preprocessor(sub {
+    my $block = shift;
+
+    workers(1);
+
+    $block->set_value('http_config', <<'EOF') unless defined $block->http_config;
+    session_db $TEST_NGINX_RELAY_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 2s;
+    session_image_chunk_size 1m;
+
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 sndbuf=8k;
+
+        location /api/ {
+            session_api;
+            session_limits create=1000 list=1000 other=1000;
+        }
+    }
+EOF
+
+    $block->set_value('config', <<'EOF') unless defined $block->config;
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+EOF
+
+    key_headers($block, \%KEY, 'MAIN', 'image/png');
+
+    check_init($block, \%checks);
+});
+
+
+run_tests();
+
+__DATA__
+
+=== TEST 1: a download's slice held, its client gone: closed at the deadline
+--- check: download
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- error_log
+no answer to the query of a request that went away within 2000 ms
+--- no_error_log
+[alert]
+
+
+
+=== TEST 2: an API request held, its client gone: it stays, its query times out
+--- check: request
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- error_log
+session db: query timed out
+--- no_error_log
+[alert]
