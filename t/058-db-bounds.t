@@ -1,8 +1,15 @@
+# Database connections that the module must not lose for long.
+#
 # A pool query whose request goes away while the query runs is detached:
 # its answer, if one comes, is dropped.  Its deadline stays with its
 # connection (docs/decisions.md (kd)): when the server gives no answer by
 # then, the connection is closed and opened again, as for a query that
 # timed out, instead of staying busy until TCP gives up.
+#
+# An upload that finds every upload connection closed, waiting out its
+# backoff, waits for the one that lost a connection that was up and
+# tries again within session_db_timeout, or makes one whose last attempt
+# was refused try now, instead of 503 at once (decision (ke)).
 #
 # The database is behind a relay that holds, for as long as the script
 # runs, the Bind of a statement that names an id of the hold list (the
@@ -21,7 +28,13 @@
 #     request that waits for the database (ngx_http_block_reading), so
 #     the request stays until its query times out at 2 s and the query's
 #     own timer closes the connection; a request after that is answered
-#     200 (with or without (kd): this path was bounded already).
+#     200 (with or without (kd): this path was bounded already);
+#   - one upload connection, an upload held until it times out, one
+#     waiting behind it and one sent once the first has its 503, during
+#     the connection's backoff: both 201 (503 at once before (ke));
+#   - one upload connection, the relay cut: an upload gets 503 at once
+#     while the database is away; the relay back, an upload sent before
+#     the connection's next attempt is due gets 201 (503 before (ke)).
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -35,9 +48,10 @@ use IO::Socket::INET ();
 use Socket qw(SOL_SOCKET SO_RCVBUF);
 use Time::HiRes ();
 use Session qw(:DEFAULT decode_json encode_json repo_root);
-use Images qw(png_bytes read_some);
-use SessionTest qw(:DEFAULT api_request check_init relay_db wait_until
-                    key_headers send_get);
+use Images qw(png_bytes image_rows read_some);
+use SessionTest qw(:DEFAULT api_request check_init relay_db relay_start
+                    relay_stop wait_until key_headers send_get send_request
+                    answer error_body);
 
 our (%KEY, $RELAY_PORT, $RELAY_PID, $FILTER, %STMT);
 
@@ -130,6 +144,22 @@ sub create_session {
 sub get_session {
     my ($sid) = @_;
     return api('GET', "/api/v1/sessions/$sid", $KEY{MAIN});
+}
+
+# over session_body_buffer_size (128k) and the chunk: a streamed upload,
+# on an upload connection
+my $IMG = png_bytes(200 * 1024);
+
+sub upload {
+    my ($sid) = @_;
+    return api('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN}, $IMG,
+               { 'Content-Type' => 'image/png' });
+}
+
+sub send_upload {
+    my ($sid) = @_;
+    return send_request('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN},
+                        { 'Content-Type' => 'image/png' }, $IMG);
 }
 
 # a request answered 200 within SECS, asked again while 503
@@ -265,6 +295,87 @@ $checks{request} = sub {
     }
 };
 
+# an upload held until it times out, one waiting behind it, one sent
+# during the backoff that follows: both wait for the reconnect
+$checks{upload_timeout} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip 'the database cannot be relayed', 1 unless $RELAY_PORT;
+
+        my ($held, $behind, $during) = map { create_session() } 1 .. 3;
+
+        hold("ngx_upload_1 0 $held");
+
+        my $first = send_upload($held);
+        Time::HiRes::sleep(1.5);
+        my $second = send_upload($behind);
+
+        my $a = answer($first, 10);
+        my $r = upload($during);
+        my $b = answer($second, 10);
+
+        hold();
+
+        is($a->{status}, 503, "$name - the held upload: 503");
+        ok($a->{elapsed} >= 1.8 && $a->{elapsed} < 3,
+           sprintf("$name - at session_db_timeout (%.2f s)",
+                   $a->{elapsed}));
+
+        is($b->{status}, 201, "$name - the one waiting behind it: 201")
+            or diag("$b->{status} " . ($b->{content} // ''));
+        is($r->{status}, 201, "$name - one sent during the backoff: 201")
+            or diag("$r->{status} $r->{content}");
+        ok($r->{elapsed} < 1, sprintf("$name - soon (%.2f s)",
+                                      $r->{elapsed}));
+
+        is(image_rows($held), 0, "$name - nothing of the held one");
+        is(image_rows($behind) + image_rows($during), 2,
+           "$name - both others stored");
+    }
+};
+
+# the relay cut: 503 at once; back: the next upload tries at once
+$checks{upload_back} = sub {
+    my ($name) = @_;
+
+    SKIP: {
+        skip 'the database cannot be relayed', 1 unless $RELAY_PORT;
+
+        my $sid = create_session();
+
+        # the upload connection opens, the key is in the auth cache
+        my $r = upload($sid);
+        is($r->{status}, 201, "$name - an upload: 201");
+
+        relay_stop($RELAY_PID);
+
+        # a few attempts refused: the backoff grows past 400 ms
+        Time::HiRes::sleep(1.2);
+
+        $r = upload($sid);
+        is($r->{status}, 503, "$name - the database away: 503");
+        is($r->{content}, error_body(503, 'Service Unavailable',
+                                     'database unavailable'),
+           "$name - the JSON error");
+        ok($r->{elapsed} < 1, sprintf("$name - at once (%.2f s)",
+                                      $r->{elapsed}));
+
+        # the next early try is allowed 250 ms after the last one
+        Time::HiRes::sleep(0.3);
+
+        (undef, $RELAY_PID) = relay_start($RELAY_PORT, $FILTER);
+
+        $r = upload($sid);
+        is($r->{status}, 201, "$name - back: the next upload 201")
+            or diag("$r->{status} $r->{content}");
+        ok($r->{elapsed} < 1, sprintf("$name - at once (%.2f s)",
+                                      $r->{elapsed}));
+
+        is(image_rows($sid), 2, "$name - two images stored");
+    }
+};
+
 
 # --- blocks -------------------------------------------------------------
 
@@ -329,5 +440,41 @@ GET /api/v1/sessions
 --- error_code: 200
 --- error_log
 session db: query timed out
+--- no_error_log
+[alert]
+
+
+
+=== TEST 3: an upload times out: the next ones wait for the reconnect, 201
+--- check: upload_timeout
+--- http_config
+    session_db $TEST_NGINX_RELAY_DB_CONF;
+    session_db_timeout 2s;
+    session_image_chunk_size 4k;
+    session_image_upload_connections 1;
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- error_log
+upload timed out waiting for the database
+--- no_error_log
+[alert]
+
+
+
+=== TEST 4: the database back during the backoff: the next upload tries at once
+--- check: upload_back
+--- http_config
+    session_db $TEST_NGINX_RELAY_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 2s;
+    session_auth_cache_ttl 60s;
+    session_image_chunk_size 4k;
+    session_image_upload_connections 1;
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- error_log
+session db: an upload waits, connecting before the backoff is over
 --- no_error_log
 [alert]

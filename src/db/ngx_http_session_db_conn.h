@@ -124,6 +124,11 @@ struct ngx_http_session_db_conn_s {
     unsigned                         failed_before:1;
     /* the last attempt failed to connect before its timeout */
     unsigned                         refused:1;
+    /*
+     * the last failure closed a connection that was up (lost, a
+     * statement that timed out): its next attempt is the one after
+     */
+    unsigned                         dropped:1;
     unsigned                         timed_out:1;
     /* the idle check (an empty query) waits for its answer */
     unsigned                         checking:1;

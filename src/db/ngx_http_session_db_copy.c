@@ -26,6 +26,7 @@
 #include "ngx_http_session_db.h"
 #include "ngx_http_session_db_conn.h"
 #include "ngx_http_session_db_prepare.h"
+#include "ngx_http_session_backoff.h"
 #include "ngx_http_session_stats.h"
 
 
@@ -59,6 +60,8 @@ typedef struct {
     ngx_msec_t                   timeout;
     /* session_db_pooler */
     ngx_uint_t                   pooler;
+    /* the last early try, see ngx_http_session_db_copy_soon() */
+    ngx_msec_t                   early;
     /* whether a pooler keeps the statements, said once per worker */
     ngx_uint_t                   said_prepared;
 } ngx_http_session_db_copies_t;
@@ -96,6 +99,8 @@ static ngx_http_session_db_copy_t *ngx_http_session_db_copy_next(
     ngx_http_session_db_copies_t *copies);
 static ngx_uint_t ngx_http_session_db_copy_open(
     ngx_http_session_db_copies_t *copies);
+static ngx_uint_t ngx_http_session_db_copy_soon(
+    ngx_http_session_db_copies_t *copies, ngx_uint_t early);
 static void ngx_http_session_db_copy_dispatch(void);
 static void ngx_http_session_db_copy_timeout(ngx_event_t *ev);
 static void ngx_http_session_db_copy_cleanup(void *data);
@@ -156,6 +161,7 @@ ngx_http_session_db_copy_init_process(ngx_cycle_t *cycle,
 
     ngx_queue_init(&copies->waiting);
     copies->timeout = smcf->db_timeout;
+    copies->early = ngx_current_msec - NGX_HTTP_SESSION_BACKOFF_EARLY;
 
     ngx_http_session_db_copies = copies;
 
@@ -268,14 +274,15 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
 
     alive += ngx_http_session_db_copy_open(copies);
 
-    if (alive == 0) {
+    if (alive == 0 && !ngx_http_session_db_copy_soon(copies, 1)) {
         ngx_http_session_stat(db_failures, 1);
         return NGX_DECLINED;
     }
 
     /*
-     * A connection will be free: the others' uploads end, or it connects;
-     * or the upload of cp's serial that holds one ends
+     * A connection will be free: the others' uploads end, or it connects
+     * (now, or at the end of a short backoff); or the upload of cp's
+     * serial that holds one ends
      */
 
     ngx_http_session_db_copy_wait(copies, cp, 0);
@@ -283,6 +290,89 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
     ngx_add_timer(&cp->timeout, copies->timeout);
 
     return NGX_OK;
+}
+
+
+/*
+ * No upload connection is alive (none open, none connecting): may the
+ * uploads wait anyway rather than get 503 at once?  As the pool's queries
+ * may (decision (ka)), and after a lost connection too (decision (ke)):
+ *
+ *   - one that lost a connection that was up (gone, or a statement that
+ *     timed out) and tries again before session_db_timeout is over: its
+ *     backoff is short (50 to 100 ms after a first failure), the database
+ *     is likely there, and the uploads wait for that attempt, which is
+ *     the schedule's own (an overloaded server gets no more of them);
+ *   - early (an upload that arrives, not the queue after a failure): one
+ *     whose last attempt was refused tries now, at most once per
+ *     NGX_HTTP_SESSION_BACKOFF_EARLY for the worker's upload connections
+ *     (ngx_http_session_backoff_early()), and the upload waits for it.
+ *
+ * Not after a connect timeout: a host that does not answer would hold
+ * each upload for the whole timeout.  If the attempt fails, the uploads
+ * waiting for it answer 503 then (ngx_http_session_db_copy_dispatch()).
+ */
+
+static ngx_uint_t
+ngx_http_session_db_copy_soon(ngx_http_session_db_copies_t *copies,
+    ngx_uint_t early)
+{
+    ngx_uint_t                   i;
+    ngx_msec_int_t               left;
+    ngx_http_session_db_conn_t  *dc;
+
+    if (ngx_http_session_stopping()) {
+        return 0;
+    }
+
+    for (i = 0; i < copies->opened; i++) {
+        dc = &copies->conns[i];
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED || !dc->timer.timer_set
+            || !dc->dropped)
+        {
+            continue;
+        }
+
+        left = (ngx_msec_int_t) (dc->timer.timer.key - ngx_current_msec);
+
+        if (left < (ngx_msec_int_t) copies->timeout) {
+            ngx_log_debug1(NGX_LOG_DEBUG_HTTP, dc->log, 0,
+                           "session db: uploads wait for an upload "
+                           "connection that connects again in %M ms",
+                           (ngx_msec_t) ngx_max(left, 0));
+            return 1;
+        }
+    }
+
+    if (!early) {
+        return 0;
+    }
+
+    for (i = 0; i < copies->opened; i++) {
+        dc = &copies->conns[i];
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED || !dc->timer.timer_set
+            || !ngx_http_session_backoff_early(
+                                       ngx_current_msec - copies->early,
+                                       dc->refused))
+        {
+            continue;
+        }
+
+        copies->early = ngx_current_msec;
+
+        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
+                      "session db: an upload waits, connecting before the "
+                      "backoff is over");
+
+        ngx_del_timer(&dc->timer);
+        ngx_http_session_db_conn_open(dc);
+
+        return dc->state != NGX_HTTP_SESSION_DB_CLOSED;
+    }
+
+    return 0;
 }
 
 
@@ -1316,11 +1406,11 @@ ngx_http_session_db_copy_dispatch(void)
 
     alive += ngx_http_session_db_copy_open(copies);
 
-    if (alive) {
+    if (alive || ngx_http_session_db_copy_soon(copies, 0)) {
         return;
     }
 
-    /* every connection is down: the waiting uploads answer now */
+    /* every connection is down, and stays so: the waiting answer now */
 
     while (!ngx_queue_empty(&copies->waiting)) {
         head = ngx_queue_head(&copies->waiting);
