@@ -455,7 +455,10 @@ ngx_http_session_db_copy_pair(ngx_http_session_db_copy_t *cp,
 /*
  * q to libpq: by name where the connection prepared it, unless this is
  * the copy's second try (a text statement cannot meet a server without
- * it); binary results
+ * it); binary results.  q's text is known by its bytes, not its address:
+ * the caller's literal is another object than the one in the table above
+ * unless the linker merged the two (not under -fsanitize=address, nor
+ * without -fmerge-constants), and an upload would go as text each time
  */
 
 static ngx_int_t
@@ -474,7 +477,7 @@ ngx_http_session_db_copy_send(ngx_http_session_db_copy_t *cp,
                                         : NULL;
 
     for (i = 0; prep && i < prep->n; i++) {
-        if (q->sql == prep->sqls[i]) {
+        if (ngx_strcmp(q->sql, prep->sqls[i]) == 0) {
             return PQsendQueryPrepared(dc->pg, prep->names[i], q->nparams,
                                        q->values, q->lengths, q->formats, 1)
                    ? NGX_OK : NGX_ERROR;
