@@ -17,10 +17,16 @@
  * connection (the server rolls the transaction back) and the connection
  * is opened again.
  *
- * About 1,300 lines on purpose: a copy's steps and its connection's
- * handlers are one state machine (an answer moves the copy on, the end
- * of a copy hands the connection to the next one waiting); each half of
- * a split would call the other.
+ * The queue of copies waiting for a connection takes keys in turn
+ * (decision (yk)), one session's copies one at a time (decision (yl)),
+ * and waits for a connection that is about to connect again (decision
+ * (ke)).
+ *
+ * About 1,500 lines on purpose: a copy's steps, its connection's handlers
+ * and the queue are one state machine (an answer moves the copy on, the
+ * end of a copy hands the connection to the next one waiting, a failed
+ * start puts the copy back in line); each part of a split would call the
+ * others, and share the copies' state.
  */
 
 #include "ngx_http_session_db.h"
