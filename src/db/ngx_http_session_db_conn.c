@@ -712,7 +712,9 @@ ngx_http_session_db_conn_fail(ngx_http_session_db_conn_t *dc)
     up = dc->connected ? ngx_current_msec - dc->connected : 0;
 
     dc->refused = (dc->connected == 0 && !dc->timed_out);
-    dc->dropped = (dc->connected != 0);
+
+    /* up: connected, probed and its statements prepared (or not kept) */
+    dc->dropped = (dc->connected != 0 && !dc->probing && !dc->preparing);
     dc->timed_out = 0;
 
     ngx_http_session_db_conn_close(dc);

@@ -278,7 +278,11 @@ ngx_http_session_db_copy_run(ngx_http_session_db_copy_t *cp)
         }
     }
 
-    alive += ngx_http_session_db_copy_open(copies);
+    /* a copy whose serial holds a connection waits for that one's end */
+
+    if (!held) {
+        alive += ngx_http_session_db_copy_open(copies);
+    }
 
     if (alive == 0 && !ngx_http_session_db_copy_soon(copies, 1)) {
         ngx_http_session_stat(db_failures, 1);
@@ -866,8 +870,21 @@ ngx_http_session_db_copy_answer(ngx_http_session_db_conn_t *dc,
     cp = dc->data;
 
     if (cp == NULL) {
-        /* the connection is free */
-        ngx_http_session_db_conn_clear(dc, res);
+        /*
+         * The connection is free: the ROLLBACK of a copy whose request
+         * went away is answered; if it failed, the transaction's state is
+         * not known, and the connection begins anew
+         */
+
+        if (res == NULL || PQresultStatus(res) == PGRES_FATAL_ERROR) {
+            ngx_http_session_db_conn_clear(dc, res);
+            ngx_http_session_db_conn_close(dc);
+            ngx_http_session_db_conn_open(dc);
+
+        } else {
+            ngx_http_session_db_conn_clear(dc, res);
+        }
+
         ngx_http_session_db_copy_dispatch();
         return;
     }
@@ -1127,6 +1144,7 @@ static void
 ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp, PGresult *res,
     ngx_uint_t abort)
 {
+    ngx_uint_t                   reopened;
     ngx_connection_t            *c;
     ngx_http_session_db_conn_t  *dc;
 
@@ -1142,7 +1160,9 @@ ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp, PGresult *res,
         res = NULL;
     }
 
-    if (dc && abort) {
+    reopened = (dc && abort);
+
+    if (reopened) {
         ngx_http_session_db_conn_close(dc);
         ngx_http_session_db_conn_open(dc);
     }
@@ -1158,6 +1178,12 @@ ngx_http_session_db_copy_fail(ngx_http_session_db_copy_t *cp, PGresult *res,
     }
 
     ngx_http_run_posted_requests(c);
+
+    /* the copy of its session waiting may take another free connection */
+
+    if (reopened) {
+        ngx_http_session_db_copy_dispatch();
+    }
 }
 
 
@@ -1413,7 +1439,11 @@ ngx_http_session_db_copy_dispatch(void)
         }
     }
 
-    alive += ngx_http_session_db_copy_open(copies);
+    /* one more connection, unless each copy waits for its serial's end */
+
+    if (ngx_http_session_db_copy_next(copies) != NULL) {
+        alive += ngx_http_session_db_copy_open(copies);
+    }
 
     if (alive || ngx_http_session_db_copy_soon(copies, 0)) {
         return;
@@ -1516,4 +1546,6 @@ ngx_http_session_db_copy_cleanup(void *data)
 
     ngx_http_session_db_conn_close(dc);
     ngx_http_session_db_conn_open(dc);
+
+    ngx_http_session_db_copy_dispatch();
 }

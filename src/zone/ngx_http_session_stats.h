@@ -88,7 +88,7 @@ typedef struct {
     /* polls waiting now, and of those the ones whose request is freed */
     ngx_atomic_t        polls_waiting;
     ngx_atomic_t        polls_parked;
-    /* queries waiting for a connection now, streamed uploads too */
+    /* queries waiting for a connection now; streamed uploads apart */
     ngx_atomic_t        db_waiting;
     ngx_atomic_t        uploads_waiting;
     /* the process the set belongs to, 0: shared */
