@@ -1162,6 +1162,53 @@ ngx_http_session_db_conn_lost(ngx_http_session_db_conn_t *dc, PGresult *res)
 
 
 /*
+ * Every connection of a set waits out its backoff and a query (or an
+ * upload) needs one: the backoff's ceiling (2 s) would keep a server that
+ * is back unused for up to that long while requests get 503.  One
+ * connection whose last attempt was refused tries now, at most one per
+ * set per NGX_HTTP_SESSION_BACKOFF_EARLY (ngx_http_session_backoff_early()),
+ * and what needs it waits.  When it connects, the others follow
+ * (ngx_http_session_db_kick()).
+ */
+
+ngx_uint_t
+ngx_http_session_db_conn_early(ngx_http_session_db_conn_t *conns,
+    ngx_uint_t n, ngx_msec_t *early, const char *what)
+{
+    ngx_uint_t                   i;
+    ngx_http_session_db_conn_t  *dc;
+
+    if (ngx_http_session_stopping()) {
+        return 0;
+    }
+
+    for (i = 0; i < n; i++) {
+        dc = &conns[i];
+
+        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED || !dc->timer.timer_set
+            || !ngx_http_session_backoff_early(ngx_current_msec - *early,
+                                               dc->refused))
+        {
+            continue;
+        }
+
+        *early = ngx_current_msec;
+
+        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
+                      "session db: %s waits, connecting before the "
+                      "backoff is over", what);
+
+        ngx_del_timer(&dc->timer);
+        ngx_http_session_db_conn_open(dc);
+
+        return dc->state != NGX_HTTP_SESSION_DB_CLOSED;
+    }
+
+    return 0;
+}
+
+
+/*
  * Nobody waits for the answer of what dc runs, and nobody bounds it: dc's
  * own timer does, as for the idle check, so that a server that never
  * answers (hung, a link that died without a word) does not keep dc busy

@@ -208,6 +208,15 @@ void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
 void ngx_http_session_db_conn_abandon(ngx_http_session_db_conn_t *dc,
     const char *what, ngx_msec_t timeout);
 
+/*
+ * Of the n connections conns, every one waiting out its backoff: the
+ * first whose last attempt was refused tries now, at most once per
+ * NGX_HTTP_SESSION_BACKOFF_EARLY since *early (what waits, for the log:
+ * "a query", "an upload").  Returns whether an attempt is under way.
+ */
+ngx_uint_t ngx_http_session_db_conn_early(ngx_http_session_db_conn_t *conns,
+    ngx_uint_t n, ngx_msec_t *early, const char *what);
+
 /* a statement as text; its results go to dc->answer */
 ngx_int_t ngx_http_session_db_conn_send(ngx_http_session_db_conn_t *dc,
     const char *sql);

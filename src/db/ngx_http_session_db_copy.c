@@ -359,30 +359,8 @@ ngx_http_session_db_copy_soon(ngx_http_session_db_copies_t *copies,
         return 0;
     }
 
-    for (i = 0; i < copies->opened; i++) {
-        dc = &copies->conns[i];
-
-        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED || !dc->timer.timer_set
-            || !ngx_http_session_backoff_early(
-                                       ngx_current_msec - copies->early,
-                                       dc->refused))
-        {
-            continue;
-        }
-
-        copies->early = ngx_current_msec;
-
-        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
-                      "session db: an upload waits, connecting before the "
-                      "backoff is over");
-
-        ngx_del_timer(&dc->timer);
-        ngx_http_session_db_conn_open(dc);
-
-        return dc->state != NGX_HTTP_SESSION_DB_CLOSED;
-    }
-
-    return 0;
+    return ngx_http_session_db_conn_early(copies->conns, copies->opened,
+                                          &copies->early, "an upload");
 }
 
 

@@ -63,7 +63,7 @@ typedef struct {
     /* session_db_pooler */
     ngx_uint_t                   pooler;
     ngx_msec_t                   timeout;
-    /* the last early try, see ngx_http_session_db_try_early() */
+    /* the last early try, see ngx_http_session_db_conn_early() */
     ngx_msec_t                   early;
     /*
      * Posted when a read finds a connection idle: the reads of one turn
@@ -95,8 +95,6 @@ static void ngx_http_session_db_recycle(ngx_http_session_db_conn_t *dc);
 static ngx_uint_t ngx_http_session_db_large(ngx_http_session_db_query_t *q,
     PGresult *res);
 static size_t ngx_http_session_db_row_size(PGresult *res);
-static ngx_uint_t ngx_http_session_db_try_early(
-    ngx_http_session_db_pool_t *pool);
 static ngx_int_t ngx_http_session_db_send_query(
     ngx_http_session_db_conn_t *dc, ngx_http_session_db_query_t *q);
 static ngx_uint_t ngx_http_session_db_gather(ngx_http_session_db_pool_t *pool,
@@ -716,7 +714,12 @@ ngx_http_session_db_query_run(ngx_http_session_db_query_t *q)
      * wait: a burst is served in turn.
      */
 
-    if (alive == 0 && !ngx_http_session_db_try_early(pool)) {
+    /* every connection waits out its backoff: one may try now, (ka) */
+
+    if (alive == 0
+        && !ngx_http_session_db_conn_early(pool->conns, pool->nconns,
+                                           &pool->early, "a query"))
+    {
         ngx_http_session_stat(db_failures, 1);
         return NGX_DECLINED;
     }
@@ -735,52 +738,6 @@ ngx_http_session_db_query_again(ngx_http_session_db_query_t *q)
     /* complete() has stopped its timer and unlinked it */
     q->done = 0;
     q->conn = NULL;
-}
-
-
-/*
- * Every connection of the worker waits out its backoff and a query needs
- * one: the backoff's ceiling (2 s) would keep a server that is back
- * unused for up to that long while requests get 503.  One connection
- * whose last attempt was refused tries now, at most one per worker per
- * NGX_HTTP_SESSION_BACKOFF_EARLY (see ngx_http_session_backoff_early()),
- * and the query waits for it.  When it connects, the others follow
- * (ngx_http_session_db_kick()).  Returns whether an attempt is under way.
- */
-
-static ngx_uint_t
-ngx_http_session_db_try_early(ngx_http_session_db_pool_t *pool)
-{
-    ngx_uint_t                   i;
-    ngx_http_session_db_conn_t  *dc;
-
-    if (ngx_http_session_stopping()) {
-        return 0;
-    }
-
-    for (i = 0; i < pool->nconns; i++) {
-        dc = &pool->conns[i];
-
-        if (dc->state != NGX_HTTP_SESSION_DB_CLOSED || !dc->timer.timer_set
-            || !ngx_http_session_backoff_early(ngx_current_msec - pool->early,
-                                               dc->refused))
-        {
-            continue;
-        }
-
-        pool->early = ngx_current_msec;
-
-        ngx_log_error(NGX_LOG_INFO, dc->log, 0,
-                      "session db: a query waits, connecting before the "
-                      "backoff is over");
-
-        ngx_del_timer(&dc->timer);
-        ngx_http_session_db_conn_open(dc);
-
-        return dc->state != NGX_HTTP_SESSION_DB_CLOSED;
-    }
-
-    return 0;
 }
 
 
