@@ -34,7 +34,13 @@
 #     the connection's backoff: both 201 (503 at once before (ke));
 #   - one upload connection, the relay cut: an upload gets 503 at once
 #     while the database is away; the relay back, an upload sent before
-#     the connection's next attempt is due gets 201 (503 before (ke)).
+#     the connection's next attempt is due gets 201 (503 before (ke));
+#   - one pool connection (no hold, table locks instead, a 3 s
+#     session_db_timeout), a download's slice, a small download and a
+#     new key's lookup in one pipeline, the first's client gone: the
+#     slice answered before its deadline, the lookup after it but
+#     before its own: 200 for both others, the connection kept (before,
+#     503 at the slice's deadline).
 #
 # Needs TEST_NGINX_SESSION_DB (util/test.sh sets it).
 
@@ -51,7 +57,7 @@ use Session qw(:DEFAULT decode_json encode_json repo_root);
 use Images qw(png_bytes image_rows read_some);
 use SessionTest qw(:DEFAULT api_request check_init relay_db relay_start
                     relay_stop wait_until key_headers send_get send_request
-                    answer error_body);
+                    answer error_body error_log listening);
 
 our (%KEY, $RELAY_PORT, $RELAY_PID, $FILTER, %STMT);
 
@@ -377,6 +383,142 @@ $checks{upload_back} = sub {
 };
 
 
+# psql holding an ACCESS EXCLUSIVE lock on $table in an open transaction
+# until psql_end(); returns once the lock is granted
+sub lock_table {
+    my ($table) = @_;
+
+    return psql_begin("LOCK TABLE $table IN ACCESS EXCLUSIVE MODE",
+                      q{SELECT count(*) FROM pg_locks l JOIN pg_class c}
+                      . q{ ON c.oid = l.relation WHERE c.relname = '} . $table
+                      . q{' AND l.mode = 'AccessExclusiveLock'}
+                      . q{ AND l.granted});
+}
+
+# how many statements of the pool wait for a lock
+sub lock_waits {
+    return psql(q{SELECT count(*) FROM pg_stat_activity}
+                . q{ WHERE wait_event_type = 'Lock'}
+                . q{ AND application_name = 'nginx session pool'});
+}
+
+# how many lines of the error log match $re, from byte $mark on
+sub log_since {
+    my ($mark, $re) = @_;
+    my @n = substr(error_log(), $mark) =~ /$re/g;
+    return scalar @n;
+}
+
+# A download's slice (A), a small image's download (F) and another
+# request's key lookup (B) go in one pipeline behind a session read; A's
+# client goes, A is answered in time, B is slow but within its own
+# deadline: 200 for F and B, and the connection stays (decision (kd)).
+# PostgreSQL sends what a pipeline's reads return when its 8k output
+# buffer is full, or at the Sync: F's 12k push out the end of A's answer
+# while B waits for its lock.
+$checks{pipeline} = sub {
+    my ($name) = @_;
+
+    listening();
+
+    my $sid = create_session();
+    my $other = create_session();
+
+    my $small = png_bytes(12 * 1024);
+    my $r = api('POST', "/api/v1/sessions/$other/images", $KEY{MAIN},
+                $small, { 'Content-Type' => 'image/png' });
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+    my $small_id = $r->{json}{id};
+
+    # 16k, then slices of 2m less 16k, 2m and 1m: the fourth is asked for
+    # once the second is written
+    my $img = png_bytes(5 * 1024 * 1024);
+    $r = api('POST', "/api/v1/sessions/$sid/images", $KEY{MAIN},
+                $img, { 'Content-Type' => 'image/png' });
+    die "upload: $r->{status} $r->{content}\n" unless $r->{status} == 201;
+    my $iid = $r->{json}{id};
+
+    # a key the node has not looked up
+    my $fresh = fixture(plan => 'pro', name => "$TAG-FRESH")->{key};
+
+    my $mark = length error_log();
+    my $slice = qr/session image: slice of \d+ bytes/;
+
+    # the headers, the first slice and some of the second; the third is
+    # asked for and answered meanwhile
+    my $d = slow_get("/api/v1/sessions/$sid/images/$iid/content");
+    my $got = read_some($d, 64 * 1024, 5);
+    like($got, qr{^HTTP/1\.1 200 }, "$name - the download began");
+    ok((wait_until(5, 0.02, sub { log_since($mark, $slice) >= 2 }))[0],
+       "$name - the third slice asked for");
+
+    # the connection held by a session read that waits for a lock
+    my $sessions = lock_table('sessions');
+    my $holder = send_get("/api/v1/sessions/$other", $KEY{MAIN});
+    ok((wait_until(5, 0.02, sub { lock_waits() >= 1 }))[0],
+       "$name - a session read holds the connection");
+
+    my $images = lock_table('images');
+    my $keys = lock_table('api_keys');
+
+    # the rest of the second slice: the fourth is asked for (A), and
+    # waits for the connection
+    $got = read_some($d, 2 * 1024 * 1024, 10);
+    ok((wait_until(5, 0.02, sub { log_since($mark, $slice) >= 3 }))[0],
+       "$name - the fourth slice asked for");
+    my $t0 = Time::HiRes::time();
+
+    # a second later, F and the lookup of a new key (B) wait too: their
+    # deadlines are a second after A's
+    Time::HiRes::sleep(1);
+    my $f = send_get("/api/v1/sessions/$other/images/$small_id/content",
+                     $KEY{MAIN});
+    Time::HiRes::sleep(0.1);
+    my $b = send_get('/api/v1/sessions?limit=1', $fresh);
+    Time::HiRes::sleep(0.1);
+
+    # the session read answered: A, F and B go in one pipeline, A waits
+    # for the images, F and B behind it
+    psql_end($sessions);
+    my $holder_r = answer($holder, 5);
+    is($holder_r->{status}, 200, "$name - the session read: 200");
+
+    ok((wait_until(5, 0.02, sub {
+        log_since($mark, qr/session db: 3 reads in one pipeline/) >= 1
+        && lock_waits() >= 1
+    }))[0], "$name - the slice, the download and the key lookup in one"
+            . ' pipeline');
+
+    # A's client goes: A is detached, its deadline on the connection
+    my $resets = SessionTest::error_log_count(qr/writev\(\) failed/);
+    close $d;
+    ok((wait_until(5, 0.02, sub {
+        SessionTest::error_log_count(qr/writev\(\) failed/) > $resets
+    }))[0], "$name - nginx saw the client go");
+
+    # A answered before its deadline (3 s after $t0), B after it, before
+    # its own
+    Time::HiRes::sleep(1.8 - (Time::HiRes::time() - $t0));
+    psql_end($images);
+    Time::HiRes::sleep(3.5 - (Time::HiRes::time() - $t0));
+    psql_end($keys);
+
+    my $ra = answer($b, 5);
+    my $rf = answer($f, 5);
+    is($ra->{status}, 200, "$name - the key lookup answered after the"
+                           . " slice's deadline: 200")
+        or diag("$ra->{status} " . ($ra->{content} // ''));
+    ok($ra->{t1} - $t0 < 4, sprintf("$name - before its own deadline"
+                                    . ' (%.2f s)', $ra->{t1} - $t0));
+    ok($rf->{status} == 200 && $rf->{content} eq $small,
+       "$name - the small download: 200, whole")
+        or diag("$rf->{status}");
+
+    is(log_since($mark, qr/no answer to the query of a request that went/),
+       0, "$name - the connection was not closed");
+};
+
+
 # --- blocks -------------------------------------------------------------
 
 master_on();
@@ -477,4 +619,32 @@ GET /api/v1/sessions
 --- error_log
 session db: an upload waits, connecting before the backoff is over
 --- no_error_log
+[alert]
+
+
+
+=== TEST 5: a pipeline's read that went away answered in time: the others keep their deadlines
+--- debug_log: the "session db: 3 reads in one pipeline" lines
+--- check: pipeline
+--- http_config
+    session_db $TEST_NGINX_SESSION_DB_CONF;
+    session_db_connections 1;
+    session_db_timeout 3s;
+    session_auth_cache_ttl 1h;
+    session_expiry_sweep_interval 30s;
+    session_image_chunk_size 1m;
+
+    server {
+        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1 sndbuf=8k;
+
+        location /api/ {
+            session_api;
+            session_limits create=1000 list=1000 other=1000;
+        }
+    }
+--- request
+GET /api/v1/sessions
+--- error_code: 200
+--- no_error_log
+no answer to the query of a request that went away
 [alert]

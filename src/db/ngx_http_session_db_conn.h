@@ -111,6 +111,11 @@ struct ngx_http_session_db_conn_s {
      */
     ngx_http_session_db_query_t     *query;
     ngx_http_session_db_query_t    **batch;
+    /*
+     * by slot of batch: when the read that went away from it is due,
+     * see ngx_http_session_db_conn_abandon()
+     */
+    ngx_msec_t                      *deadlines;
     ngx_uint_t                       nbatch;
     ngx_uint_t                       nread;
     /* parameter bytes of the running query, see RECYCLE_SIZE */

@@ -105,7 +105,10 @@ static void ngx_http_session_db_enqueue(ngx_http_session_db_pool_t *pool,
 static void ngx_http_session_db_dequeue(ngx_http_session_db_pool_t *pool,
     ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
-    ngx_http_session_db_query_t *q);
+    ngx_http_session_db_query_t *q, ngx_msec_t deadline);
+static void ngx_http_session_db_abandon(ngx_http_session_db_conn_t *dc,
+    ngx_msec_t deadline);
+static void ngx_http_session_db_rearm(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_dispatch(void);
 static void ngx_http_session_db_posted(ngx_event_t *ev);
 static ngx_queue_t *ngx_http_session_db_next(
@@ -176,6 +179,12 @@ ngx_http_session_db_init_process(ngx_cycle_t *cycle,
             dc->batch = ngx_pcalloc(cycle->pool, pool->batch
                                     * sizeof(ngx_http_session_db_query_t *));
             if (dc->batch == NULL) {
+                return NGX_ERROR;
+            }
+
+            dc->deadlines = ngx_pcalloc(cycle->pool,
+                                        pool->batch * sizeof(ngx_msec_t));
+            if (dc->deadlines == NULL) {
                 return NGX_ERROR;
             }
         }
@@ -295,7 +304,12 @@ ngx_http_session_db_pool_answer(ngx_http_session_db_conn_t *dc,
     q = dc->query;
     dc->query = NULL;
 
-    if (q && res && PQstatus(dc->pg) != CONNECTION_BAD
+    /*
+     * with or without q: a large answer that nobody reads any more grew
+     * libpq's buffers all the same
+     */
+
+    if (res && PQstatus(dc->pg) != CONNECTION_BAD
         && !ngx_http_session_db_unavailable(res)
         && (dc->sent >= NGX_HTTP_SESSION_DB_RECYCLE_SIZE
             || ngx_http_session_db_large(q, res)))
@@ -418,6 +432,11 @@ ngx_http_session_db_read_batch(ngx_http_session_db_conn_t *dc)
         if (rc == NGX_DONE) {
             dc->reader = NULL;
             break;
+        }
+
+        if (q == NULL) {
+            /* a read that went away is answered: its deadline is over */
+            ngx_http_session_db_rearm(dc);
         }
 
         ngx_http_session_db_batch_answer(dc, q, res);
@@ -829,11 +848,14 @@ ngx_http_session_db_enqueue(ngx_http_session_db_pool_t *pool,
 }
 
 
-/* the connection forgets q, whose answer nobody will read */
+/*
+ * The connection forgets q, whose answer nobody will read; a read of a
+ * pipeline leaves q's deadline in its slot
+ */
 
 static void
 ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
-    ngx_http_session_db_query_t *q)
+    ngx_http_session_db_query_t *q, ngx_msec_t deadline)
 {
     ngx_uint_t  i;
 
@@ -844,10 +866,66 @@ ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
     for (i = dc->nread; i < dc->nbatch; i++) {
         if (dc->batch[i] == q) {
             dc->batch[i] = NULL;
+            dc->deadlines[i] = deadline;
         }
     }
 
     q->conn = NULL;
+}
+
+
+/* dc closes at deadline unless what nobody waits for is answered by then */
+
+static void
+ngx_http_session_db_abandon(ngx_http_session_db_conn_t *dc,
+    ngx_msec_t deadline)
+{
+    ngx_msec_int_t  left;
+
+    left = (ngx_msec_int_t) (deadline - ngx_current_msec);
+
+    ngx_http_session_db_conn_abandon(dc, "query of a request that went away",
+                                     left > 0 ? (ngx_msec_t) left : 0);
+}
+
+
+/*
+ * A read of dc's pipeline that went away was answered: dc's timer goes to
+ * the earliest deadline of those that went away and are not answered
+ * yet, and stops when none is left, as their own timers would have
+ * (decision (kd)); the reads that stayed have timers of their own
+ */
+
+static void
+ngx_http_session_db_rearm(ngx_http_session_db_conn_t *dc)
+{
+    ngx_uint_t  i, found;
+    ngx_msec_t  deadline;
+
+    found = 0;
+    deadline = 0;
+
+    for (i = dc->nread; i < dc->nbatch; i++) {
+        if (dc->batch[i] != NULL) {
+            continue;
+        }
+
+        if (!found || (ngx_msec_int_t) (dc->deadlines[i] - deadline) < 0) {
+            deadline = dc->deadlines[i];
+            found = 1;
+        }
+    }
+
+    if (found) {
+        ngx_http_session_db_abandon(dc, deadline);
+        return;
+    }
+
+    if (dc->timer.timer_set) {
+        ngx_del_timer(&dc->timer);
+    }
+
+    dc->abandoned = NULL;
 }
 
 
@@ -995,7 +1073,7 @@ ngx_http_session_db_query_timeout(ngx_event_t *ev)
          * server does not get a storm of new connections.  The other reads
          * of its pipeline, if any, fail with it.
          */
-        ngx_http_session_db_detach_query(dc, q);
+        ngx_http_session_db_detach_query(dc, q, ngx_current_msec);
         ngx_http_session_db_conn_fail(dc);
     }
 
@@ -1038,10 +1116,11 @@ ngx_http_session_db_query_cleanup(void *data)
      * busy until TCP gives up, minutes or for good.  Past the deadline
      * the connection is closed and opened again, as when the query times
      * out (decision (kd)).  An earlier deadline of another such query of
-     * the pipeline stands.
+     * the pipeline stands; once that one is answered, the timer moves on
+     * to the next (ngx_http_session_db_rearm()).
      */
 
-    ngx_http_session_db_detach_query(dc, q);
+    ngx_http_session_db_detach_query(dc, q, deadline);
 
     if (dc->state != NGX_HTTP_SESSION_DB_BUSY
         || (dc->timer.timer_set
@@ -1050,10 +1129,7 @@ ngx_http_session_db_query_cleanup(void *data)
         return;
     }
 
-    ngx_http_session_db_conn_abandon(dc,
-                                 "query of a request that went away",
-                                 (ngx_msec_int_t) (deadline - ngx_current_msec)
-                                 > 0 ? deadline - ngx_current_msec : 0);
+    ngx_http_session_db_abandon(dc, deadline);
 }
 
 
