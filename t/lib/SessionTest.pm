@@ -559,9 +559,10 @@ END {
 
 
 # relay_db([FILTER]): a relay (relay_start, with FILTER if given) and the
-# conninfo of the database through it: TEST_NGINX_SESSION_DB's, its host and port replaced with
-# host=127.0.0.1 port=<the relay's>; TEST_NGINX_SESSION_DB's as it is
-# when the database cannot be relayed.  Sets
+# conninfo of the database through it: TEST_NGINX_SESSION_DB's, its host
+# and port replaced with host=127.0.0.1 port=<the relay's> (and, with a
+# FILTER, sslmode=disable); TEST_NGINX_SESSION_DB's as it is when the
+# database cannot be relayed.  Sets
 # $ENV{TEST_NGINX_RELAY_DB_CONF} to that conninfo as an nginx string
 # (nginx_quote).  Returns (port, pid, conninfo) of the relay, port and pid
 # undef without one.
@@ -574,6 +575,13 @@ sub relay_db {
     if (defined $port) {
         $conninfo =~ s/(?:^|\s)(?:host|hostaddr|port)\s*=\s*('[^']*'|\S+)//g;
         $conninfo .= " host=127.0.0.1 port=$port";
+
+        # a filter reads the protocol: not under TLS, which libpq asks
+        # for first (sslmode=prefer) where the server has it (Debian 13)
+        if ($filter) {
+            $conninfo =~ s/(?:^|\s)sslmode\s*=\s*('[^']*'|\S+)//g;
+            $conninfo .= ' sslmode=disable';
+        }
     }
 
     $ENV{TEST_NGINX_RELAY_DB_CONF} = nginx_quote($conninfo);
