@@ -417,6 +417,9 @@ $checks{serial} = sub {
     push @sent, upload_send('MAIN', $a->{id}, $img);
     ok(uploads_waiting(1),
        "$name - the session's second waits in the queue");
+    is(psql(q{SELECT count(*) FROM pg_stat_activity}
+            . q{ WHERE application_name = 'nginx session upload'}), 1,
+       "$name - and opens no connection it could not use");
 
     my $other = answer(upload_send('MAIN', $b->{id}, $img), 10);
     is($other->{status}, 201,
