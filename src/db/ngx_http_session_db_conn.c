@@ -1217,15 +1217,19 @@ ngx_http_session_db_conn_early(ngx_http_session_db_conn_t *conns,
 
 void
 ngx_http_session_db_conn_abandon(ngx_http_session_db_conn_t *dc,
-    const char *what, ngx_msec_t timeout)
+    const char *what, ngx_msec_t deadline)
 {
+    ngx_msec_int_t  left;
+
     dc->abandoned = what;
 
     if (dc->timer.timer_set) {
         ngx_del_timer(&dc->timer);
     }
 
-    ngx_add_timer(&dc->timer, timeout);
+    left = (ngx_msec_int_t) (deadline - ngx_current_msec);
+
+    ngx_add_timer(&dc->timer, left > 0 ? (ngx_msec_t) left : 0);
 }
 
 

@@ -208,10 +208,11 @@ void ngx_http_session_db_conn_close(ngx_http_session_db_conn_t *dc);
 /*
  * What was sent on dc (what, for the log) lost its owner: its answer goes
  * to dc->answer with dc->data as the owner left it, but dc connects again,
- * as after a query that timed out, unless the answer comes within timeout
+ * as after a query that timed out, unless the answer comes by deadline
+ * (an ngx_current_msec; one already past closes it at the next turn)
  */
 void ngx_http_session_db_conn_abandon(ngx_http_session_db_conn_t *dc,
-    const char *what, ngx_msec_t timeout);
+    const char *what, ngx_msec_t deadline);
 
 /*
  * Of the n connections conns, every one waiting out its backoff: the

@@ -1470,7 +1470,7 @@ ngx_http_session_db_copy_cleanup(void *data)
 {
     ngx_http_session_db_copy_t  *cp = data;
 
-    ngx_msec_int_t               left;
+    ngx_msec_t                   deadline;
     ngx_http_session_db_conn_t  *dc;
 
     dc = cp->conn;
@@ -1488,12 +1488,12 @@ ngx_http_session_db_copy_cleanup(void *data)
      * good.  Nothing of cp is read once it has returned.
      */
 
-    left = (ngx_msec_int_t) dc->timeout;
+    deadline = ngx_current_msec + dc->timeout;
 
     if (cp->phase == NGX_HTTP_SESSION_DB_COPY_ROLLBACK
         && cp->timeout.timer_set)
     {
-        left = (ngx_msec_int_t) (cp->timeout.timer.key - ngx_current_msec);
+        deadline = cp->timeout.timer.key;
     }
 
     ngx_http_session_db_copy_release(cp);
@@ -1501,7 +1501,7 @@ ngx_http_session_db_copy_cleanup(void *data)
     if (cp->phase == NGX_HTTP_SESSION_DB_COPY_ROLLBACK) {
         ngx_http_session_db_conn_abandon(dc,
                                    NGX_HTTP_SESSION_DB_COPY_ABANDONED,
-                                   left > 0 ? (ngx_msec_t) left : 0);
+                                   deadline);
         return;
     }
 
@@ -1515,7 +1515,7 @@ ngx_http_session_db_copy_cleanup(void *data)
 
         ngx_http_session_db_conn_abandon(dc,
                                    NGX_HTTP_SESSION_DB_COPY_ABANDONED,
-                                   dc->timeout);
+                                   deadline);
         return;
     }
 

@@ -32,6 +32,10 @@
  */
 #define NGX_HTTP_SESSION_DB_RECYCLE_SIZE    (4 * 1024 * 1024)
 
+/* what a connection runs once its query's request went away, for the log */
+#define NGX_HTTP_SESSION_DB_QUERY_ABANDONED                                   \
+    "query of a request that went away"
+
 
 typedef struct {
     /*
@@ -106,8 +110,6 @@ static void ngx_http_session_db_dequeue(ngx_http_session_db_pool_t *pool,
     ngx_http_session_db_query_t *q);
 static void ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
     ngx_http_session_db_query_t *q, ngx_msec_t deadline);
-static void ngx_http_session_db_abandon(ngx_http_session_db_conn_t *dc,
-    ngx_msec_t deadline);
 static void ngx_http_session_db_rearm(ngx_http_session_db_conn_t *dc);
 static void ngx_http_session_db_dispatch(void);
 static void ngx_http_session_db_posted(ngx_event_t *ev);
@@ -874,21 +876,6 @@ ngx_http_session_db_detach_query(ngx_http_session_db_conn_t *dc,
 }
 
 
-/* dc closes at deadline unless what nobody waits for is answered by then */
-
-static void
-ngx_http_session_db_abandon(ngx_http_session_db_conn_t *dc,
-    ngx_msec_t deadline)
-{
-    ngx_msec_int_t  left;
-
-    left = (ngx_msec_int_t) (deadline - ngx_current_msec);
-
-    ngx_http_session_db_conn_abandon(dc, "query of a request that went away",
-                                     left > 0 ? (ngx_msec_t) left : 0);
-}
-
-
 /*
  * A read of dc's pipeline that went away was answered: dc's timer goes to
  * the earliest deadline of those that went away and are not answered
@@ -917,7 +904,9 @@ ngx_http_session_db_rearm(ngx_http_session_db_conn_t *dc)
     }
 
     if (found) {
-        ngx_http_session_db_abandon(dc, deadline);
+        ngx_http_session_db_conn_abandon(dc,
+                                         NGX_HTTP_SESSION_DB_QUERY_ABANDONED,
+                                         deadline);
         return;
     }
 
@@ -1129,7 +1118,8 @@ ngx_http_session_db_query_cleanup(void *data)
         return;
     }
 
-    ngx_http_session_db_abandon(dc, deadline);
+    ngx_http_session_db_conn_abandon(dc, NGX_HTTP_SESSION_DB_QUERY_ABANDONED,
+                                     deadline);
 }
 
 
