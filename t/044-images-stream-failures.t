@@ -446,10 +446,45 @@ master_on();
 no_shuffle();
 no_long_string();
 
+# the blocks of the upload queue (--- upload_connections: N): the
+# database direct, N upload connections, session_status on the main server
+sub queue_config {
+    my ($block, $n) = @_;
+
+    $block->set_value('http_config', <<"EOF");
+    session_db \$TEST_NGINX_SESSION_DB_CONF;
+    session_image_chunk_size 4k;
+    session_image_upload_connections $n;
+
+    server {
+        listen 127.0.0.1:\$TEST_NGINX_RAND_PORT_1;
+
+        location /api/ {
+            session_api;
+            session_limits create=1000 list=1000 other=1000;
+        }
+    }
+EOF
+
+    $block->set_value('config', <<'EOF');
+    location /api/ {
+        session_api;
+        session_limits create=1000 list=1000 other=1000;
+    }
+
+    location = /status {
+        session_status;
+    }
+EOF
+}
+
 add_block_preprocessor(sub {
     my $block = shift;
 
     workers(1);
+
+    queue_config($block, $block->upload_connections)
+        if defined $block->upload_connections;
 
     $block->set_value('http_config', <<'EOF') unless defined $block->http_config;
     session_db $TEST_NGINX_RELAY_DB_CONF;
@@ -568,28 +603,7 @@ download cut
 
 === TEST 8: a key's burst of uploads takes turns with another key's upload
 --- check: turns
---- http_config
-    session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_image_chunk_size 4k;
-    session_image_upload_connections 1;
-
-    server {
-        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1;
-
-        location /api/ {
-            session_api;
-            session_limits create=1000 list=1000 other=1000;
-        }
-    }
---- config
-    location /api/ {
-        session_api;
-        session_limits create=1000 list=1000 other=1000;
-    }
-
-    location = /status {
-        session_status;
-    }
+--- upload_connections: 1
 --- request
 GET /api/v1/sessions
 --- error_code: 200
@@ -601,28 +615,7 @@ GET /api/v1/sessions
 
 === TEST 9: uploads into one session hold a connection one at a time
 --- check: serial
---- http_config
-    session_db $TEST_NGINX_SESSION_DB_CONF;
-    session_image_chunk_size 4k;
-    session_image_upload_connections 2;
-
-    server {
-        listen 127.0.0.1:$TEST_NGINX_RAND_PORT_1;
-
-        location /api/ {
-            session_api;
-            session_limits create=1000 list=1000 other=1000;
-        }
-    }
---- config
-    location /api/ {
-        session_api;
-        session_limits create=1000 list=1000 other=1000;
-    }
-
-    location = /status {
-        session_status;
-    }
+--- upload_connections: 2
 --- request
 GET /api/v1/sessions
 --- error_code: 200
